@@ -1,0 +1,45 @@
+# Onefold: `make run` for the quick start, `make test` for the suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# The machine's PostgreSQL unless DATABASE_URL says otherwise (tests only).
+TEST_DATABASE_URL ?= $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/onefold)
+
+.PHONY: install run test test-fast lint format bench drill clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	mkdir -p var
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo_setup
+	$(PY) manage.py run_stack
+
+test: install
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+# Everything but the minutes-long end-to-end and browser scenarios.
+test-fast: install
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	DATABASE_URL=sqlite:///:memory: $(PY) manage.py makemigrations --check --dry-run
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+drill: install
+	$(PY) manage.py drill
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

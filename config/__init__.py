@@ -1,0 +1,1 @@
+"""Django project for Onefold: settings, URLs and WSGI/ASGI entry points."""

@@ -1,0 +1,178 @@
+"""Onefold settings, read from the environment (12-factor).
+
+Every value an operator may change is named in README.md. The same module serves
+the web processes, the django-q2 workers and the management commands.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import dj_database_url
+
+from config.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", False)
+# The insecure default keeps `make run` zero-setup; the system check
+# onefold.W001 warns when it is used with DEBUG off.
+INSECURE_SECRET_KEY = "onefold-insecure-development-key-change-me"
+SECRET_KEY = env_str("SECRET_KEY", INSECURE_SECRET_KEY)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "django_q",
+    "idempotency_core",
+    "integrations",
+    "review_console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'onefold.sqlite3'}"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The quick start shares one SQLite file between the web process, the
+    # workers and the sweeper: wait for the write lock instead of failing, and
+    # take it at BEGIN so two writers never deadlock upgrading read locks.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+    )
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/console/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}, "mail.log": {"level": "WARNING"}},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "EXCEPTION_HANDLER": "idempotency_core.api.errors.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Onefold API",
+    "DESCRIPTION": "Exactly one business effect per form submission, or a review case.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Destinations -----------------------------------------------------------
+
+DESTINATION_URL = env_str("DESTINATION_URL", "http://127.0.0.1:8765")
+EMAIL_HOST = env_str("EMAIL_HOST", "127.0.0.1")
+EMAIL_PORT = env_int("EMAIL_PORT", 8025, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "enquiries@onefold.invalid")
+
+# --- Onefold ----------------------------------------------------------------
+
+# Largest accepted submission body; larger ones are answered 413.
+ONEFOLD_MAX_BODY_BYTES = env_int("ONEFOLD_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
+# How long a claimed operation may run before the sweeper calls it interrupted.
+ONEFOLD_LEASE_SECONDS = env_float("ONEFOLD_LEASE_SECONDS", 120, minimum=1)
+# Timeout of one destination call (connect + response). Must stay below the
+# lease, or a slow call could outlive its claim.
+ONEFOLD_HTTP_TIMEOUT_SECONDS = env_float("ONEFOLD_HTTP_TIMEOUT_SECONDS", 15, minimum=0.1)
+# Retry policy: bounded exponential backoff with full jitter.
+ONEFOLD_RETRY_BASE_SECONDS = env_float("ONEFOLD_RETRY_BASE_SECONDS", 5, minimum=0)
+ONEFOLD_RETRY_MAX_SECONDS = env_float("ONEFOLD_RETRY_MAX_SECONDS", 900, minimum=0)
+ONEFOLD_MAX_ATTEMPTS = env_int("ONEFOLD_MAX_ATTEMPTS", 6, minimum=1)
+# Interval of `manage.py sweep --loop`; the django-q2 schedule is a 1-minute backstop.
+ONEFOLD_SWEEP_SECONDS = env_float("ONEFOLD_SWEEP_SECONDS", 10, minimum=0.1)
+# An operation not finished this long after its event arrived is "stuck".
+ONEFOLD_STUCK_AFTER_SECONDS = env_int("ONEFOLD_STUCK_AFTER_SECONDS", 3600, minimum=1)
+# Default requests per minute per source (each source may override).
+ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
+
+# --- django-q2 (see shared TASK-QUEUE.md) ----------------------------------
+
+_Q_WORKERS = env_int("ONEFOLD_Q_WORKERS", 2, minimum=1)
+_Q_TIMEOUT = env_int("ONEFOLD_Q_TIMEOUT", int(ONEFOLD_HTTP_TIMEOUT_SECONDS * 2) + 10, minimum=1)
+# A prefetched task waits in the cluster's queue behind up to queue_limit+1
+# others; `retry` must outlast that wait or the broker hands it out twice.
+_Q_RETRY_FLOOR = _Q_TIMEOUT * (1 + math.ceil((_Q_WORKERS + 1) / _Q_WORKERS)) + 5
+Q_CLUSTER = {
+    "name": env_str("ONEFOLD_Q_NAME", "onefold"),
+    "orm": "default",
+    "workers": _Q_WORKERS,
+    "timeout": _Q_TIMEOUT,
+    "retry": env_int("ONEFOLD_Q_RETRY", _Q_RETRY_FLOOR, minimum=1),
+    "queue_limit": _Q_WORKERS,
+    "bulk": 1,
+    # Onefold owns retries (attempts are counted on the operation); this is
+    # only a backstop against a task that crashes its worker forever.
+    "max_attempts": 3,
+    "ack_failures": True,
+    "catch_up": False,
+    "save_limit": 1000,
+    "poll": env_float("ONEFOLD_Q_POLL", 0.2, minimum=0.01),
+    "label": "Task queue",
+}

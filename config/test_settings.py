@@ -1,0 +1,24 @@
+"""Settings for the test suite: the real settings with short timings.
+
+Tests and the worker clusters they start both use this module, so a qcluster
+subprocess sees exactly the timings the test expects.
+"""
+
+import os
+
+for name, value in {
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/onefold",
+    "ONEFOLD_LEASE_SECONDS": "6",
+    "ONEFOLD_HTTP_TIMEOUT_SECONDS": "1.5",
+    "ONEFOLD_Q_TIMEOUT": "4",
+    "ONEFOLD_RETRY_BASE_SECONDS": "0.2",
+    "ONEFOLD_RETRY_MAX_SECONDS": "2",
+    "ONEFOLD_MAX_ATTEMPTS": "4",
+    "ONEFOLD_SWEEP_SECONDS": "0.5",
+    "ONEFOLD_Q_POLL": "0.05",
+}.items():
+    os.environ.setdefault(name, value)
+
+from config.settings import *  # noqa: E402, F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

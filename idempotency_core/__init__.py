@@ -1,0 +1,1 @@
+"""Onefold's core: models, ingest, the engine (claim, execute, classify, recover, sweep)."""

@@ -1,0 +1,1 @@
+"""The REST API: ingest for sources, status for their events."""

@@ -1,0 +1,38 @@
+"""Audit entries: the append-only record of decisions (invariant 6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
+
+
+def audit_record(
+    *,
+    action: str,
+    actor: AbstractBaseUser | None = None,
+    system: str = "",
+    case: ReviewCase | None = None,
+    event: Event | None = None,
+    operation: Operation | None = None,
+    reason: str = "",
+    details: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """Writes one entry. Either a person (`actor`) or a named system part decided."""
+    if actor is None and not system:
+        raise ValueError("an audit entry needs an actor or a system name")
+    label = f"user:{actor.get_username()}" if actor is not None else f"system:{system}"
+    if event is None and operation is not None:
+        event = operation.event
+    return AuditEntry.objects.create(
+        actor=actor,
+        actor_label=label,
+        action=action,
+        case=case,
+        event=event,
+        operation=operation,
+        reason=reason,
+        details=details or {},
+    )

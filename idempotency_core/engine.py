@@ -1,0 +1,289 @@
+"""The engine: claim an operation, call its destination, record the outcome.
+
+Flow 2 of DESIGN.md. The claim is a conditional UPDATE committed before any
+network call; the outcome is written only by the attempt that holds the claim
+(`UPDATE ... WHERE id = ? AND claim_token = ?`); the next step is released in the
+same transaction as the success of this one. Every caller (worker task, sweeper,
+manual replay) goes through `operation_execute`, so none can bypass the guards.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django_q.tasks import async_task
+
+from idempotency_core.audit import audit_record
+from idempotency_core.models import Attempt, Operation
+from idempotency_core.pipeline import STEPS, StepContext, adapter_for
+from idempotency_core.policy import Recovery, RetryPolicy, decide, recovery_for
+from idempotency_core.reviews import operation_subject, review_case_open
+from integrations.base import DestinationError
+
+logger = logging.getLogger(__name__)
+
+TASK = "idempotency_core.tasks.operation_run"
+
+
+def operation_enqueue(operation_id: int) -> None:
+    """Puts a task on the queue. The message carries the id and nothing else.
+
+    With the ORM broker on the business database this insert joins the caller's
+    transaction: the task exists exactly when the row that needs it does.
+    """
+    async_task(TASK, operation_id, task_name=f"operation-{operation_id}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    operation: Operation
+    attempt: Attempt
+    token: uuid.UUID
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    outcome: str
+    message: str = ""
+    error_class: str = ""
+    http_status: int | None = None
+    destination_ref: str = ""
+    adopted: bool = False
+    retry_after: float | None = None
+
+
+def operation_claim(
+    *,
+    operation_id: int,
+    trigger: str = Attempt.Trigger.WORKER,
+    actor: AbstractBaseUser | None = None,
+) -> Claim | None:
+    """Takes the operation if it is due and nobody holds it; None otherwise.
+
+    Committed before the destination is called, so a second worker (or a
+    redelivered task) finds it running and leaves it alone.
+    """
+    now = timezone.now()
+    token = uuid.uuid4()
+    with transaction.atomic():
+        claimed = Operation.objects.filter(
+            pk=operation_id,
+            status__in=Operation.CLAIMABLE,
+            next_attempt_at__lte=now,
+        ).update(
+            status=Operation.Status.RUNNING,
+            claim_token=token,
+            lease_expires_at=now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS),
+            attempt_count=F("attempt_count") + 1,
+            first_presented_at=Coalesce(F("first_presented_at"), now),
+            updated_at=now,
+        )
+        if not claimed:
+            return None
+        operation = Operation.objects.select_related("event__source", "destination").get(
+            pk=operation_id
+        )
+        attempt = Attempt.objects.create(
+            operation=operation,
+            number=operation.attempt_count,
+            claim_token=token,
+            trigger=trigger,
+            triggered_by=actor,
+            recovery=operation.recovery,
+            started_at=now,
+        )
+    return Claim(operation=operation, attempt=attempt, token=token)
+
+
+def operation_execute(
+    *,
+    operation_id: int,
+    trigger: str = Attempt.Trigger.WORKER,
+    actor: AbstractBaseUser | None = None,
+) -> str | None:
+    """Runs one attempt if the operation can be claimed. Safe to call twice at once."""
+    claim = operation_claim(operation_id=operation_id, trigger=trigger, actor=actor)
+    if claim is None:
+        return None
+    result = _perform(claim)
+    operation_record_outcome(claim=claim, result=result)
+    return result.outcome
+
+
+def _effective_recovery(operation: Operation) -> str:
+    """Re-checks, at call time, the rule chosen after an unclear attempt.
+
+    A retry meant to reuse the idempotency key may run later than planned; if the
+    destination's window has passed by now, the rule falls back on what else it offers.
+    """
+    if not operation.recovery:
+        return Recovery.NONE
+    destination = operation.destination
+    return recovery_for(
+        at_most_once=STEPS[operation.step].at_most_once,
+        idempotency_keys=destination.idempotency_keys,
+        retention=destination.idempotency_key_retention,
+        unique_external_ref=destination.unique_external_ref,
+        lookup=destination.lookup,
+        first_presented_at=operation.first_presented_at,
+        retry_at=timezone.now() + timedelta(seconds=settings.ONEFOLD_HTTP_TIMEOUT_SECONDS),
+    )
+
+
+def _perform(claim: Claim) -> AttemptResult:
+    operation = claim.operation
+    step = STEPS[operation.step]
+    refs = dict(
+        Operation.objects.filter(
+            event_id=operation.event_id,
+            position__lt=operation.position,
+            status=Operation.Status.SUCCEEDED,
+        ).values_list("step", "destination_ref")
+    )
+    context = StepContext(operation=operation, event=operation.event, refs=refs)
+    rule = _effective_recovery(operation)
+    if rule == Recovery.REVIEW:
+        return AttemptResult(
+            outcome=Attempt.Outcome.AMBIGUOUS,
+            error_class="RecognitionUnavailable",
+            message="an earlier attempt may have been applied and the destination can no "
+            "longer recognise a repeat; not called",
+        )
+    try:
+        adapter = adapter_for(operation.destination)
+        if rule == Recovery.LOOKUP_FIRST and step.find is not None:
+            found = step.find(context, adapter)
+            if found:
+                return AttemptResult(
+                    outcome=Attempt.Outcome.SUCCEEDED, destination_ref=found, adopted=True
+                )
+        effect = step.perform(context, adapter)
+    except DestinationError as exc:
+        return AttemptResult(
+            outcome=str(exc.classification),
+            message=exc.message,
+            error_class=type(exc.__cause__ or exc).__name__,
+            http_status=exc.http_status,
+            retry_after=exc.retry_after,
+        )
+    except Exception as exc:
+        # A bug of ours after the call may have started: treat as may-have-happened.
+        logger.exception("operation %s: unexpected error", operation.pk)
+        return AttemptResult(
+            outcome=Attempt.Outcome.AMBIGUOUS,
+            message=f"unexpected error: {exc}",
+            error_class=type(exc).__name__,
+        )
+    return AttemptResult(
+        outcome=Attempt.Outcome.SUCCEEDED,
+        destination_ref=effect.ref,
+        http_status=effect.http_status,
+        adopted=effect.adopted,
+    )
+
+
+def operation_record_outcome(
+    *, claim: Claim, result: AttemptResult, system: str = "worker"
+) -> bool:
+    """Writes the outcome if this claim still owns the operation. Returns whether it did."""
+    operation = claim.operation
+    destination = operation.destination
+    now = timezone.now()
+    decision = decide(
+        outcome=result.outcome,
+        step=operation.step,
+        attempt_number=claim.attempt.number,
+        message=result.message,
+        retry_after=result.retry_after,
+        at_most_once=STEPS[operation.step].at_most_once,
+        idempotency_keys=destination.idempotency_keys,
+        retention=destination.idempotency_key_retention,
+        unique_external_ref=destination.unique_external_ref,
+        lookup=destination.lookup,
+        first_presented_at=operation.first_presented_at,
+        current_recovery=operation.recovery,
+        now=now,
+        policy=RetryPolicy.from_settings(),
+    )
+    succeeded = decision.status == Operation.Status.SUCCEEDED
+    with transaction.atomic():
+        owned = Operation.objects.filter(
+            pk=operation.pk, claim_token=claim.token, status=Operation.Status.RUNNING
+        ).update(
+            status=decision.status,
+            claim_token=None,
+            lease_expires_at=None,
+            next_attempt_at=decision.next_attempt_at,
+            enqueued_at=None,
+            recovery=Recovery.NONE if succeeded else decision.recovery,
+            destination_ref=result.destination_ref or F("destination_ref"),
+            last_error="" if succeeded else result.message,
+            completed_at=now if succeeded else None,
+            updated_at=now,
+        )
+        if not owned:
+            # The lease expired and the sweeper (or a replay) moved on. What this
+            # worker learned is still evidence, so it is kept, but not applied.
+            audit_record(
+                action="late_outcome_discarded",
+                system=system,
+                operation=operation,
+                details={
+                    "attempt": claim.attempt.number,
+                    "outcome": result.outcome,
+                    "destination_ref": result.destination_ref,
+                    "message": result.message,
+                },
+            )
+            logger.warning("operation %s: claim lost before the outcome was written", operation.pk)
+            return False
+        Attempt.objects.filter(pk=claim.attempt.pk, outcome__isnull=True).update(
+            outcome=result.outcome,
+            finished_at=now,
+            error_class=result.error_class[:100],
+            error_message=result.message,
+            http_status=result.http_status,
+            destination_ref=result.destination_ref,
+            adopted=result.adopted,
+            retry_after_seconds=result.retry_after,
+        )
+        if succeeded:
+            _release_next_step(operation, now=now)
+        elif decision.case_kind:
+            review_case_open(
+                kind=decision.case_kind,
+                subject=operation_subject(operation),
+                summary=decision.summary,
+                operation=operation,
+                evidence={
+                    "attempt": claim.attempt.number,
+                    "outcome": result.outcome,
+                    "error_class": result.error_class,
+                    "http_status": result.http_status,
+                    "message": result.message,
+                },
+                system=system,
+            )
+    return True
+
+
+def _release_next_step(operation: Operation, *, now) -> None:
+    following = Operation.objects.filter(
+        event_id=operation.event_id,
+        position=operation.position + 1,
+        status=Operation.Status.PENDING,
+        next_attempt_at__isnull=True,
+    )
+    ids = list(following.values_list("pk", flat=True))
+    following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
+    for operation_id in ids:
+        operation_enqueue(operation_id)

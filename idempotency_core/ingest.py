@@ -1,0 +1,142 @@
+"""Ingest: one logical submission becomes one event, its operations and a delivery.
+
+Flow 1 of DESIGN.md. The unique constraint on (source, key) is the guarantee;
+reading first is only a fast path for repeats. Concurrent first receipts race on
+the INSERT: one wins, the others fall back to reading the winner's event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from idempotency_core.engine import operation_enqueue
+from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
+from idempotency_core.models import Delivery, Destination, Event, Operation, Source
+from idempotency_core.pipeline import DEFAULT_PIPELINE, STEPS
+
+
+class KeyReusedError(Exception):
+    """The key names an event whose payload differs from this one."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__(f"idempotency key reused with a different payload (event {event.pk})")
+        self.event = event
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    event: Event
+    created: bool
+
+
+def event_ingest(
+    *,
+    source: Source,
+    key: str,
+    payload: dict[str, Any],
+    submitted_at: datetime | None = None,
+) -> IngestResult:
+    """Records a delivery and returns its event, creating it (and its operations) once.
+
+    Raises KeyReusedError, after recording the refused delivery, when the key is
+    known with another payload fingerprint.
+    """
+    fingerprint = payload_fingerprint(payload)
+    existing = Event.objects.filter(source=source, key=key).first()
+    if existing is None:
+        try:
+            return IngestResult(
+                event=_event_create(
+                    source=source,
+                    key=key,
+                    payload=payload,
+                    fingerprint=fingerprint,
+                    submitted_at=submitted_at,
+                ),
+                created=True,
+            )
+        except IntegrityError:
+            # Another request inserted the same (source, key) first and committed.
+            existing = Event.objects.get(source=source, key=key)
+    return _repeat_delivery(event=existing, fingerprint=fingerprint)
+
+
+def _event_create(
+    *,
+    source: Source,
+    key: str,
+    payload: dict[str, Any],
+    fingerprint: str,
+    submitted_at: datetime | None,
+) -> Event:
+    destinations = {d.name: d for d in Destination.objects.all()}
+    now = timezone.now()
+    with transaction.atomic():
+        event = Event.objects.create(
+            source=source,
+            key=key,
+            fingerprint=fingerprint,
+            payload=payload,
+            form=str(payload.get("form", ""))[:100],
+            contact_digest=contact_digest(str((payload.get("contact") or {}).get("email", ""))),
+            submitted_at=submitted_at,
+        )
+        operations = Operation.objects.bulk_create(
+            Operation(
+                event=event,
+                step=step,
+                position=position,
+                destination=destinations[STEPS[step].destination],
+                key=operation_key(source_salt=source.key_salt, event_key=key, step=step),
+                # Only the first step is due now; each later one is released by
+                # the success of the one before it.
+                next_attempt_at=now if position == 0 else None,
+                enqueued_at=now if position == 0 else None,
+            )
+            for position, step in enumerate(DEFAULT_PIPELINE)
+        )
+        Delivery.objects.create(
+            source=source,
+            event=event,
+            outcome=Delivery.Outcome.ACCEPTED,
+            status_code=202,
+            fingerprint=fingerprint,
+            payload_matched=True,
+        )
+        # Same transaction as the rows (ORM broker): no event without its task.
+        operation_enqueue(operations[0].pk)
+    return event
+
+
+def _repeat_delivery(*, event: Event, fingerprint: str) -> IngestResult:
+    matched = event.fingerprint == fingerprint
+    Delivery.objects.create(
+        source_id=event.source_id,
+        event=event,
+        outcome=Delivery.Outcome.REPLAYED if matched else Delivery.Outcome.KEY_REUSED,
+        status_code=200 if matched else 422,
+        fingerprint=fingerprint,
+        payload_matched=matched,
+    )
+    if not matched:
+        raise KeyReusedError(event)
+    return IngestResult(event=event, created=False)
+
+
+def delivery_refused(*, source: Source, outcome: str, status_code: int) -> Delivery:
+    """Counts a refused request without keeping anything of its content."""
+    return Delivery.objects.create(source=source, outcome=outcome, status_code=status_code)
+
+
+def event_status(statuses: list[str]) -> str:
+    """`completed` when every operation is done, `needs_review` when any needs it."""
+    if any(s == Operation.Status.NEEDS_REVIEW for s in statuses):
+        return "needs_review"
+    if statuses and all(s in Operation.DONE for s in statuses):
+        return "completed"
+    return "processing"

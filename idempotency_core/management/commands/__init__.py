@@ -1,0 +1,1 @@
+"""Commands: create_source, sweep, demo_setup, drill, reconcile."""

@@ -1,0 +1,422 @@
+"""Onefold's data model. The invariants of DESIGN.md live here as database constraints.
+
+Sources send events; each HTTP receipt is a delivery; each business effect of an
+event is an operation with an opaque, permanent key; each execution try of an
+operation is an attempt. What cannot be proven lands in a review case, and every
+consequential decision leaves an audit entry.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Source(models.Model):
+    """A sender of submissions (a website form). Idempotency keys are scoped per source."""
+
+    name = models.CharField(max_length=100, unique=True)
+    is_active = models.BooleanField(default=True)
+    # Random per-source secret mixed into operation keys so that a key cannot be
+    # recomputed from a guessed event key. It never changes: operation keys must
+    # stay stable for the life of the event (DESIGN.md, "Operation keys never change").
+    key_salt = models.CharField(max_length=64, editable=False)
+    rate_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    task_assignee = models.CharField(max_length=100, default="sales")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SourceApiKey(models.Model):
+    """An API key of a source, stored as a SHA-256 digest only (keys are 32 random bytes)."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="api_keys")
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise a key.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.source.name}:{self.prefix}…"
+
+
+class Destination(models.Model):
+    """A configured adapter plus the capabilities it declares.
+
+    Recovery after an ambiguous attempt is chosen from these flags, so they must
+    describe the real system: declaring a capability it lacks can duplicate effects.
+    """
+
+    class Kind(models.TextChoices):
+        CRM_HTTP = "crm_http", "CRM over HTTP"
+        SMTP = "smtp", "Email over SMTP"
+
+    name = models.SlugField(max_length=50, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    # Blank means the URL from settings (DESTINATION_URL / EMAIL_HOST).
+    base_url = models.CharField(max_length=300, blank=True)
+    idempotency_keys = models.BooleanField(default=False)
+    idempotency_key_retention = models.DurationField(null=True, blank=True)
+    unique_external_ref = models.BooleanField(default=False)
+    lookup = models.BooleanField(default=False)
+    merge = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["crm_http", "smtp"]), name="destination_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Event(models.Model):
+    """One logical submission, identified by (source, key). Created once."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="events")
+    key = models.CharField(max_length=255)
+    # SHA-256 of the canonical JSON payload: kept after the payload is purged so
+    # a late repeat can still be told apart from a reused key.
+    fingerprint = models.CharField(max_length=64)
+    payload = models.JSONField(null=True, blank=True)
+    form = models.CharField(max_length=100, blank=True)
+    # HMAC of the normalised contact email: links events of one person without
+    # keeping the address in an index.
+    contact_digest = models.CharField(max_length=64, blank=True, db_index=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    payload_purged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "key"], name="event_unique_source_key"),
+        ]
+        indexes = [
+            # Reconciliation and retention scan events by arrival time.
+            models.Index(fields=["received_at"], name="event_received_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}:{self.key}"
+
+
+class DeliveryOutcome(models.TextChoices):
+    ACCEPTED = "accepted", "Accepted (new event)"
+    REPLAYED = "replayed", "Repeat answered from the stored event"
+    KEY_REUSED = "key_reused", "Refused: key reused with another payload"
+    KEY_MISSING = "key_missing", "Refused: no idempotency key"
+    INVALID = "invalid", "Refused: invalid body"
+    TOO_LARGE = "too_large", "Refused: body too large"
+    UNSUPPORTED_MEDIA = "unsupported_media", "Refused: not JSON"
+
+
+class Delivery(models.Model):
+    """One HTTP receipt of a submission, first or repeat: evidence of retries."""
+
+    Outcome = DeliveryOutcome
+
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="deliveries")
+    # Null for refused bodies: nothing of their content is kept.
+    event = models.ForeignKey(
+        Event, on_delete=models.PROTECT, null=True, blank=True, related_name="deliveries"
+    )
+    received_at = models.DateTimeField(auto_now_add=True)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    status_code = models.PositiveSmallIntegerField()
+    fingerprint = models.CharField(max_length=64, blank=True)
+    payload_matched = models.BooleanField(null=True)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(outcome__in=[c.value for c in DeliveryOutcome]),
+                name="delivery_outcome_valid",
+            ),
+        ]
+        indexes = [
+            # The case page lists an event's deliveries in order.
+            models.Index(fields=["event", "received_at"], name="delivery_event_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} ({self.status_code}) at {self.received_at:%Y-%m-%d %H:%M:%S}"
+
+
+class OperationStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
+    SUCCEEDED = "succeeded", "Succeeded"
+    NEEDS_REVIEW = "needs_review", "Needs review"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Operation(models.Model):
+    """One business effect that must happen once: (event, step)."""
+
+    Status = OperationStatus
+
+    CLAIMABLE = (Status.PENDING, Status.RETRY_SCHEDULED)
+    DONE = (Status.SUCCEEDED, Status.CANCELLED)
+
+    class Recovery(models.TextChoices):
+        """How the next attempt proceeds after an ambiguous or interrupted one."""
+
+        NONE = "", "Normal call"
+        REPEAT_WITH_KEY = "repeat_with_key", "Repeat with the same idempotency key"
+        REPEAT_UNIQUE_REF = "repeat_unique_ref", "Repeat; a unique reference refuses a copy"
+        LOOKUP_FIRST = "lookup_first", "Look up by external reference first"
+        REVIEW = "review", "A person decides"
+
+    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="operations")
+    step = models.CharField(max_length=50)
+    position = models.PositiveSmallIntegerField()
+    destination = models.ForeignKey(Destination, on_delete=models.PROTECT)
+    # Opaque and permanent: what the destination sees as idempotency key,
+    # external reference and Message-ID, on every retry and replay.
+    key = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    # Set after an ambiguous or interrupted attempt: the rule the next attempt
+    # follows so that it cannot create a second effect.
+    recovery = models.CharField(max_length=20, choices=Recovery.choices, blank=True)
+    claim_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempt_count = models.PositiveIntegerField(default=0)
+    # Null while an earlier step is unfinished; the step becomes due when set.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # When a task was last put on the queue for this operation (sweeper bookkeeping).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    # When the operation key was first presented to the destination: the start of
+    # the destination's idempotency-key retention window.
+    first_presented_at = models.DateTimeField(null=True, blank=True)
+    destination_ref = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event", "step"], name="operation_unique_event_step"),
+            models.CheckConstraint(
+                condition=Q(status__in=[c.value for c in OperationStatus]),
+                name="operation_status_valid",
+            ),
+            # A running operation always has an owner and a lease.
+            models.CheckConstraint(
+                condition=~Q(status="running")
+                | Q(claim_token__isnull=False, lease_expires_at__isnull=False),
+                name="operation_running_has_claim",
+            ),
+        ]
+        indexes = [
+            # Sweeper: due work, `status IN (pending, retry_scheduled) AND next_attempt_at <= now`.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status__in=["pending", "retry_scheduled"]),
+                name="operation_due_idx",
+            ),
+            # Sweeper: expired leases, `status = running AND lease_expires_at < now`.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="running"),
+                name="operation_lease_idx",
+            ),
+            # Dashboard counts by status.
+            models.Index(fields=["status"], name="operation_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step} of {self.event_id}"
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded", "Succeeded"
+    RETRYABLE = "retryable", "Retryable (not applied)"
+    PERMANENT = "permanent", "Permanent (needs correction)"
+    AMBIGUOUS = "ambiguous", "Ambiguous (may have been applied)"
+    INTERRUPTED = "interrupted", "Interrupted (lease expired)"
+
+
+class Attempt(models.Model):
+    """One execution try of an operation. Append-only: finished once, never rewritten."""
+
+    Outcome = AttemptOutcome
+
+    class Trigger(models.TextChoices):
+        WORKER = "worker", "Worker"
+        SWEEPER = "sweeper", "Sweeper"
+        REPLAY = "replay", "Manual replay"
+
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="attempts")
+    number = models.PositiveIntegerField()
+    claim_token = models.UUIDField()
+    trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.WORKER)
+    triggered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True
+    )
+    recovery = models.CharField(max_length=20, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Null while the attempt holds the claim.
+    # Null while the attempt holds the claim: the partial unique index below
+    # relies on NULL meaning "running".
+    outcome = models.CharField(  # noqa: DJ001
+        max_length=20, choices=Outcome.choices, null=True, blank=True
+    )
+    error_class = models.CharField(max_length=100, blank=True)
+    error_message = models.TextField(blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    destination_ref = models.CharField(max_length=200, blank=True)
+    adopted = models.BooleanField(default=False, help_text="The effect existed and was adopted.")
+    retry_after_seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operation", "number"], name="attempt_unique_operation_number"
+            ),
+            # Invariant 3: at most one running (unfinished) attempt per operation.
+            models.UniqueConstraint(
+                fields=["operation"],
+                condition=Q(outcome__isnull=True),
+                name="attempt_one_running_per_operation",
+            ),
+            models.CheckConstraint(
+                condition=Q(outcome__isnull=True)
+                | Q(outcome__in=[c.value for c in AttemptOutcome]),
+                name="attempt_outcome_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of operation {self.operation_id}"
+
+
+class CaseKind(models.TextChoices):
+    AMBIGUOUS = "ambiguous_outcome", "Ambiguous outcome"
+    INTERRUPTED_SEND = "interrupted_send", "Interrupted send (may have been sent)"
+    PERMANENT = "permanent_failure", "Permanent failure"
+    RETRIES_EXHAUSTED = "retries_exhausted", "Retries exhausted"
+    SUSPECTED_DUPLICATE = "suspected_duplicate", "Suspected duplicate"
+    LATE_REPLAY = "late_replay", "Late replay"
+    RECON_MISSING = "recon_missing", "Reconciliation: missing in destination"
+    RECON_DUPLICATE = "recon_duplicate", "Reconciliation: duplicate external reference"
+    RECON_ORPHAN = "recon_orphan", "Reconciliation: orphan destination record"
+    RECON_REMOVED = "recon_removed", "Reconciliation: record removed"
+    RECON_CHANGED = "recon_changed", "Reconciliation: reference changed"
+    RECON_STUCK = "recon_stuck", "Reconciliation: operation stuck"
+
+
+class CaseStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    IN_PROGRESS = "in_progress", "In progress"
+    RESOLVED = "resolved", "Resolved"
+    CLOSED = "closed", "Closed"
+
+
+class ReviewCase(models.Model):
+    """Work for a person: something Onefold could not prove or could not do."""
+
+    Kind = CaseKind
+
+    Status = CaseStatus
+
+    OPEN_STATUSES = (Status.OPEN, Status.IN_PROGRESS)
+
+    kind = models.CharField(max_length=30, choices=Kind.choices)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN)
+    # What the case is about, e.g. "operation:42" or "external_ref:opk_…".
+    subject = models.CharField(max_length=255)
+    event = models.ForeignKey(
+        Event, on_delete=models.PROTECT, null=True, blank=True, related_name="review_cases"
+    )
+    operation = models.ForeignKey(
+        Operation, on_delete=models.PROTECT, null=True, blank=True, related_name="review_cases"
+    )
+    summary = models.TextField(help_text="What happened and who should act.")
+    evidence = models.JSONField(default=dict, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="owned_cases",
+    )
+    resolution_code = models.CharField(max_length=50, blank=True)
+    resolution_note = models.TextField(blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        permissions = [
+            ("replay_operation", "Can replay an operation"),
+            ("view_contact_details", "Can see unmasked contact details"),
+        ]
+        constraints = [
+            # Invariant 5: at most one open case per subject and kind.
+            models.UniqueConstraint(
+                fields=["subject", "kind"],
+                condition=Q(status__in=["open", "in_progress"]),
+                name="reviewcase_one_open_per_subject_kind",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[c.value for c in CaseStatus]),
+                name="reviewcase_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[c.value for c in CaseKind]), name="reviewcase_kind_valid"
+            ),
+        ]
+        indexes = [
+            # Console queue: open cases, oldest first.
+            models.Index(
+                fields=["created_at", "id"],
+                condition=Q(status__in=["open", "in_progress"]),
+                name="reviewcase_open_queue_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} ({self.subject})"
+
+
+class AuditEntry(models.Model):
+    """An append-only record of a human decision or a consequential automatic one.
+
+    A database trigger (migration 0002) refuses UPDATE and DELETE on this table.
+    """
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True
+    )
+    # "user:alice" or "system:sweeper": readable even when the actor is gone.
+    actor_label = models.CharField(max_length=150)
+    action = models.CharField(max_length=50)
+    case = models.ForeignKey(
+        ReviewCase, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_entries"
+    )
+    event = models.ForeignKey(Event, on_delete=models.PROTECT, null=True, blank=True)
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT, null=True, blank=True)
+    reason = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name_plural = "audit entries"
+        indexes = [
+            # The case page shows its own trail.
+            models.Index(fields=["case", "at"], name="audit_case_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action}"

@@ -1,0 +1,186 @@
+"""Pure decisions of the engine: retry delays and recovery after an unclear outcome.
+
+No database, no network: these functions are unit-tested exhaustively and are the
+one place where "what happens next" is decided.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from idempotency_core.models import Attempt, Operation, ReviewCase
+
+Recovery = Operation.Recovery
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base_seconds: float
+    max_seconds: float
+    max_attempts: int
+
+    @classmethod
+    def from_settings(cls) -> RetryPolicy:
+        return cls(
+            base_seconds=settings.ONEFOLD_RETRY_BASE_SECONDS,
+            max_seconds=settings.ONEFOLD_RETRY_MAX_SECONDS,
+            max_attempts=settings.ONEFOLD_MAX_ATTEMPTS,
+        )
+
+    def ceiling(self, attempt_number: int) -> float:
+        """Upper bound of the delay after attempt `attempt_number` (1-based)."""
+        return min(self.max_seconds, self.base_seconds * 2 ** (attempt_number - 1))
+
+    def delay(
+        self,
+        attempt_number: int,
+        *,
+        retry_after: float | None = None,
+        rng: random.Random | None = None,
+    ) -> float:
+        """Exponential backoff with full jitter, never sooner than Retry-After asks."""
+        jittered = (rng or random).uniform(0, self.ceiling(attempt_number))
+        if retry_after is not None:
+            return max(jittered, min(retry_after, self.max_seconds))
+        return jittered
+
+
+def recovery_for(
+    *,
+    at_most_once: bool,
+    idempotency_keys: bool,
+    retention: timedelta | None,
+    unique_external_ref: bool,
+    lookup: bool,
+    first_presented_at: datetime | None,
+    retry_at: datetime,
+) -> str:
+    """Chooses the recovery rule from what the destination offers (DESIGN.md, Flow 4).
+
+    A native idempotency key only helps while the destination still remembers
+    it, so it counts only when the retry lands inside the retention window. A
+    unique external reference makes a repeat safe at any age (409 names the
+    existing record). Lookup alone is safe when done before creating.
+    """
+    if at_most_once:
+        return Recovery.REVIEW
+    within_window = first_presented_at is not None and (
+        retention is None or retry_at < first_presented_at + retention
+    )
+    if idempotency_keys and within_window:
+        return Recovery.REPEAT_WITH_KEY
+    if unique_external_ref:
+        return Recovery.REPEAT_UNIQUE_REF
+    if lookup:
+        return Recovery.LOOKUP_FIRST
+    return Recovery.REVIEW
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The operation's next state after an attempt, and the case to open, if any."""
+
+    status: str
+    next_attempt_at: datetime | None = None
+    recovery: str = Recovery.NONE
+    case_kind: str = ""
+    summary: str = ""
+
+
+def decide(
+    *,
+    outcome: str,
+    step: str,
+    attempt_number: int,
+    message: str,
+    retry_after: float | None,
+    at_most_once: bool,
+    idempotency_keys: bool,
+    retention: timedelta | None,
+    unique_external_ref: bool,
+    lookup: bool,
+    first_presented_at: datetime | None,
+    current_recovery: str,
+    now: datetime,
+    policy: RetryPolicy,
+    rng: random.Random | None = None,
+) -> Decision:
+    """What follows an attempt's outcome. The operation never silently stops:
+    every branch ends succeeded, scheduled for a retry, or with a review case."""
+    Status = Operation.Status
+    if outcome == Attempt.Outcome.SUCCEEDED:
+        return Decision(status=Status.SUCCEEDED)
+    if outcome == Attempt.Outcome.PERMANENT:
+        return Decision(
+            status=Status.NEEDS_REVIEW,
+            recovery=current_recovery,
+            case_kind=ReviewCase.Kind.PERMANENT,
+            summary=(
+                f"{step} was refused: {message}. It is not retried automatically because "
+                "the same request would be refused again. A reviewer should correct the cause "
+                "(data, credentials, configuration) and replay, or close the case."
+            ),
+        )
+    unclear = outcome in (Attempt.Outcome.AMBIGUOUS, Attempt.Outcome.INTERRUPTED)
+    if attempt_number >= policy.max_attempts:
+        return Decision(
+            status=Status.NEEDS_REVIEW,
+            recovery=current_recovery,
+            case_kind=ReviewCase.Kind.RETRIES_EXHAUSTED,
+            summary=(
+                f"{step} failed {attempt_number} times (last: {outcome}, {message}). "
+                + (
+                    "The last attempt may have been applied: look the effect up in the "
+                    "destination before replaying."
+                    if unclear or current_recovery
+                    else "No attempt reached the destination's commit, so a replay is safe "
+                    "once the destination is healthy."
+                )
+            ),
+        )
+    retry_at = now + timedelta(
+        seconds=policy.delay(attempt_number, retry_after=retry_after, rng=rng)
+    )
+    if not unclear:
+        # Retryable: nothing was applied by this attempt. Keep the recovery rule
+        # of an earlier unclear attempt, whose effect may still exist.
+        return Decision(
+            status=Status.RETRY_SCHEDULED, next_attempt_at=retry_at, recovery=current_recovery
+        )
+    rule = recovery_for(
+        at_most_once=at_most_once,
+        idempotency_keys=idempotency_keys,
+        retention=retention,
+        unique_external_ref=unique_external_ref,
+        lookup=lookup,
+        first_presented_at=first_presented_at,
+        retry_at=retry_at,
+    )
+    if rule != Recovery.REVIEW:
+        return Decision(status=Status.RETRY_SCHEDULED, next_attempt_at=retry_at, recovery=rule)
+    if at_most_once:
+        return Decision(
+            status=Status.NEEDS_REVIEW,
+            recovery=rule,
+            case_kind=ReviewCase.Kind.INTERRUPTED_SEND,
+            summary=(
+                f"{step} may have been sent ({outcome}: {message}). Email has no idempotency, "
+                "so Onefold does not resend. A reviewer should check the mailbox or ask the "
+                "customer, then mark resolved, or replay if it certainly was not sent."
+            ),
+        )
+    return Decision(
+        status=Status.NEEDS_REVIEW,
+        recovery=rule,
+        case_kind=ReviewCase.Kind.AMBIGUOUS,
+        summary=(
+            f"{step} may have been applied ({outcome}: {message}), and the destination offers "
+            "no way to tell (no idempotency key within its window, no unique reference, no "
+            "lookup). A reviewer should look for the effect in the destination, then mark "
+            "resolved with its reference, or replay if it is certainly absent."
+        ),
+    )

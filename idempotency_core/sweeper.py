@@ -1,0 +1,100 @@
+"""The sweeper: recovers what crashed and re-enqueues what was lost (Flow 6).
+
+Safe to run in several processes at once: expired leases are taken over with
+the same conditional update the workers use, and due operations are picked with
+`SELECT ... FOR UPDATE SKIP LOCKED`, so two sweepers never enqueue the same row
+in the same pass (and a duplicate task would be refused by the claim anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from idempotency_core.engine import (
+    AttemptResult,
+    Claim,
+    operation_enqueue,
+    operation_record_outcome,
+)
+from idempotency_core.models import Attempt, Operation
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    interrupted: int
+    requeued: int
+
+
+def operations_sweep(*, batch_size: int = 500) -> SweepReport:
+    return SweepReport(
+        interrupted=_interrupt_expired_leases(batch_size=batch_size),
+        requeued=_requeue_due(batch_size=batch_size),
+    )
+
+
+def requeue_grace() -> timedelta:
+    """How long a queued task may wait before it is presumed lost and queued again.
+
+    The ORM broker hands an unacknowledged task out again after `retry`; past
+    that, a task that still has not claimed its operation is gone.
+    """
+    return timedelta(seconds=settings.Q_CLUSTER["retry"] + settings.ONEFOLD_SWEEP_SECONDS)
+
+
+def _interrupt_expired_leases(*, batch_size: int) -> int:
+    now = timezone.now()
+    expired = list(
+        Operation.objects.filter(status=Operation.Status.RUNNING, lease_expires_at__lt=now)
+        .order_by("lease_expires_at")
+        .values_list("pk", "claim_token")[:batch_size]
+    )
+    interrupted = 0
+    for operation_id, token in expired:
+        operation = Operation.objects.select_related("event__source", "destination").get(
+            pk=operation_id
+        )
+        attempt = Attempt.objects.filter(
+            operation_id=operation_id, claim_token=token, outcome__isnull=True
+        ).first()
+        if attempt is None:
+            continue  # the worker (or another sweeper) finished it meanwhile
+        claim = Claim(operation=operation, attempt=attempt, token=token)
+        result = AttemptResult(
+            outcome=Attempt.Outcome.INTERRUPTED,
+            error_class="LeaseExpired",
+            message=f"the lease expired at {operation.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC "
+            "with no outcome recorded (worker died or hung)",
+        )
+        if operation_record_outcome(claim=claim, result=result, system="sweeper"):
+            interrupted += 1
+    return interrupted
+
+
+def _requeue_due(*, batch_size: int) -> int:
+    now = timezone.now()
+    lost_before = now - requeue_grace()
+    with transaction.atomic():
+        due = list(
+            Operation.objects.select_for_update(skip_locked=True)
+            .filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
+            .filter(
+                Q(enqueued_at__isnull=True)
+                | Q(enqueued_at__lt=F("next_attempt_at"))
+                | Q(enqueued_at__lt=lost_before)
+            )
+            .order_by("next_attempt_at")
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        Operation.objects.filter(pk__in=due).update(enqueued_at=now)
+        for operation_id in due:
+            operation_enqueue(operation_id)
+    return len(due)

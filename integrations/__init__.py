@@ -1,0 +1,1 @@
+"""Destination adapters (CRM over HTTP, email over SMTP) and the sandbox destination."""

@@ -1,0 +1,170 @@
+"""HTTP client for a CRM with the sandbox's API: records, tasks, lookup, merge, listing.
+
+Every create carries the operation key twice: as `Idempotency-Key` (used when the
+CRM honours it) and as `external_ref` (used for uniqueness and lookup).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from integrations.base import Classification, DestinationError, Effect, parse_retry_after
+
+# Answers that say the request was refused before anything was applied.
+_RETRYABLE_STATUSES = {408, 425, 429, 503}
+_PERMANENT_STATUSES = {400, 401, 403, 404, 405, 410, 413, 415, 422}
+
+
+class CrmClient:
+    def __init__(self, base_url: str, *, timeout: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        # Connect failures happen before a byte is sent; read timeouts after.
+        self.timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
+
+    # -- records -------------------------------------------------------------
+
+    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
+        body = {**fields, "external_ref": external_ref}
+        return self._create("POST", "/crm/records", body, idempotency_key=external_ref)
+
+    def find_record(self, *, external_ref: str) -> str | None:
+        return self._find("/crm/records", external_ref)
+
+    def get_record(self, record_id: str) -> dict[str, Any] | None:
+        response = self._send("GET", f"/crm/records/{record_id}")
+        if response.status_code == 404:
+            return None
+        self._raise_for_status(response)
+        return response.json()
+
+    def iter_records(
+        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+    ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
+        """Yields (page, cursor to resume after this page) until the listing ends."""
+        while True:
+            params: dict[str, Any] = {"since": since, "limit": limit}
+            if until:
+                params["until"] = until
+            if cursor:
+                params["cursor"] = cursor
+            response = self._send("GET", "/crm/records", params=params)
+            self._raise_for_status(response)
+            data = response.json()
+            cursor = data.get("next_cursor")
+            yield data["results"], cursor
+            if not cursor:
+                return
+
+    def merge_records(self, *, survivor_id: str, duplicate_id: str, key: str) -> Effect:
+        return self._create(
+            "POST",
+            f"/crm/records/{survivor_id}/merge",
+            {"duplicate_id": duplicate_id},
+            idempotency_key=key,
+        )
+
+    # -- tasks ---------------------------------------------------------------
+
+    def create_task(
+        self, *, record_id: str, external_ref: str, title: str, assignee: str
+    ) -> Effect:
+        body = {"external_ref": external_ref, "title": title, "assignee": assignee}
+        return self._create(
+            "POST", f"/crm/records/{record_id}/tasks", body, idempotency_key=external_ref
+        )
+
+    def find_task(self, *, record_id: str, external_ref: str) -> str | None:
+        return self._find(f"/crm/records/{record_id}/tasks", external_ref)
+
+    # -- plumbing ------------------------------------------------------------
+
+    def _create(self, method: str, path: str, body: dict, *, idempotency_key: str) -> Effect:
+        response = self._send(method, path, json=body, headers={"Idempotency-Key": idempotency_key})
+        if response.status_code == 409:
+            # A unique external reference already exists: the effect happened
+            # (an earlier attempt, or its lost answer). Adopt it.
+            existing = _json(response).get("existing_id")
+            if existing:
+                return Effect(ref=str(existing), http_status=409, adopted=True)
+            raise DestinationError(
+                "409 without existing_id", classification=Classification.PERMANENT, http_status=409
+            )
+        self._raise_for_status(response)
+        replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
+        return Effect(
+            ref=str(_json(response)["id"]), http_status=response.status_code, adopted=replayed
+        )
+
+    def _find(self, path: str, external_ref: str) -> str | None:
+        response = self._send("GET", path, params={"external_ref": external_ref})
+        if response.status_code == 404:
+            raise DestinationError(
+                f"lookup refused (404) at {path}: the destination does not offer lookup",
+                classification=Classification.PERMANENT,
+                http_status=404,
+            )
+        self._raise_for_status(response)
+        results = _json(response).get("results", [])
+        if len(results) > 1:
+            raise DestinationError(
+                f"{len(results)} records hold external_ref {external_ref}",
+                classification=Classification.PERMANENT,
+                http_status=response.status_code,
+            )
+        return str(results[0]["id"]) if results else None
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        url = self.base_url + path
+        try:
+            return httpx.request(method, url, timeout=self.timeout, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # No connection, so nothing was sent.
+            raise DestinationError(
+                f"{type(exc).__name__}: {exc}", classification=Classification.RETRYABLE
+            ) from exc
+        except httpx.TransportError as exc:
+            # Sent, then the answer was lost (timeout, reset, closed): it may
+            # have been applied.
+            safe = method == "GET"
+            raise DestinationError(
+                f"{type(exc).__name__}: {exc or 'no response'}",
+                classification=Classification.RETRYABLE if safe else Classification.AMBIGUOUS,
+            ) from exc
+
+    @staticmethod
+    def _raise_for_status(response: httpx.Response) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        detail = _json(response).get("detail") or response.reason_phrase
+        message = f"HTTP {status}: {detail}"
+        if status in _RETRYABLE_STATUSES:
+            raise DestinationError(
+                message,
+                classification=Classification.RETRYABLE,
+                http_status=status,
+                retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            )
+        if status in _PERMANENT_STATUSES or 400 <= status < 500:
+            raise DestinationError(
+                message, classification=Classification.PERMANENT, http_status=status
+            )
+        # 500, 502, 504 and friends: the request may have been applied.
+        raise DestinationError(
+            message,
+            classification=Classification.RETRYABLE
+            if response.request.method == "GET"
+            else Classification.AMBIGUOUS,
+            http_status=status,
+        )
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

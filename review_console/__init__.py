@@ -1,0 +1,1 @@
+"""Staff review console: cases, evidence, actions and the audit trail."""
