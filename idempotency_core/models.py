@@ -265,8 +265,8 @@ class Attempt(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True
     )
     recovery = models.CharField(max_length=20, blank=True)
+    started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Null while the attempt holds the claim.
     # Null while the attempt holds the claim: the partial unique index below
     # relies on NULL meaning "running".
     outcome = models.CharField(  # noqa: DJ001

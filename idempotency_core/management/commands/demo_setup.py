@@ -36,5 +36,7 @@ class Command(BaseCommand):
         user = User.objects.create_user(DEMO_USER, password=password, is_staff=True)
         user.groups.add(*Group.objects.filter(name__in=["Reviewers", "Replay admins"]))
         self.stdout.write(
-            self.style.SUCCESS(f"Staff user {DEMO_USER!r} password: {password} (console: /console/)")
+            self.style.SUCCESS(
+                f"Staff user {DEMO_USER!r} password: {password} (console: /console/)"
+            )
         )

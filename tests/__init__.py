@@ -1,0 +1,1 @@
+"""Onefold test suite, by capability."""

@@ -1,0 +1,104 @@
+"""Fixtures shared by the whole suite: sources, API clients, and real processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from idempotency_core.models import Source
+from idempotency_core.sources import source_create_with_key
+from tests.support.processes import (
+    Child,
+    Sandbox,
+    WebServer,
+    start_qcluster,
+    start_sandbox,
+    start_web,
+)
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _require_postgresql() -> None:
+    # Guarantees are proven on PostgreSQL; SQLite would make race tests vacuous.
+    engine = settings.DATABASES["default"]["ENGINE"]
+    assert engine == "django.db.backends.postgresql", f"tests need PostgreSQL, not {engine}"
+
+
+@pytest.fixture
+def source_and_key(db: None) -> tuple[Source, str]:
+    source, _, key = source_create_with_key(name="website")
+    return source, key
+
+
+@pytest.fixture
+def source(source_and_key: tuple[Source, str]) -> Source:
+    return source_and_key[0]
+
+
+@pytest.fixture
+def api(source_and_key: tuple[Source, str]) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {source_and_key[1]}")
+    return client
+
+
+@pytest.fixture(scope="session")
+def _sandbox_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sandbox = start_sandbox(tmp_path_factory.mktemp("sandbox"))
+    yield sandbox
+    sandbox.child.stop()
+
+
+@pytest.fixture
+def sandbox(_sandbox_process: Sandbox, settings) -> Iterator[Sandbox]:
+    """The sandbox destination, reset, and this process's adapters pointed at it."""
+    _sandbox_process.reset()
+    settings.DESTINATION_URL = _sandbox_process.url
+    settings.EMAIL_HOST = "127.0.0.1"
+    settings.EMAIL_PORT = _sandbox_process.smtp_port
+    yield _sandbox_process
+
+
+@pytest.fixture
+def web_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WebServer]:
+    """The app under gunicorn (several processes) on the test database."""
+    sandbox = request.getfixturevalue("sandbox") if "sandbox" in request.fixturenames else None
+    server = start_web(tmp_path, sandbox)
+    yield server
+    server.child.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(f"\n===== web log =====\n{server.child.log()[-20000:]}")
+
+
+@pytest.fixture
+def qcluster_factory(tmp_path: Path, sandbox: Sandbox, request: pytest.FixtureRequest):
+    """Starts real worker clusters; stops them (and shows their logs on failure) after."""
+    children: list[Child] = []
+
+    def start(name: str = "qcluster", **env: str) -> Child:
+        child = start_qcluster(tmp_path, sandbox, name=name, env=env)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for child in [*children, sandbox.child]:
+            print(f"\n===== {child.name} log =====\n{child.log()[-20000:]}")
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)

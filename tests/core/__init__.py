@@ -1,0 +1,1 @@
+"""Tests of the core: ingest, engine, sweeper, policy."""

@@ -1,0 +1,288 @@
+"""The ingest API's contract, code by code (CONTRACT.md, "Ingest API")."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from idempotency_core.models import Delivery, Event, Operation, Source
+from idempotency_core.sources import source_api_key_issue
+
+URL = "/api/v1/submissions/"
+
+
+def submission(**overrides) -> dict:
+    body = {
+        "form": "contact",
+        "submitted_at": "2026-11-29T10:15:00Z",
+        "contact": {
+            "name": "Ada Lovelace",
+            "email": "ada@example.com",
+            "phone": "+44 20 7946 0000",
+        },
+        "message": "Please quote for a kitchen refit.",
+        "fields": {"budget": "10k"},
+    }
+    body.update(overrides)
+    return body
+
+
+def post(client: APIClient, body, *, key: str | None = "k-1", **extra):
+    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key is not None else {}
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return client.post(URL, data=data, content_type="application/json", **headers, **extra)
+
+
+def assert_nothing_stored() -> None:
+    assert Event.objects.count() == 0
+    assert Operation.objects.count() == 0
+
+
+pytestmark = pytest.mark.django_db
+
+
+def test_first_receipt_is_accepted_with_location(api):
+    response = post(api, submission())
+    assert response.status_code == 202
+    data = response.json()
+    assert data["status"] == "received"
+    event = Event.objects.get()
+    assert data["event_id"] == str(event.pk)
+    assert response["Location"] == data["status_url"]
+    assert data["status_url"].endswith(f"/api/v1/submissions/{event.pk}/")
+    assert list(event.operations.order_by("position").values_list("step", flat=True)) == [
+        "create_enquiry",
+        "assign_task",
+        "send_confirmation",
+    ]
+    delivery = Delivery.objects.get()
+    assert (delivery.outcome, delivery.status_code, delivery.payload_matched) == (
+        "accepted",
+        202,
+        True,
+    )
+
+
+def test_repeat_is_answered_from_the_stored_event(api):
+    first = post(api, submission()).json()
+    # Same content, keys in another order and spacing: same canonical fingerprint.
+    reordered = json.dumps(dict(reversed(list(submission().items()))), indent=2)
+    response = post(api, reordered)
+    assert response.status_code == 200
+    assert response["Idempotent-Replayed"] == "true"
+    assert response.json()["event_id"] == first["event_id"]
+    assert response.json()["status"] == "processing"
+    assert Event.objects.count() == 1
+    assert Operation.objects.count() == 3
+    assert list(Delivery.objects.order_by("id").values_list("outcome", flat=True)) == [
+        "accepted",
+        "replayed",
+    ]
+
+
+def test_same_key_with_a_different_payload_is_refused_and_recorded(api):
+    first = post(api, submission()).json()
+    response = post(api, submission(message="Changed my mind"))
+    assert response.status_code == 422
+    assert response.json()["code"] == "idempotency_key_reused"
+    assert Event.objects.get().payload["message"] == "Please quote for a kitchen refit."
+    refused = Delivery.objects.get(outcome="key_reused")
+    assert str(refused.event_id) == first["event_id"]
+    assert refused.payload_matched is False
+    assert refused.status_code == 422
+
+
+def test_submission_id_names_the_event_when_there_is_no_header(api):
+    body = submission(submission_id="form-123")
+    assert post(api, body, key=None).status_code == 202
+    assert post(api, body, key=None).status_code == 200
+    assert Event.objects.get().key == "form-123"
+
+
+def test_the_header_wins_over_submission_id(api):
+    post(api, submission(submission_id="form-123"), key="header-key")
+    assert Event.objects.get().key == "header-key"
+
+
+def test_two_keys_from_the_same_person_are_two_events(api):
+    assert post(api, submission(), key="a").status_code == 202
+    assert post(api, submission(), key="b").status_code == 202
+    assert Event.objects.count() == 2
+    digests = set(Event.objects.values_list("contact_digest", flat=True))
+    assert len(digests) == 1 and "" not in digests
+
+
+def test_missing_key_is_refused(api):
+    response = post(api, submission(), key=None)
+    assert response.status_code == 400
+    assert response.json()["code"] == "idempotency_key_missing"
+    assert_nothing_stored()
+    assert Delivery.objects.get().outcome == "key_missing"
+
+
+@pytest.mark.parametrize("key", ["", " ", "a b", "é", "x" * 256, "tab\there"])
+def test_malformed_key_is_refused(api, key):
+    response = post(api, submission(), key=key)
+    assert response.status_code == 400
+    assert response.json()["code"] in {"idempotency_key_missing", "idempotency_key_invalid"}
+    assert_nothing_stored()
+
+
+def test_a_key_of_255_visible_characters_is_accepted(api):
+    assert post(api, submission(), key="~" * 255).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"contact": {"name": "Ada", "email": "ada@example.com"}}, "form"),
+        ({"form": "contact"}, "contact"),
+        ({"form": "contact", "contact": {"name": "Ada", "email": "not-an-email"}}, "contact"),
+        ({"form": ["a"], "contact": {"name": "Ada", "email": "ada@example.com"}}, "form"),
+        ({"form": "c", "contact": "Ada", "message": "x"}, "contact"),
+        (
+            {"form": "c", "contact": {"name": "A", "email": "a@example.com"}, "fields": [1]},
+            "fields",
+        ),
+        (
+            {"form": "c", "contact": {"name": "A", "email": "a@b.co"}, "submitted_at": "yesterday"},
+            "submitted_at",
+        ),
+    ],
+)
+def test_invalid_fields_are_named(api, body, field):
+    response = post(api, body)
+    assert response.status_code == 400
+    data = response.json()
+    assert data["code"] == "invalid"
+    assert field in data["errors"]
+    assert_nothing_stored()
+    delivery = Delivery.objects.get()
+    assert (delivery.outcome, delivery.fingerprint, delivery.event_id) == ("invalid", "", None)
+
+
+@pytest.mark.parametrize("raw", ["{not json", "[1, 2]", '"text"', "", "\xff"])
+def test_malformed_json_is_refused(api, raw):
+    response = post(api, raw.encode("latin-1"))
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_json"
+    assert_nothing_stored()
+
+
+def test_wrong_content_type_is_refused(api):
+    response = api.post(
+        URL,
+        data="form=contact",
+        content_type="application/x-www-form-urlencoded",
+        HTTP_IDEMPOTENCY_KEY="k",
+    )
+    assert response.status_code == 415
+    assert response.json()["code"] == "unsupported_media_type"
+    assert_nothing_stored()
+    assert Delivery.objects.get().outcome == "unsupported_media"
+
+
+def test_body_over_the_limit_is_refused(api):
+    response = post(api, submission(message="x" * (64 * 1024)))
+    assert response.status_code == 413
+    assert response.json()["code"] == "body_too_large"
+    assert_nothing_stored()
+
+
+@override_settings(ONEFOLD_MAX_BODY_BYTES=2048)
+def test_the_body_limit_is_configurable(api):
+    assert post(api, submission(message="x" * 2100)).status_code == 413
+    assert post(api, submission(message="x" * 100)).status_code == 202
+
+
+def test_missing_or_wrong_api_key_is_401(api):
+    anonymous = APIClient()
+    assert post(anonymous, submission()).status_code == 401
+    anonymous.credentials(HTTP_AUTHORIZATION="Api-Key ofk_wrong")
+    assert post(anonymous, submission()).status_code == 401
+    anonymous.credentials(HTTP_AUTHORIZATION="Bearer something")
+    assert post(anonymous, submission()).status_code == 401
+    assert_nothing_stored()
+    assert Delivery.objects.count() == 0
+
+
+def test_disabled_source_is_403(api, source):
+    Source.objects.filter(pk=source.pk).update(is_active=False)
+    assert post(api, submission()).status_code == 403
+    assert_nothing_stored()
+
+
+def test_revoked_key_is_401(source):
+    key = source_api_key_issue(source=source)
+    source.api_keys.update(revoked_at="2026-01-01T00:00:00Z")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    assert post(client, submission()).status_code == 401
+
+
+def test_api_keys_are_stored_hashed(source_and_key):
+    source, key = source_and_key
+    stored = source.api_keys.get()
+    assert key not in (stored.digest, stored.prefix)
+    assert len(stored.digest) == 64
+
+
+def test_over_the_rate_is_429_with_retry_after(api, source):
+    Source.objects.filter(pk=source.pk).update(rate_per_minute=3)
+    codes = [post(api, submission(), key=f"r{i}").status_code for i in range(5)]
+    assert codes[:3] == [202, 202, 202]
+    assert codes[3] == 429
+    response = post(api, submission(), key="r9")
+    assert int(response["Retry-After"]) > 0
+
+
+def test_status_endpoint_reports_operations(api):
+    event_id = post(api, submission()).json()["event_id"]
+    data = api.get(f"{URL}{event_id}/").json()
+    assert data["event_id"] == event_id
+    assert data["status"] == "processing"
+    assert [op["step"] for op in data["operations"]] == [
+        "create_enquiry",
+        "assign_task",
+        "send_confirmation",
+    ]
+    assert {op["status"] for op in data["operations"]} == {"pending"}
+    assert {op["attempts"] for op in data["operations"]} == {0}
+
+
+def test_status_endpoint_is_scoped_to_the_source(api):
+    event_id = post(api, submission()).json()["event_id"]
+    other_source = Source.objects.create(name="other", key_salt="x" * 64)
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Api-Key {source_api_key_issue(source=other_source)}")
+    assert other.get(f"{URL}{event_id}/").status_code == 404
+    assert api.get(f"{URL}{uuid.uuid4()}/").status_code == 404
+
+
+def test_keys_are_scoped_per_source(api):
+    post(api, submission(), key="shared")
+    other_source = Source.objects.create(name="other", key_salt="y" * 64)
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Api-Key {source_api_key_issue(source=other_source)}")
+    assert post(other, submission(), key="shared").status_code == 202
+    keys = set(Operation.objects.values_list("key", flat=True))
+    assert len(keys) == 6
+
+
+def test_operation_keys_are_opaque(api):
+    post(api, submission(), key="ada-submission")
+    for key in Operation.objects.values_list("key", flat=True):
+        assert key.startswith("opk_")
+        assert "ada" not in key and "example" not in key
+
+
+def test_openapi_schema_is_served(client):
+    response = client.get("/api/schema/")
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "/api/v1/submissions/" in text
+    assert "Idempotency-Key" in text
