@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from idempotency_core.engine import operation_enqueue
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
-from idempotency_core.models import Delivery, Destination, Event, Operation, Source
-from idempotency_core.pipeline import DEFAULT_PIPELINE, STEPS
+from idempotency_core.models import Delivery, Event, Operation, Source
+from idempotency_core.pipeline import DEFAULT_PIPELINE, STEPS, destination_for
 
 
 class KeyReusedError(Exception):
@@ -74,7 +74,7 @@ def _event_create(
     fingerprint: str,
     submitted_at: datetime | None,
 ) -> Event:
-    destinations = {d.name: d for d in Destination.objects.all()}
+    destinations = {role: destination_for(source, role) for role in ("crm", "email")}
     now = timezone.now()
     with transaction.atomic():
         event = Event.objects.create(

@@ -26,6 +26,14 @@ class Source(models.Model):
     key_salt = models.CharField(max_length=64, editable=False)
     rate_per_minute = models.PositiveIntegerField(null=True, blank=True)
     task_assignee = models.CharField(max_length=100, default="sales")
+    # Where this source's effects go; empty means the destinations named "crm"
+    # and "email" (see Destination).
+    crm = models.ForeignKey(
+        "Destination", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    mailer = models.ForeignKey(
+        "Destination", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from idempotency_core.models import Destination, Event, Operation
+from idempotency_core.models import Destination, Event, Operation, Source
 from integrations.base import Classification, DestinationError, Effect
 from integrations.crm import CrmClient
 from integrations.email import SmtpSender
@@ -55,6 +55,7 @@ class StepContext:
 @dataclass(frozen=True)
 class Step:
     name: str
+    # The role of the destination: "crm" or "email" (see destination_for).
     destination: str
     perform: Callable[[StepContext, Any], Effect]
     # Finds the effect by its external reference; None where the step has no lookup.
@@ -124,6 +125,12 @@ STEPS: dict[str, Step] = {
 }
 
 DEFAULT_PIPELINE: tuple[str, ...] = ("create_enquiry", "assign_task", "send_confirmation")
+
+
+def destination_for(source: Source, role: str) -> Destination:
+    """The source's own destination for a role, else the default one of that name."""
+    override = {"crm": source.crm, "email": source.mailer}.get(role)
+    return override or Destination.objects.get(name=role)
 
 
 def adapter_for(destination: Destination) -> Adapter:

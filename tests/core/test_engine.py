@@ -14,8 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 from idempotency_core.audit import audit_record
-from idempotency_core.engine import operation_claim, operation_execute, operation_record_outcome
 from idempotency_core.engine import _perform as perform_attempt
+from idempotency_core.engine import operation_claim, operation_execute, operation_record_outcome
 from idempotency_core.ingest import event_ingest, event_status
 from idempotency_core.models import Attempt, AuditEntry, Event, Operation, ReviewCase
 from idempotency_core.sources import source_get_or_create
@@ -86,7 +86,7 @@ def test_the_same_operation_executed_twice_concurrently_has_one_effect(sandbox):
         barrier = threading.Barrier(parallel)
         outcomes: list[str | None] = []
 
-        def worker() -> None:
+        def worker(barrier=barrier, outcomes=outcomes, target=target) -> None:
             try:
                 barrier.wait()
                 outcomes.append(operation_execute(operation_id=target))

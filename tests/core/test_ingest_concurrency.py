@@ -31,7 +31,7 @@ def test_concurrent_identical_posts_make_one_event(web_server):
             event_key = f"race-{uuid.uuid4()}"
             barrier = threading.Barrier(PARALLEL)
 
-            def send(_: int) -> httpx.Response:
+            def send(_: int, barrier=barrier, event_key=event_key) -> httpx.Response:
                 with httpx.Client(timeout=60) as client:
                     barrier.wait()
                     return client.post(
