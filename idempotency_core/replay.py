@@ -102,9 +102,9 @@ def _refuse_unless_replayable(operation: Operation, *, destination_checked: bool
         raise ReplayRefusedError(f"{operation.step} is already scheduled to run.")
     if operation.status == Status.CANCELLED:
         raise ReplayRefusedError(f"{operation.step} was cancelled.")
-    unfinished = operation.event.operations.filter(
-        position__lt=operation.position
-    ).exclude(status=Status.SUCCEEDED)
+    unfinished = operation.event.operations.filter(position__lt=operation.position).exclude(
+        status=Status.SUCCEEDED
+    )
     if unfinished.exists():
         raise ReplayRefusedError(
             f"An earlier step ({unfinished.first().step}) has not succeeded; replay that first."

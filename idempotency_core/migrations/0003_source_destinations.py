@@ -5,20 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('idempotency_core', '0002_destinations_roles_audit_guard'),
+        ("idempotency_core", "0002_destinations_roles_audit_guard"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='source',
-            name='crm',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='idempotency_core.destination'),
+            model_name="source",
+            name="crm",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="idempotency_core.destination",
+            ),
         ),
         migrations.AddField(
-            model_name='source',
-            name='mailer',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='idempotency_core.destination'),
+            model_name="source",
+            name="mailer",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="idempotency_core.destination",
+            ),
         ),
     ]
