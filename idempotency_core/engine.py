@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -33,6 +36,19 @@ logger = logging.getLogger(__name__)
 
 TASK = "idempotency_core.tasks.operation_run"
 
+# The queue (django-q2 cluster name) tasks go to; the drill sends its own to a
+# queue no worker cluster listens on, so it alone decides when its steps run.
+_queue: ContextVar[str | None] = ContextVar("onefold_queue", default=None)
+
+
+@contextmanager
+def tasks_queued_to(name: str) -> Iterator[None]:
+    token = _queue.set(name)
+    try:
+        yield
+    finally:
+        _queue.reset(token)
+
 
 def operation_enqueue(operation_id: int) -> None:
     """Puts a task on the queue. The message carries the id and nothing else.
@@ -40,7 +56,9 @@ def operation_enqueue(operation_id: int) -> None:
     With the ORM broker on the business database this insert joins the caller's
     transaction: the task exists exactly when the row that needs it does.
     """
-    async_task(TASK, operation_id, task_name=f"operation-{operation_id}")
+    queue = _queue.get()
+    options = {"cluster": queue} if queue else {}
+    async_task(TASK, operation_id, task_name=f"operation-{operation_id}", **options)
 
 
 @dataclass(frozen=True)

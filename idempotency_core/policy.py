@@ -126,41 +126,40 @@ def decide(
             ),
         )
     unclear = outcome in (Attempt.Outcome.AMBIGUOUS, Attempt.Outcome.INTERRUPTED)
+    retry_at = now + timedelta(
+        seconds=policy.delay(attempt_number, retry_after=retry_after, rng=rng)
+    )
+    # Retryable: nothing was applied by this attempt, so keep the rule of an
+    # earlier unclear attempt, whose effect may still exist.
+    rule = current_recovery
+    if unclear:
+        rule = recovery_for(
+            at_most_once=at_most_once,
+            idempotency_keys=idempotency_keys,
+            retention=retention,
+            unique_external_ref=unique_external_ref,
+            lookup=lookup,
+            first_presented_at=first_presented_at,
+            retry_at=retry_at,
+        )
     if attempt_number >= policy.max_attempts:
+        may_exist = unclear or bool(current_recovery)
         return Decision(
             status=Status.NEEDS_REVIEW,
-            recovery=current_recovery,
+            recovery=rule,
             case_kind=ReviewCase.Kind.RETRIES_EXHAUSTED,
             summary=(
                 f"{step} failed {attempt_number} times (last: {outcome}, {message}). "
                 + (
-                    "The last attempt may have been applied: look the effect up in the "
-                    "destination before replaying."
-                    if unclear or current_recovery
+                    "An attempt may have been applied: look the effect up in the destination "
+                    "before replaying (a replay follows the same recovery rule)."
+                    if may_exist
                     else "No attempt reached the destination's commit, so a replay is safe "
                     "once the destination is healthy."
                 )
             ),
         )
-    retry_at = now + timedelta(
-        seconds=policy.delay(attempt_number, retry_after=retry_after, rng=rng)
-    )
-    if not unclear:
-        # Retryable: nothing was applied by this attempt. Keep the recovery rule
-        # of an earlier unclear attempt, whose effect may still exist.
-        return Decision(
-            status=Status.RETRY_SCHEDULED, next_attempt_at=retry_at, recovery=current_recovery
-        )
-    rule = recovery_for(
-        at_most_once=at_most_once,
-        idempotency_keys=idempotency_keys,
-        retention=retention,
-        unique_external_ref=unique_external_ref,
-        lookup=lookup,
-        first_presented_at=first_presented_at,
-        retry_at=retry_at,
-    )
-    if rule != Recovery.REVIEW:
+    if not unclear or rule != Recovery.REVIEW:
         return Decision(status=Status.RETRY_SCHEDULED, next_attempt_at=retry_at, recovery=rule)
     if at_most_once:
         return Decision(

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from idempotency_core.engine import (
@@ -34,10 +34,14 @@ class SweepReport:
     requeued: int
 
 
-def operations_sweep(*, batch_size: int = 500) -> SweepReport:
+def operations_sweep(
+    *, batch_size: int = 500, scope: QuerySet[Operation] | None = None
+) -> SweepReport:
+    """One pass. `scope` limits it to some operations (the drill sweeps only its own)."""
+    operations = Operation.objects.all() if scope is None else scope
     return SweepReport(
-        interrupted=_interrupt_expired_leases(batch_size=batch_size),
-        requeued=_requeue_due(batch_size=batch_size),
+        interrupted=_interrupt_expired_leases(operations, batch_size=batch_size),
+        requeued=_requeue_due(operations, batch_size=batch_size),
     )
 
 
@@ -50,10 +54,10 @@ def requeue_grace() -> timedelta:
     return timedelta(seconds=settings.Q_CLUSTER["retry"] + settings.ONEFOLD_SWEEP_SECONDS)
 
 
-def _interrupt_expired_leases(*, batch_size: int) -> int:
+def _interrupt_expired_leases(operations: QuerySet[Operation], *, batch_size: int) -> int:
     now = timezone.now()
     expired = list(
-        Operation.objects.filter(status=Operation.Status.RUNNING, lease_expires_at__lt=now)
+        operations.filter(status=Operation.Status.RUNNING, lease_expires_at__lt=now)
         .order_by("lease_expires_at")
         .values_list("pk", "claim_token")[:batch_size]
     )
@@ -79,12 +83,12 @@ def _interrupt_expired_leases(*, batch_size: int) -> int:
     return interrupted
 
 
-def _requeue_due(*, batch_size: int) -> int:
+def _requeue_due(operations: QuerySet[Operation], *, batch_size: int) -> int:
     now = timezone.now()
     lost_before = now - requeue_grace()
     with transaction.atomic():
         due = list(
-            Operation.objects.select_for_update(skip_locked=True)
+            operations.select_for_update(skip_locked=True)
             .filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
             .filter(
                 Q(enqueued_at__isnull=True)

@@ -1,0 +1,490 @@
+"""The failure drill: every interruption point under every destination profile.
+
+For each cell (case x capability profile) the drill resets a private sandbox,
+declares the profile on a private destination, makes events through the real
+ingest service, breaks them where the case says (sandbox faults, or a worker
+that "dies" after claiming: its claim is left to expire), and lets the engine
+and the sweeper recover them. It then counts what the destination holds
+(records, tasks, emails) and the open review cases, and compares with what
+Onefold promises. A cell fails on any duplicate effect, on any operation that
+is neither done nor visible for review, or on counts other than expected.
+
+The drill's tasks go to a queue of their own that no worker listens on, and its
+sweeps are scoped to its own operations, so it can run beside a live system.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.db.models import Q
+from django.test.utils import override_settings
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from idempotency_core.engine import _perform as perform_claimed
+from idempotency_core.engine import operation_claim, operation_execute, tasks_queued_to
+from idempotency_core.ingest import event_ingest
+from idempotency_core.models import Destination, Event, Operation, ReviewCase
+from idempotency_core.replay import ReplayRefusedError, operation_replay
+from idempotency_core.sources import source_get_or_create
+from idempotency_core.sweeper import operations_sweep
+from integrations.sandbox import SandboxServer
+
+DRILL_QUEUE = "onefold-drill"
+DRILL_USER = "onefold-drill"
+# Short enough that the drill finishes in about a minute; the rules are the same.
+DRILL_TIMINGS = {
+    "ONEFOLD_RETRY_BASE_SECONDS": 0.02,
+    "ONEFOLD_RETRY_MAX_SECONDS": 0.1,
+    "ONEFOLD_MAX_ATTEMPTS": 5,
+    "ONEFOLD_HTTP_TIMEOUT_SECONDS": 5.0,
+}
+# The recognition window the "old replay" case outlives.
+SHORT_WINDOW_SECONDS = 0.3
+
+PROFILES: dict[str, dict[str, bool]] = {
+    "idempotency-keys": {"idempotency_keys": True, "unique_external_ref": False, "lookup": False},
+    "unique-ref+lookup": {"idempotency_keys": False, "unique_external_ref": True, "lookup": True},
+    "lookup-only": {"idempotency_keys": False, "unique_external_ref": False, "lookup": True},
+    "nothing": {"idempotency_keys": False, "unique_external_ref": False, "lookup": False},
+}
+
+
+@dataclass(frozen=True)
+class Counts:
+    records: int
+    tasks: int
+    emails: int
+    cases: int
+
+    def __str__(self) -> str:
+        return f"{self.records}/{self.tasks}/{self.emails}/{self.cases}"
+
+
+DONE = Counts(1, 1, 1, 0)
+
+
+@dataclass
+class Cell:
+    case: str
+    profile: str
+    expected: Counts
+    observed: Counts | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def holds(self) -> bool:
+        return not self.problems and self.observed == self.expected
+
+
+@dataclass
+class DrillContext:
+    run: str
+    control: httpx.Client
+    source_name: str
+    crm: Destination
+    profile: str
+    events: list[Event] = field(default_factory=list)
+
+    def ingest(self, label: str, *, email: str = "") -> Event:
+        payload = {
+            "form": "contact",
+            "contact": {"name": "Drill Customer", "email": email or self.email},
+            "message": f"Drill {label}",
+        }
+        source, _ = source_get_or_create(name=self.source_name)
+        event = event_ingest(
+            source=source, key=f"{self.run}-{label}-{uuid.uuid4().hex[:8]}", payload=payload
+        ).event
+        self.events.append(event)
+        return event
+
+    @property
+    def email(self) -> str:
+        return f"drill-{self.run}@example.com"
+
+    def fault(self, action: str, mode: str, times: int = 1) -> None:
+        self.control.post(
+            "/_sandbox/faults", json={"action": action, "mode": mode, "times": times}
+        ).raise_for_status()
+
+    def operations(self) -> Any:
+        return Operation.objects.filter(event__in=self.events)
+
+    def settle(self, timeout: float = 30) -> None:
+        """Runs the engine and a scoped sweeper until nothing is left to do."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            operations_sweep(scope=self.operations())
+            now = timezone.now()
+            due = list(
+                self.operations()
+                .filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
+                .values_list("pk", flat=True)
+            )
+            for operation_id in due:
+                operation_execute(operation_id=operation_id)
+            busy = (
+                self.operations()
+                .filter(
+                    Q(status__in=[Operation.Status.RUNNING, Operation.Status.RETRY_SCHEDULED])
+                    | Q(status=Operation.Status.PENDING, next_attempt_at__isnull=False)
+                )
+                .exists()
+            )
+            if not busy:
+                return
+            time.sleep(0.02)
+        raise TimeoutError("the drill's operations did not settle")
+
+    def run_step(self, event: Event, step: str) -> None:
+        operation = event.operations.get(step=step)
+        operation_execute(operation_id=operation.pk)
+
+    def crash_after_claim(self, event: Event, step: str, *, after_call: bool) -> None:
+        """A worker claims the step, maybe calls the destination, then dies silently."""
+        operation = event.operations.get(step=step)
+        claim = operation_claim(operation_id=operation.pk)
+        if claim is None:
+            raise RuntimeError(f"could not claim {step} of {event.pk}")
+        if after_call:
+            perform_claimed(claim)
+        # The lease runs out while nobody holds it (time travel, not sleep).
+        Operation.objects.filter(pk=operation.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
+
+    def replay_everything(self, event: Event) -> int:
+        """An admin tries to replay each operation; returns how many were refused."""
+        refused = 0
+        for operation in event.operations.all():
+            try:
+                operation_replay(
+                    operation_id=operation.pk,
+                    actor=drill_user(),
+                    reason="drill: replay after completion",
+                )
+            except ReplayRefusedError:
+                refused += 1
+        return refused
+
+    def record_of(self, event: Event) -> str:
+        return event.operations.get(step="create_enquiry").destination_ref
+
+
+def expect(condition: bool, failure: str) -> None:
+    if not condition:
+        raise DrillScenarioError(failure)
+
+
+class DrillScenarioError(Exception):
+    """A scenario saw something Onefold promises cannot happen."""
+
+
+# --- the cases ----------------------------------------------------------------
+# Each takes the context and returns the counts Onefold promises for its profile.
+
+
+def case_failure_before_creation(ctx: DrillContext) -> Counts:
+    ctx.fault("create_record", "fail_before_commit")
+    ctx.ingest("before-creation")
+    ctx.settle()
+    # A 500 cannot tell "failed before commit" from "failed after": without any
+    # way to recognise a repeat, a person decides.
+    return Counts(0, 0, 0, 1) if ctx.profile == "nothing" else DONE
+
+
+def case_creation_answer_lost(ctx: DrillContext) -> Counts:
+    ctx.fault("create_record", "drop_response_after_commit")
+    ctx.ingest("answer-lost")
+    ctx.settle()
+    return Counts(1, 0, 0, 1) if ctx.profile == "nothing" else DONE
+
+
+def case_crash_between_creation_and_task(ctx: DrillContext) -> Counts:
+    event = ctx.ingest("crash-after-create")
+    ctx.crash_after_claim(event, "create_enquiry", after_call=True)
+    ctx.settle()
+    return Counts(1, 0, 0, 1) if ctx.profile == "nothing" else DONE
+
+
+def case_crash_between_task_and_email(ctx: DrillContext) -> Counts:
+    event = ctx.ingest("crash-after-task")
+    ctx.run_step(event, "create_enquiry")
+    ctx.crash_after_claim(event, "assign_task", after_call=True)
+    ctx.settle()
+    return Counts(1, 1, 0, 1) if ctx.profile == "nothing" else DONE
+
+
+def case_crash_while_sending(ctx: DrillContext) -> Counts:
+    event = ctx.ingest("crash-sending")
+    ctx.run_step(event, "create_enquiry")
+    ctx.run_step(event, "assign_task")
+    # SENDING was recorded (the claim), then the worker vanished: at most once.
+    ctx.crash_after_claim(event, "send_confirmation", after_call=False)
+    ctx.settle()
+    return Counts(1, 1, 0, 1)
+
+
+def case_email_answer_lost(ctx: DrillContext) -> Counts:
+    ctx.fault("send_email", "drop_response_after_commit")
+    ctx.ingest("smtp-answer-lost")
+    ctx.settle()
+    return Counts(1, 1, 1, 1)
+
+
+def case_replay_after_completion(ctx: DrillContext) -> Counts:
+    event = ctx.ingest("replay-after-done")
+    ctx.settle()
+    repeat = event_ingest(source=event.source, key=event.key, payload=event.payload)
+    expect(not repeat.created, "a repeat delivery created a new event")
+    expect(ctx.replay_everything(event) == 3, "a replay of a succeeded operation was accepted")
+    ctx.settle()
+    return DONE
+
+
+def case_simultaneous_attempts(ctx: DrillContext) -> Counts:
+    event = ctx.ingest("simultaneous")
+    for step in ("create_enquiry", "assign_task", "send_confirmation"):
+        operation_id = event.operations.get(step=step).pk
+        barrier = threading.Barrier(3)
+
+        def attempt(barrier: threading.Barrier = barrier, operation_id: int = operation_id) -> None:
+            try:
+                barrier.wait()
+                operation_execute(operation_id=operation_id)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=attempt) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    ctx.settle()
+    return DONE
+
+
+def case_two_genuine_events(ctx: DrillContext) -> Counts:
+    ctx.ingest("genuine-1")
+    ctx.ingest("genuine-2")
+    ctx.settle()
+    return Counts(2, 2, 2, 0)
+
+
+def case_record_changed_before_replay(ctx: DrillContext) -> Counts:
+    event = ctx.ingest("changed")
+    ctx.settle()
+    ctx.control.patch(
+        f"/crm/records/{ctx.record_of(event)}", json={"name": "Renamed by staff"}
+    ).raise_for_status()
+    expect(ctx.replay_everything(event) == 3, "a replay of a succeeded operation was accepted")
+    ctx.settle()
+    return DONE
+
+
+def case_record_removed_before_replay(ctx: DrillContext) -> Counts:
+    event = ctx.ingest("removed")
+    ctx.settle()
+    ctx.control.delete(f"/crm/records/{ctx.record_of(event)}").raise_for_status()
+    # Onefold never recreates a record someone removed; reconciliation reports it.
+    expect(ctx.replay_everything(event) == 3, "a replay of a succeeded operation was accepted")
+    ctx.settle()
+    return Counts(0, 0, 1, 0)
+
+
+def case_old_replay_after_window(ctx: DrillContext) -> Counts:
+    ctx.fault("create_record", "drop_response_after_commit")
+    event = ctx.ingest("after-window")
+    ctx.run_step(event, "create_enquiry")
+    time.sleep(SHORT_WINDOW_SECONDS * 1.5)  # the retry comes after the window closed
+    ctx.settle()
+    if ctx.profile in ("idempotency-keys", "nothing"):
+        return Counts(1, 0, 0, 1)
+    return DONE
+
+
+CASES: dict[str, Callable[[DrillContext], Counts]] = {
+    "failure before creation": case_failure_before_creation,
+    "creation committed, answer lost": case_creation_answer_lost,
+    "crash between creation and task": case_crash_between_creation_and_task,
+    "crash between task and email": case_crash_between_task_and_email,
+    "crash while sending email": case_crash_while_sending,
+    "email accepted, SMTP answer lost": case_email_answer_lost,
+    "replay after a completed run": case_replay_after_completion,
+    "simultaneous attempts, one event": case_simultaneous_attempts,
+    "two genuine events, one customer": case_two_genuine_events,
+    "record changed before replay": case_record_changed_before_replay,
+    "record removed before replay": case_record_removed_before_replay,
+    "old replay after key window": case_old_replay_after_window,
+}
+
+
+# --- running --------------------------------------------------------------------
+
+
+def drill_user() -> Any:
+    """A system account for the drill's replay attempts (no usable password)."""
+    User = get_user_model()
+    user, created = User.objects.get_or_create(username=DRILL_USER, defaults={"is_active": True})
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+        user.user_permissions.add(
+            Permission.objects.get(
+                content_type__app_label="idempotency_core", codename="replay_operation"
+            )
+        )
+    return User.objects.get(pk=user.pk)  # fresh permission cache
+
+
+@contextmanager
+def _private_sandbox() -> Iterator[SandboxServer]:
+    server = SandboxServer(http_port=0, smtp_port=0)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _observe(ctx: DrillContext) -> tuple[Counts, list[str]]:
+    stats = ctx.control.get("/_sandbox/stats").json()
+    problems = []
+    for name in ("records_by_external_ref", "tasks_by_external_ref", "messages_by_message_id"):
+        for ref, count in stats[name].items():
+            if count > 1:
+                problems.append(f"duplicate: {count} effects for {ref}")
+    open_cases = ReviewCase.objects.filter(
+        event__in=ctx.events, status__in=ReviewCase.OPEN_STATUSES
+    )
+    for operation in ctx.operations().select_related("event"):
+        if operation.status in Operation.DONE:
+            continue
+        if operation.status == Operation.Status.NEEDS_REVIEW:
+            if not open_cases.filter(operation=operation).exists():
+                problems.append(f"{operation.step} needs review but has no open case")
+            continue
+        blocked = (
+            operation.status == Operation.Status.PENDING
+            and operation.next_attempt_at is None
+            and operation.event.operations.filter(
+                position__lt=operation.position, status=Operation.Status.NEEDS_REVIEW
+            ).exists()
+        )
+        if not blocked:
+            problems.append(f"{operation.step} left {operation.status}, not visible for review")
+    counts = Counts(stats["records"], stats["tasks"], stats["messages"], open_cases.count())
+    return counts, problems
+
+
+def drill_run(
+    *,
+    cases: list[str] | None = None,
+    profiles: list[str] | None = None,
+    progress: Callable[[Cell], None] | None = None,
+) -> list[Cell]:
+    run = timezone.now().strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:4]
+    cells: list[Cell] = []
+    with (
+        _private_sandbox() as sandbox,
+        httpx.Client(base_url=sandbox.http_url, timeout=30) as control,
+        override_settings(**DRILL_TIMINGS),
+        tasks_queued_to(DRILL_QUEUE),
+    ):
+        crm = Destination.objects.create(
+            name=f"drill-crm-{run}", kind=Destination.Kind.CRM_HTTP, base_url=sandbox.http_url
+        )
+        mailer = Destination.objects.create(
+            name=f"drill-mail-{run}",
+            kind=Destination.Kind.SMTP,
+            base_url=f"127.0.0.1:{sandbox.smtp_port}",
+        )
+        source, _ = source_get_or_create(name=f"drill-{run}")
+        source.crm, source.mailer = crm, mailer
+        source.save(update_fields=["crm", "mailer"])
+        try:
+            for case_name, case in CASES.items():
+                if cases and case_name not in cases:
+                    continue
+                for profile_name, flags in PROFILES.items():
+                    if profiles and profile_name not in profiles:
+                        continue
+                    cell = _run_cell(
+                        run=run,
+                        control=control,
+                        source_name=source.name,
+                        crm=crm,
+                        case_name=case_name,
+                        case=case,
+                        profile_name=profile_name,
+                        flags=flags,
+                    )
+                    cells.append(cell)
+                    if progress:
+                        progress(cell)
+        finally:
+            OrmQ.objects.filter(key=DRILL_QUEUE).delete()
+    return cells
+
+
+def _run_cell(
+    *,
+    run: str,
+    control: httpx.Client,
+    source_name: str,
+    crm: Destination,
+    case_name: str,
+    case: Callable[[DrillContext], Counts],
+    profile_name: str,
+    flags: dict[str, bool],
+) -> Cell:
+    control.post("/_sandbox/reset").raise_for_status()
+    window = SHORT_WINDOW_SECONDS if case is case_old_replay_after_window else 86400
+    control.post(
+        "/_sandbox/capabilities", json={**flags, "idempotency_key_ttl_seconds": window}
+    ).raise_for_status()
+    Destination.objects.filter(pk=crm.pk).update(
+        **flags, idempotency_key_retention=timedelta(seconds=window)
+    )
+    crm.refresh_from_db()
+    ctx = DrillContext(
+        run=f"{run}-{case.__name__.removeprefix('case_')}-{profile_name}",
+        control=control,
+        source_name=source_name,
+        crm=crm,
+        profile=profile_name,
+    )
+    cell = Cell(case=case_name, profile=profile_name, expected=DONE)
+    try:
+        cell.expected = case(ctx)
+    except Exception as exc:  # a broken cell is reported, not fatal to the drill
+        cell.problems.append(f"scenario error: {type(exc).__name__}: {exc}")
+    cell.observed, problems = _observe(ctx)
+    cell.problems.extend(problems)
+    return cell
+
+
+def drill_table(cells: list[Cell]) -> str:
+    header = f"{'case':34} {'profile':18} {'expected':>9} {'observed':>9}  verdict"
+    lines = [header, "-" * len(header)]
+    for cell in cells:
+        verdict = "ok" if cell.holds else "FAIL " + "; ".join(cell.problems or ["counts differ"])
+        lines.append(
+            f"{cell.case:34} {cell.profile:18} {cell.expected!s:>9} {cell.observed!s:>9}  {verdict}"
+        )
+    lines.append("")
+    lines.append("counts are records/tasks/emails/open review cases")
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""`manage.py drill`: the failure drill; exit status 0 only when every cell holds."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from idempotency_core.drill import CASES, PROFILES, Cell, drill_run, drill_table
+
+
+class Command(BaseCommand):
+    help = (
+        "Run every interruption case under every destination capability profile against a "
+        "private sandbox, and print expected and observed effects per cell."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--case", action="append", choices=sorted(CASES), dest="cases")
+        parser.add_argument("--profile", action="append", choices=sorted(PROFILES), dest="profiles")
+
+    def handle(
+        self, *args: Any, cases: list[str] | None, profiles: list[str] | None, **options: Any
+    ) -> None:
+        total = len(cases or CASES) * len(profiles or PROFILES)
+        done = 0
+
+        def progress(cell: Cell) -> None:
+            nonlocal done
+            done += 1
+            mark = "." if cell.holds else "F"
+            self.stderr.write(
+                f"\r[{done}/{total}] {mark} {cell.case} / {cell.profile}".ljust(80), ending=""
+            )
+            self.stderr.flush()
+
+        # One "Enqueued" line per task would bury the progress line.
+        logging.getLogger("django-q").setLevel(logging.WARNING)
+        cells = drill_run(cases=cases, profiles=profiles, progress=progress)
+        self.stderr.write("")
+        self.stdout.write(drill_table(cells))
+        failed = [cell for cell in cells if not cell.holds]
+        self.stdout.write(f"{len(cells) - len(failed)} passed, {len(failed)} failed")
+        if failed:
+            sys.exit(1)
