@@ -162,6 +162,13 @@ Control and inspection (tests and drills only)
     "Processed" means the normal path: an after-commit fault spoils whatever
     answer that gave (a 201, an idempotent replay, or a 409).
 
+``POST /_sandbox/chaos`` ``{"rate": 0.2, "modes": [...], "actions": [...], "seed": 1}``
+    Random faults for load and soak tests: once the queued faults of an action
+    are used up, each of its calls misbehaves with probability ``rate`` in a
+    mode drawn from ``modes`` (``actions`` defaults to all three; ``seed`` makes
+    the draw repeatable; ``slow`` waits 0.2 s). ``GET`` shows it, ``DELETE`` and
+    ``/_sandbox/reset`` turn it off. Kept in memory only.
+
 ``GET /_sandbox/stats[?detail=0]``
     ``{"records", "tasks", "messages", "records_by_external_ref",
     "tasks_by_external_ref", "messages_by_recipient", "messages_by_message_id",

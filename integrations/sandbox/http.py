@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from integrations.sandbox.store import (
+    ACTIONS,
     Conflict,
     Fault,
     InvalidInput,
@@ -119,6 +120,10 @@ _ROUTES: list[Route] = [
     (
         re.compile(r"/_sandbox/faults"),
         {"GET": "faults_get", "POST": "faults_post", "DELETE": "faults_delete"},
+    ),
+    (
+        re.compile(r"/_sandbox/chaos"),
+        {"GET": "chaos_get", "POST": "chaos_post", "DELETE": "chaos_delete"},
     ),
     (re.compile(r"/_sandbox/stats"), {"GET": "stats_get"}),
     (re.compile(r"/_sandbox/messages"), {"GET": "messages_get"}),
@@ -377,6 +382,28 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
     def faults_delete(self) -> Reply:
         self.store.clear_faults()
         return Reply(200, {"results": []})
+
+    def chaos_get(self) -> Reply:
+        return Reply(200, self.store.chaos())
+
+    def chaos_post(self) -> Reply:
+        body = self._json_body()
+        unknown = set(body) - {"rate", "modes", "actions", "seed"}
+        if unknown:
+            raise InvalidInput(f"unknown chaos fields: {', '.join(sorted(unknown))}")
+        return Reply(
+            200,
+            self.store.set_chaos(
+                rate=body.get("rate"),
+                modes=body.get("modes"),
+                actions=body.get("actions", list(ACTIONS)),
+                seed=body.get("seed"),
+            ),
+        )
+
+    def chaos_delete(self) -> Reply:
+        self.store.clear_chaos()
+        return Reply(200, self.store.chaos())
 
     def stats_get(self) -> Reply:
         detail = (self._param("detail") or "1").lower() not in {"0", "false", "no"}

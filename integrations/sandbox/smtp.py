@@ -38,8 +38,12 @@ class SinkHandler:
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list
     ) -> str:
-        fault = self.store.take_fault("send_email", only=_REFUSALS)
-        if fault is not None:
+        # One fault per message, taken at its first recipient and kept on the
+        # envelope for DATA when it is not a refusal.
+        if not hasattr(envelope, "onefold_fault"):
+            envelope.onefold_fault = self.store.take_fault("send_email")
+        fault = envelope.onefold_fault
+        if fault is not None and fault.mode in _REFUSALS:
             self.store.count_call("send_email")
             return _REFUSALS[fault.mode]
         envelope.rcpt_tos.append(address)
@@ -47,7 +51,7 @@ class SinkHandler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         self.store.count_call("send_email")
-        fault = self.store.take_fault("send_email")
+        fault = getattr(envelope, "onefold_fault", None)
         mode = fault.mode if fault is not None else None
         if fault is not None and mode == "slow":
             await asyncio.sleep(fault.seconds)

@@ -15,11 +15,12 @@ import base64
 import binascii
 import json
 import math
+import random
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -319,6 +320,9 @@ class SandboxStore:
     def __init__(self, db_path: str | None = None) -> None:
         self.db_path = db_path
         self._lock = threading.RLock()
+        # Random faults (POST /_sandbox/chaos); in memory only, off after reset.
+        self._chaos: dict[str, Any] | None = None
+        self._chaos_rng = random.Random()
         self._conn = sqlite3.connect(
             db_path or ":memory:", check_same_thread=False, isolation_level=None
         )
@@ -347,6 +351,7 @@ class SandboxStore:
     # -- control -------------------------------------------------------------
 
     def reset(self) -> None:
+        self.clear_chaos()
         with self._transaction() as db:
             for table in ("records", "tasks", "messages", "idempotency_keys", "faults"):
                 db.execute(f"DELETE FROM {table}")
@@ -415,20 +420,50 @@ class SandboxStore:
         with self._transaction() as db:
             db.execute("DELETE FROM faults")
 
-    def take_fault(self, action: str, *, only: Collection[str] | None = None) -> Fault | None:
-        """Consumes one use of the oldest pending fault for `action`, if any.
+    def set_chaos(
+        self, *, rate: Any, modes: Any, actions: Any = ACTIONS, seed: Any = None
+    ) -> dict[str, Any]:
+        """Random faults: each call of `actions` misbehaves with probability `rate`,
+        in a mode drawn from `modes`. Queued faults still come first."""
+        rate = _require_number(rate, "rate")
+        if not 0 <= rate <= 1:
+            raise InvalidInput("rate must be between 0 and 1")
+        if not isinstance(modes, list) or not modes or set(modes) - set(FAULT_MODES):
+            raise InvalidInput(f"modes must be a non-empty list of {', '.join(FAULT_MODES)}")
+        if not isinstance(actions, list | tuple) or set(actions) - set(ACTIONS):
+            raise InvalidInput(f"actions must be a list of {', '.join(ACTIONS)}")
+        with self._lock:
+            self._chaos = {"rate": rate, "modes": list(modes), "actions": list(actions)}
+            self._chaos_rng = random.Random(seed)
+        return self.chaos()
 
-        With `only`, the oldest fault is consumed only when its mode is one of
-        those (the SMTP sink refuses some faults at RCPT, the rest at DATA).
-        """
+    def chaos(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._chaos) if self._chaos else {"rate": 0}
+
+    def clear_chaos(self) -> None:
+        with self._lock:
+            self._chaos = None
+
+    def _chaos_fault(self, action: str) -> Fault | None:
+        chaos = self._chaos
+        if not chaos or action not in chaos["actions"]:
+            return None
+        if self._chaos_rng.random() >= chaos["rate"]:
+            return None
+        return Fault(action=action, mode=self._chaos_rng.choice(chaos["modes"]), seconds=0.2)
+
+    def take_fault(self, action: str) -> Fault | None:
+        """Consumes one use of the oldest pending fault for `action`, if any; else,
+        when chaos is on, maybe a random one."""
         with self._transaction() as db:
             row = db.execute(
                 "SELECT seq, mode, seconds, remaining FROM faults WHERE action = ? "
                 "ORDER BY seq LIMIT 1",
                 (action,),
             ).fetchone()
-            if row is None or (only is not None and row["mode"] not in only):
-                return None
+            if row is None:
+                return self._chaos_fault(action)
             if row["remaining"] > 1:
                 db.execute(
                     "UPDATE faults SET remaining = remaining - 1 WHERE seq = ?", (row["seq"],)

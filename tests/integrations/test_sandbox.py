@@ -835,3 +835,33 @@ def _next_lines(
             pytest.fail(f"sandbox printed {received} within {timeout}s (exit {process.poll()})")
         received.append(line.rstrip("\n"))
     return received
+
+
+def test_chaos_faults_a_share_of_calls_and_reset_turns_it_off(
+    client: httpx.Client, server: SandboxServer
+) -> None:
+    response = client.post(
+        "/_sandbox/chaos",
+        json={"rate": 0.5, "modes": ["http_503"], "actions": ["create_record"], "seed": 7},
+    )
+    assert response.status_code == 200
+    codes = [
+        client.post("/crm/records", json={"external_ref": f"c{i}", "name": "x"}).status_code
+        for i in range(200)
+    ]
+    assert 60 < codes.count(503) < 140
+    assert codes.count(503) + codes.count(201) == 200
+    assert stats(client)["records"] == codes.count(201)
+    client.post("/_sandbox/reset")
+    assert client.get("/_sandbox/chaos").json() == {"rate": 0}
+    assert (
+        client.post("/crm/records", json={"external_ref": "after", "name": "x"}).status_code == 201
+    )
+
+
+def test_chaos_rejects_nonsense(client: httpx.Client) -> None:
+    assert (
+        client.post("/_sandbox/chaos", json={"rate": 2, "modes": ["http_503"]}).status_code == 400
+    )
+    assert client.post("/_sandbox/chaos", json={"rate": 0.1, "modes": ["boom"]}).status_code == 400
+    assert client.post("/_sandbox/chaos", json={"rate": 0.1}).status_code == 400
