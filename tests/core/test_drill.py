@@ -1,0 +1,43 @@
+"""The failure drill's whole matrix, and proof that it notices a broken rule."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from idempotency_core import engine, policy
+from idempotency_core.drill import CASES, PROFILES, drill_run
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)  # the drill races real threads
+def test_every_cell_of_the_drill_holds():
+    out = io.StringIO()
+    call_command("drill", stdout=out, stderr=io.StringIO())
+    table = out.getvalue()
+    print(table)
+    cells = len(CASES) * len(PROFILES)
+    assert f"{cells} passed, 0 failed" in table
+    for case in CASES:
+        assert table.count(case) == len(PROFILES)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_drill_fails_a_cell_when_recovery_repeats_blindly(monkeypatch):
+    # Break the rule on purpose: always repeat, even with nothing to recognise it.
+    monkeypatch.setattr(policy, "recovery_for", lambda **_: policy.Recovery.REPEAT_WITH_KEY)
+    monkeypatch.setattr(engine, "recovery_for", lambda **_: policy.Recovery.REPEAT_WITH_KEY)
+    cells = drill_run(cases=["creation committed, answer lost"], profiles=["nothing"])
+    assert len(cells) == 1 and not cells[0].holds
+    assert any("duplicate" in problem for problem in cells[0].problems)
+    with pytest.raises(SystemExit) as exit_:
+        call_command(
+            "drill",
+            case=["creation committed, answer lost"],
+            profile=["nothing"],
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+    assert exit_.value.code == 1
