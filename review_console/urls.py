@@ -1,11 +1,30 @@
-"""Routes of the staff review console under /console/."""
+"""Routes of the staff review console under /console/ (namespace "console")."""
 
-from django.urls import path
+from django.urls import include, path
 
-from review_console import views
+from review_console import api, views
 
 app_name = "console"
 
 urlpatterns = [
-    path("", views.case_list, name="case-list"),
+    path("", views.dashboard, name="dashboard"),
+    path("cases/", views.case_list, name="case-list"),
+    path("cases/take/", views.case_take, name="case-take"),
+    path("cases/<int:case_id>/", views.case_detail, name="case-detail"),
+    path("cases/<int:case_id>/lookup/", views.case_lookup, name="case-lookup"),
+    path("cases/<int:case_id>/replay/", views.case_replay, name="case-replay"),
+    path("cases/<int:case_id>/resolve/", views.case_resolve, name="case-resolve"),
+    path("cases/<int:case_id>/close/", views.case_close_view, name="case-close"),
+    path("cases/<int:case_id>/compare/", views.case_compare, name="case-compare"),
+    path("cases/<int:case_id>/merge/", views.case_merge, name="case-merge"),
+    path(
+        "cases/<int:case_id>/not-duplicate/",
+        views.case_not_duplicate,
+        name="case-not-duplicate",
+    ),
+    path("bulk-replays/new/", views.bulk_replay_new, name="bulk-replay-new"),
+    path("bulk-replays/<int:job_id>/", views.bulk_replay_detail, name="bulk-replay-detail"),
+    path("audit/", views.audit_list, name="audit-list"),
+    path("audit/export.csv", views.audit_export, name="audit-export"),
+    path("api/", include(api.router.urls)),
 ]

@@ -1,15 +1,555 @@
-"""Staff views of the review console."""
+"""Staff views of the review console.
+
+Pages are GET; actions are POST-only (GET answers 405) and go through a
+confirmation page that asks for a reason: the button on the case page POSTs
+without `confirm`, which renders the confirmation; the confirmation POSTs with
+`confirm=yes` and a reason, which calls the service, adds a message and
+redirects back to the case. Every decision is taken by a service in
+`idempotency_core`, so the console cannot bypass what protects normal processing.
+"""
 
 from __future__ import annotations
 
-from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+import csv
+from collections.abc import Iterator
+from typing import Any
 
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from idempotency_core.cases import (
+    RESOLUTION_CODES,
+    CaseActionRefusedError,
+    case_close,
+    case_mark_not_duplicate,
+    case_mark_resolved,
+    case_take_ownership,
+    latest_lookup,
+    operation_destination_lookup,
+)
+from idempotency_core.merge import DUPLICATE_KINDS, MergeRefusedError, duplicate_merge_request
 from idempotency_core.models import ReviewCase
+from idempotency_core.replay import ReplayRefusedError, operation_replay
+from review_console import selectors
+from review_console.bulk import BulkReplayRefusedError, bulk_replay_counts, bulk_replay_start
+from review_console.forms import (
+    CloseForm,
+    MergeForm,
+    ReasonForm,
+    ReplayForm,
+    ResolveForm,
+    TakeOwnershipForm,
+)
+from review_console.masking import contact_for
+from review_console.models import BulkReplayItem, BulkReplayJob
+from review_console.permissions import (
+    CHANGE_CASES,
+    REPLAY,
+    VIEW_AUDIT,
+    VIEW_CASES,
+    VIEW_CONTACT,
+    console_permission,
+)
 
 
-@staff_member_required
+def _case_url(case: ReviewCase | int) -> str:
+    return reverse("console:case-detail", args=[getattr(case, "pk", case)])
+
+
+def _confirmed(request: HttpRequest) -> bool:
+    return request.POST.get("confirm") == "yes"
+
+
+def _open_case(case_id: int) -> ReviewCase:
+    return get_object_or_404(
+        ReviewCase.objects.select_related("event__source", "operation__destination", "owner"),
+        pk=case_id,
+    )
+
+
+def _querystring(request: HttpRequest, *, drop: tuple[str, ...] = ("after", "before")) -> str:
+    params = request.GET.copy()
+    for key in drop:
+        params.pop(key, None)
+    return params.urlencode()
+
+
+# -- pages ----------------------------------------------------------------------
+
+
+@require_GET
+@console_permission(VIEW_CASES)
+def dashboard(request: HttpRequest) -> HttpResponse:
+    return render(
+        request, "review_console/dashboard.html", {"summary": selectors.dashboard_summary()}
+    )
+
+
+@require_GET
+@console_permission(VIEW_CASES)
 def case_list(request: HttpRequest) -> HttpResponse:
-    cases = ReviewCase.objects.filter(status__in=ReviewCase.OPEN_STATUSES).order_by("created_at")
-    return render(request, "review_console/case_list.html", {"cases": cases[:100]})
+    filterset = selectors.case_filterset(request.GET, request=request)
+    sort = request.GET.get("sort", selectors.DEFAULT_SORT)
+    if sort not in selectors.SORTS:
+        sort = selectors.DEFAULT_SORT
+    if filterset.is_valid():
+        page = selectors.keyset_page(
+            filterset.qs,
+            fields=selectors.SORTS[sort][1],
+            after=request.GET.get("after", ""),
+            before=request.GET.get("before", ""),
+        )
+    else:
+        page = selectors.KeysetPage(items=[])
+    return render(
+        request,
+        "review_console/case_list.html",
+        {
+            "filter": filterset,
+            "page": page,
+            "sort": sort,
+            "sorts": [(key, label) for key, (label, _) in selectors.SORTS.items()],
+            "querystring": _querystring(request),
+            "filter_querystring": _querystring(request, drop=("after", "before", "sort")),
+            "can_change": request.user.has_perm(CHANGE_CASES),
+            "can_replay": request.user.has_perm(REPLAY),
+        },
+    )
+
+
+@require_GET
+@console_permission(VIEW_CASES)
+def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    event = case.event
+    unmasked = request.user.has_perm(VIEW_CONTACT)
+    operations = selectors.event_operations(event) if event is not None else []
+    operation = case.operation
+    context: dict[str, Any] = {
+        "case": case,
+        "event": event,
+        "payload": (event.payload or {}) if event is not None else {},
+        "contact": contact_for(event.payload if event else None, unmasked=unmasked),
+        "unmasked": unmasked,
+        "deliveries": selectors.event_deliveries(event) if event is not None else [],
+        "operations": operations,
+        "related": selectors.related_events(event) if event is not None else [],
+        "audit": selectors.case_audit(case),
+        "is_open": case.status in ReviewCase.OPEN_STATUSES,
+        "is_duplicate": case.kind in DUPLICATE_KINDS,
+        "can_change": request.user.has_perm(CHANGE_CASES),
+        "can_replay": request.user.has_perm(REPLAY),
+        "resolution_codes": RESOLUTION_CODES,
+    }
+    if operation is not None:
+        context["replay"] = selectors.replay_preview(operation)
+        context["lookup"] = latest_lookup(operation)
+    return render(request, "review_console/case_detail.html", context)
+
+
+@require_GET
+@console_permission(CHANGE_CASES)
+def case_compare(request: HttpRequest, case_id: int) -> HttpResponse:
+    """The merge page: records side by side, differences marked, survivor choice."""
+    case = _open_case(case_id)
+    if case.kind not in DUPLICATE_KINDS:
+        raise Http404("Only suspected duplicates have a comparison.")
+    comparison = selectors.duplicate_comparison(case, unmasked=request.user.has_perm(VIEW_CONTACT))
+    refs = [c.ref for c in comparison["present"]]
+    form = MergeForm(
+        initial={"survivor": refs[0] if refs else "", "duplicate": refs[1] if len(refs) > 1 else ""}
+    )
+    return render(
+        request,
+        "review_console/merge_compare.html",
+        {
+            "case": case,
+            "comparison": comparison,
+            "form": form,
+            "not_duplicate_form": ReasonForm(),
+            "is_open": case.status in ReviewCase.OPEN_STATUSES,
+        },
+    )
+
+
+@require_GET
+@console_permission(VIEW_AUDIT)
+def audit_list(request: HttpRequest) -> HttpResponse:
+    filterset = selectors.audit_filterset(request.GET)
+    page = (
+        selectors.keyset_page(
+            filterset.qs,
+            fields=("-at", "-id"),
+            after=request.GET.get("after", ""),
+            before=request.GET.get("before", ""),
+        )
+        if filterset.is_valid()
+        else selectors.KeysetPage(items=[])
+    )
+    return render(
+        request,
+        "review_console/audit_list.html",
+        {
+            "filter": filterset,
+            "page": page,
+            "querystring": _querystring(request),
+        },
+    )
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@require_GET
+@console_permission(VIEW_AUDIT)
+def audit_export(request: HttpRequest) -> StreamingHttpResponse:
+    """The filtered trail as CSV, streamed: an export of a year must not fill memory."""
+    filterset = selectors.audit_filterset(request.GET)
+    rows = filterset.qs if filterset.is_valid() else filterset.queryset.none()
+    writer = csv.writer(_Echo())
+
+    def lines() -> Iterator[str]:
+        yield writer.writerow(
+            ["at", "actor", "action", "case", "event", "operation", "reason", "details"]
+        )
+        for entry in rows.iterator(chunk_size=2000):
+            yield writer.writerow(
+                [
+                    entry.at.isoformat(),
+                    entry.actor_label,
+                    entry.action,
+                    entry.case_id or "",
+                    entry.event_id or "",
+                    entry.operation_id or "",
+                    entry.reason,
+                    entry.details,
+                ]
+            )
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="onefold-audit.csv"'
+    return response
+
+
+@require_GET
+@console_permission(VIEW_CASES)
+def bulk_replay_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(BulkReplayJob.objects.select_related("created_by"), pk=job_id)
+    counts = bulk_replay_counts(job)
+    done = sum(counts[s] for s in BulkReplayItem.DONE)
+    problems = job.items.exclude(
+        status__in=[
+            BulkReplayItem.Status.REPLAYED,
+            BulkReplayItem.Status.PENDING,
+            BulkReplayItem.Status.PROCESSING,
+        ]
+    ).order_by("pk")[:200]
+    return render(
+        request,
+        "review_console/bulk_replay_detail.html",
+        {
+            "job": job,
+            "counts": counts,
+            "done": done,
+            "percent": round(done / job.total * 100) if job.total else 0,
+            "problems": problems,
+            "running": job.status != BulkReplayJob.Status.FINISHED,
+        },
+    )
+
+
+# -- actions (POST only) ----------------------------------------------------------
+
+
+def _confirm_page(
+    request: HttpRequest,
+    *,
+    case: ReviewCase,
+    form: Any,
+    title: str,
+    action: str,
+    submit: str,
+    explanation: str,
+    template: str = "review_console/confirm.html",
+    **extra: Any,
+) -> HttpResponse:
+    return render(
+        request,
+        template,
+        {
+            "case": case,
+            "form": form,
+            "title": title,
+            "action": action,
+            "submit": submit,
+            "explanation": explanation,
+            **extra,
+        },
+    )
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_take(request: HttpRequest) -> HttpResponse:
+    form = TakeOwnershipForm(request.POST)
+    target = request.POST.get("next") or reverse("console:case-list")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("console:case-list")
+    if not form.is_valid() or not form.cleaned_data["case"]:
+        messages.error(request, "Select at least one case to take.")
+        return HttpResponseRedirect(target)
+    result = case_take_ownership(
+        case_ids=form.cleaned_data["case"],
+        actor=request.user,
+        take_over=form.cleaned_data["take_over"],
+    )
+    if result.taken:
+        messages.success(request, f"You now own {len(result.taken)} case(s).")
+    if result.skipped:
+        messages.warning(
+            request,
+            f"{len(result.skipped)} case(s) left as they were: already yours, owned by "
+            "someone else, or no longer open.",
+        )
+    return HttpResponseRedirect(target)
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_lookup(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    if case.operation is None:
+        raise Http404("This case has no operation to look up.")
+    result = operation_destination_lookup(
+        operation_id=case.operation_id, actor=request.user, case=case
+    )
+    level = {True: messages.SUCCESS, False: messages.INFO}.get(result.found, messages.WARNING)
+    refs = f" ({', '.join(result.refs)})" if result.refs else ""
+    messages.add_message(request, level, f"Destination lookup: {result.message}{refs}")
+    return redirect(f"{_case_url(case)}#operation-{case.operation_id}")
+
+
+@require_POST
+@console_permission(REPLAY)
+def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    operation = case.operation
+    if operation is None:
+        raise Http404("This case has no operation to replay.")
+    form = ReplayForm(request.POST if _confirmed(request) else None)
+    preview = selectors.replay_preview(operation)
+    if form.is_bound and form.is_valid():
+        try:
+            operation_replay(
+                operation_id=operation.pk,
+                actor=request.user,
+                reason=form.cleaned_data["reason"],
+                destination_checked=form.cleaned_data["destination_checked"],
+            )
+        except ReplayRefusedError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(
+                request,
+                f"{operation.step} is scheduled again with its original key {operation.key}. "
+                "A worker will run it shortly; the case is resolved as replayed.",
+            )
+            return redirect(_case_url(case))
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=f"Replay {operation.step}",
+        action=reverse("console:case-replay", args=[case.pk]),
+        submit="Replay with the original key",
+        explanation="",
+        template="review_console/replay_confirm.html",
+        operation=operation,
+        replay=preview,
+        lookup=latest_lookup(operation),
+    )
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    if _confirmed(request):
+        form = ResolveForm(request.POST)
+    else:
+        lookup = latest_lookup(case.operation) if case.operation else None
+        found = (lookup.details.get("refs") or [""])[0] if lookup else ""
+        form = ResolveForm(initial={"destination_ref": request.POST.get("destination_ref", found)})
+    if form.is_bound and form.is_valid():
+        try:
+            case_mark_resolved(
+                case_id=case.pk,
+                actor=request.user,
+                destination_ref=form.cleaned_data["destination_ref"],
+                reason=form.cleaned_data["reason"],
+            )
+        except CaseActionRefusedError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(
+                request,
+                f"Case {case.pk} resolved with reference {form.cleaned_data['destination_ref']}.",
+            )
+            return redirect(_case_url(case))
+    step = case.operation.step if case.operation else "the effect"
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=f"Mark case {case.pk} resolved",
+        action=reverse("console:case-resolve", args=[case.pk]),
+        submit="Mark resolved",
+        explanation=(
+            f"You found {step} in the destination. Its reference becomes the operation's "
+            "destination reference, the operation counts as succeeded, and the next step of "
+            "the pipeline runs. A CRM record reference is checked against the CRM first."
+        ),
+    )
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    form = CloseForm(request.POST if _confirmed(request) else None)
+    if form.is_bound and form.is_valid():
+        try:
+            case_close(
+                case_id=case.pk,
+                actor=request.user,
+                resolution_code=form.cleaned_data["resolution_code"],
+                reason=form.cleaned_data["reason"],
+            )
+        except CaseActionRefusedError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Case {case.pk} closed.")
+            return redirect(_case_url(case))
+    explanation = "Closing ends the case without the effect being proven."
+    if case.operation is not None and case.operation.status == "needs_review":
+        explanation += (
+            f" {case.operation.step} and the later steps of this submission that have not run "
+            "are cancelled and will never run. Nothing already done is undone."
+        )
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=f"Close case {case.pk}",
+        action=reverse("console:case-close", args=[case.pk]),
+        submit="Close the case",
+        explanation=explanation,
+    )
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    form = ReasonForm(request.POST if _confirmed(request) else None)
+    if form.is_bound and form.is_valid():
+        try:
+            case_mark_not_duplicate(
+                case_id=case.pk, actor=request.user, reason=form.cleaned_data["reason"]
+            )
+        except CaseActionRefusedError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Case {case.pk} resolved: not a duplicate.")
+            return redirect(_case_url(case))
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=f"Case {case.pk}: not a duplicate",
+        action=reverse("console:case-not-duplicate", args=[case.pk]),
+        submit="Resolve as not a duplicate",
+        explanation="Both records stay as they are; the case is resolved.",
+    )
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    form = MergeForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            duplicate_merge_request(
+                case_id=case.pk,
+                survivor_ref=data["survivor"],
+                duplicate_ref=data["duplicate"],
+                actor=request.user,
+                reason=data["reason"],
+            )
+        except MergeRefusedError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(
+                request, f"{data['duplicate']} merged into {data['survivor']}; case resolved."
+            )
+            return redirect(_case_url(case))
+    else:
+        messages.error(request, "Choose the survivor and give a reason before merging.")
+    return redirect(reverse("console:case-compare", args=[case.pk]))
+
+
+@require_POST
+@console_permission(REPLAY)
+def bulk_replay_new(request: HttpRequest) -> HttpResponse:
+    """Confirmation (count, explanation) then the background job, for the queue's filter."""
+    params = request.POST.copy()
+    for key in ("csrfmiddlewaretoken", "confirm", "reason"):
+        params.pop(key, None)
+    filterset = selectors.case_filterset(params, request=request)
+    if not filterset.is_valid():
+        messages.error(request, "The filter is not valid; fix it on the queue first.")
+        return redirect(reverse("console:case-list"))
+    form = ReasonForm(request.POST if _confirmed(request) else None)
+    if form.is_bound and form.is_valid():
+        try:
+            job = bulk_replay_start(
+                actor=request.user,
+                params=params,
+                reason=form.cleaned_data["reason"],
+                description=params.urlencode(),
+            )
+        except BulkReplayRefusedError as exc:
+            form.add_error(None, str(exc))
+        except PermissionDenied:
+            raise
+        else:
+            messages.success(request, f"Bulk replay #{job.pk} started.")
+            return redirect(reverse("console:bulk-replay-detail", args=[job.pk]))
+    matching = filterset.qs.filter(operation__isnull=False)
+    count = matching.order_by()[: selectors.COUNT_CAP + 1].count()
+    return render(
+        request,
+        "review_console/bulk_replay_confirm.html",
+        {
+            "form": form,
+            "params": [(k, v) for k in params for v in params.getlist(k)],
+            "count": min(count, selectors.COUNT_CAP),
+            "capped": count > selectors.COUNT_CAP,
+            "querystring": params.urlencode(),
+        },
+    )

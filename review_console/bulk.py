@@ -1,0 +1,149 @@
+"""Bulk replay: every case matching a queue filter, replayed in the background.
+
+Each item goes through `operation_replay` one by one, with the job creator as the
+actor, so every guard of a single replay applies (permission, reason, state,
+earlier steps, destination check). Items that need the destination looked up by a
+person are refused, never confirmed in bulk: a bulk action cannot have checked.
+
+The runner works in short chunks and re-enqueues itself, so a long job never
+outlives the django-q2 task timeout, and it claims each item with a conditional
+UPDATE, so two runners of one job never replay the same item.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Count
+from django.http import QueryDict
+from django.utils import timezone
+from django_q.tasks import async_task
+
+from idempotency_core.audit import audit_record
+from idempotency_core.replay import REPLAY_PERMISSION, ReplayRefusedError, operation_replay
+from review_console.models import BulkReplayItem, BulkReplayJob
+from review_console.selectors import case_filterset
+
+logger = logging.getLogger(__name__)
+
+TASK = "review_console.tasks.bulk_replay_run"
+CHUNK_SECONDS = 2.0
+SNAPSHOT_BATCH = 2000
+
+
+class BulkReplayRefusedError(Exception):
+    """The job cannot start; the message says why."""
+
+
+def bulk_replay_start(
+    *, actor: AbstractBaseUser, params: QueryDict, reason: str, description: str = ""
+) -> BulkReplayJob:
+    """Records the job and queues its runner in the same transaction (ORM broker)."""
+    if not actor.has_perm(REPLAY_PERMISSION):
+        raise PermissionDenied("Bulk replay needs the replay permission (Replay admins).")
+    reason = reason.strip()
+    if not reason:
+        raise BulkReplayRefusedError("A bulk replay needs a reason.")
+    stored = {key: params.getlist(key) for key in params if key not in ("after", "before")}
+    with transaction.atomic():
+        job = BulkReplayJob.objects.create(
+            created_by=actor,
+            reason=reason,
+            filter_params=stored,
+            filter_description=description[:500],
+        )
+        audit_record(
+            action="bulk_replay_requested",
+            actor=actor,
+            reason=reason,
+            details={"job": job.pk, "filter": stored},
+        )
+        async_task(TASK, job.pk, task_name=f"bulk-replay-{job.pk}")
+    return job
+
+
+def _snapshot(job: BulkReplayJob) -> None:
+    params = QueryDict(mutable=True)
+    for key, values in job.filter_params.items():
+        params.setlist(key, values)
+    cases = (
+        case_filterset(params)
+        .qs.filter(operation__isnull=False)
+        .order_by("created_at", "id")
+        .values_list("pk", "operation_id")
+    )
+    batch: list[BulkReplayItem] = []
+    for case_id, operation_id in cases.iterator(chunk_size=SNAPSHOT_BATCH):
+        batch.append(BulkReplayItem(job=job, case_id=case_id, operation_id=operation_id))
+        if len(batch) >= SNAPSHOT_BATCH:
+            BulkReplayItem.objects.bulk_create(batch, ignore_conflicts=True)
+            batch = []
+    BulkReplayItem.objects.bulk_create(batch, ignore_conflicts=True)
+    BulkReplayJob.objects.filter(pk=job.pk).update(total=job.items.count())
+
+
+def bulk_replay_run(*, job_id: int, chunk_seconds: float = CHUNK_SECONDS) -> str:
+    """Processes pending items for up to `chunk_seconds`, then re-enqueues itself."""
+    now = timezone.now()
+    with transaction.atomic():
+        started = BulkReplayJob.objects.filter(pk=job_id, status=BulkReplayJob.Status.QUEUED)
+        if started.update(status=BulkReplayJob.Status.RUNNING, started_at=now):
+            _snapshot(BulkReplayJob.objects.get(pk=job_id))
+    job = BulkReplayJob.objects.select_related("created_by").get(pk=job_id)
+    if job.status == BulkReplayJob.Status.FINISHED:
+        return "finished"
+    deadline = time.monotonic() + chunk_seconds
+    while time.monotonic() < deadline:
+        item = job.items.filter(status=BulkReplayItem.Status.PENDING).order_by("pk").first()
+        if item is None:
+            break
+        claimed = BulkReplayItem.objects.filter(
+            pk=item.pk, status=BulkReplayItem.Status.PENDING
+        ).update(status=BulkReplayItem.Status.PROCESSING)
+        if not claimed:
+            continue
+        _replay_item(job, item)
+    remaining = job.items.filter(
+        status__in=[BulkReplayItem.Status.PENDING, BulkReplayItem.Status.PROCESSING]
+    ).exists()
+    if remaining:
+        async_task(TASK, job.pk, task_name=f"bulk-replay-{job.pk}")
+        return "continuing"
+    if BulkReplayJob.objects.filter(pk=job.pk, status=BulkReplayJob.Status.RUNNING).update(
+        status=BulkReplayJob.Status.FINISHED, finished_at=timezone.now()
+    ):
+        audit_record(
+            action="bulk_replay_finished",
+            actor=job.created_by,
+            reason=job.reason,
+            details={"job": job.pk, **bulk_replay_counts(job)},
+        )
+    return "finished"
+
+
+def _replay_item(job: BulkReplayJob, item: BulkReplayItem) -> None:
+    try:
+        operation_replay(
+            operation_id=item.operation_id,
+            actor=job.created_by,
+            reason=f"Bulk replay #{job.pk}: {job.reason}",
+        )
+    except (ReplayRefusedError, PermissionDenied) as exc:
+        status, message = BulkReplayItem.Status.REFUSED, str(exc)
+    except Exception as exc:  # one bad item must not stop the other 9,999
+        logger.exception("bulk replay %s: item %s failed", job.pk, item.pk)
+        status, message = BulkReplayItem.Status.ERROR, f"{type(exc).__name__}: {exc}"
+    else:
+        status, message = BulkReplayItem.Status.REPLAYED, ""
+    BulkReplayItem.objects.filter(pk=item.pk).update(
+        status=status, message=message, processed_at=timezone.now()
+    )
+
+
+def bulk_replay_counts(job: BulkReplayJob) -> dict[str, int]:
+    counts = dict(job.items.values_list("status").annotate(n=Count("id")).order_by())
+    return {status: counts.get(status, 0) for status in BulkReplayItem.Status.values}

@@ -1,0 +1,65 @@
+"""Forms of the console's actions. Each consequential one asks for a reason.
+
+The hidden `confirm` field tells the first POST (from a button on the case page:
+show the confirmation) from the second (from the confirmation page: do it), as
+Django admin's delete action does.
+"""
+
+from __future__ import annotations
+
+from django import forms
+
+from idempotency_core.cases import RESOLUTION_CODES
+
+REASON_HELP = "Written to the audit trail. Say what you checked and why this is right."
+
+
+class ReasonForm(forms.Form):
+    confirm = forms.CharField(widget=forms.HiddenInput, initial="yes")
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), help_text=REASON_HELP, strip=True
+    )
+
+
+class TakeOwnershipForm(forms.Form):
+    case = forms.TypedMultipleChoiceField(coerce=int, choices=())
+    take_over = forms.BooleanField(required=False)
+    next = forms.CharField(required=False)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Ids are checked by the service (open, owner); any integer is acceptable here.
+        values = self.data.getlist("case") if hasattr(self.data, "getlist") else []
+        self.fields["case"].choices = [(v, v) for v in values]
+
+
+class ReplayForm(ReasonForm):
+    destination_checked = forms.BooleanField(
+        required=False,
+        label="I checked the destination and the effect is absent",
+    )
+
+
+class ResolveForm(ReasonForm):
+    destination_ref = forms.CharField(
+        max_length=200,
+        label="Verified destination reference",
+        help_text="The id of the effect you found in the destination, e.g. rec_000123.",
+    )
+
+
+class CloseForm(ReasonForm):
+    resolution_code = forms.ChoiceField(
+        choices=[("", "Choose…"), *RESOLUTION_CODES.items()], label="Resolution"
+    )
+
+
+class MergeForm(ReasonForm):
+    survivor = forms.CharField(max_length=200, label="Record that survives")
+    duplicate = forms.CharField(max_length=200, label="Record merged into it")
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("survivor") and data.get("survivor") == data.get("duplicate"):
+            raise forms.ValidationError("The survivor and the duplicate must differ.")
+        return data

@@ -1,0 +1,78 @@
+"""Bulk replay jobs: a background replay of every case matching a queue filter.
+
+The job row is the truth about progress (django-q2 task messages carry only its
+id). Items are the snapshot of what matched when the job started, one row per
+operation, so progress is "items done / items" and a rerun skips finished items.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class BulkReplayJob(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    reason = models.TextField()
+    # The queue's query string as a dict of lists: what "matching the filter" meant.
+    filter_params = models.JSONField(default=dict)
+    filter_description = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["queued", "running", "finished"]),
+                name="bulkreplayjob_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"bulk replay {self.pk} ({self.status})"
+
+
+class BulkReplayItem(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        PROCESSING = "processing", "Processing"
+        REPLAYED = "replayed", "Replayed"
+        REFUSED = "refused", "Refused"
+        ERROR = "error", "Error"
+
+    DONE = (Status.REPLAYED, Status.REFUSED, Status.ERROR)
+
+    job = models.ForeignKey(BulkReplayJob, on_delete=models.CASCADE, related_name="items")
+    operation = models.ForeignKey("idempotency_core.Operation", on_delete=models.PROTECT)
+    case = models.ForeignKey(
+        "idempotency_core.ReviewCase", on_delete=models.PROTECT, null=True, blank=True
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    message = models.TextField(blank=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One replay per operation per job, however many cases point at it.
+            models.UniqueConstraint(fields=["job", "operation"], name="bulkreplayitem_unique_op"),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "processing", "replayed", "refused", "error"]),
+                name="bulkreplayitem_status_valid",
+            ),
+        ]
+        indexes = [
+            # Progress counts and the runner's "next pending items of this job".
+            models.Index(fields=["job", "status"], name="bulkreplayitem_job_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"item {self.pk} of job {self.job_id}: {self.status}"

@@ -1,0 +1,71 @@
+"""Who may do what in the review console, for the HTML views and the staff API alike.
+
+Roles are Django groups created by migration 0002 of idempotency_core: Reviewers
+(view and change cases, view the audit trail) and Replay admins (also replay).
+Seeing unmasked contact details is its own permission. Non-staff users never
+reach the console, whatever permissions they hold: `is_staff` is checked first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+VIEW_CASES = "idempotency_core.view_reviewcase"
+CHANGE_CASES = "idempotency_core.change_reviewcase"
+VIEW_AUDIT = "idempotency_core.view_auditentry"
+REPLAY = "idempotency_core.replay_operation"
+VIEW_CONTACT = "idempotency_core.view_contact_details"
+
+
+def console_allows(user: Any, perm: str) -> bool:
+    """Staff, active, and holding `perm` (superusers hold every permission)."""
+    return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(perm))
+
+
+def console_permission(perm: str) -> Callable:
+    """View decorator: anonymous users go to the login page, everyone else without
+    the permission gets 403 (a redirect loop to the login page helps nobody who is
+    already signed in)."""
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not console_allows(request.user, perm):
+                raise PermissionDenied(
+                    "The review console is for staff in the Reviewers or Replay admins group."
+                )
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+class _ConsolePermission(BasePermission):
+    perm = VIEW_CASES
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return console_allows(request.user, self.perm)
+
+
+class CanViewCases(_ConsolePermission):
+    perm = VIEW_CASES
+
+
+class CanChangeCases(_ConsolePermission):
+    perm = CHANGE_CASES
+
+
+class CanReplay(_ConsolePermission):
+    perm = REPLAY

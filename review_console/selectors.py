@@ -1,0 +1,426 @@
+"""Read-only queries of the console. Views render what these return; nothing here writes.
+
+The queue pages by keyset (the last row's sort key, not an OFFSET), so page 2000
+costs what page 1 costs; default sorts follow the partial index
+`reviewcase_open_queue_idx` on `(created_at, id)` of open cases.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.functions import TruncHour
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from idempotency_core.models import (
+    Attempt,
+    AuditEntry,
+    Delivery,
+    Event,
+    Operation,
+    ReviewCase,
+)
+from idempotency_core.pipeline import adapter_for
+from integrations.base import DestinationError
+from integrations.crm import CrmClient
+from review_console.filters import AuditFilter, CaseFilter
+from review_console.masking import record_for
+
+PAGE_SIZE = 50
+COUNT_CAP = 10_000
+
+# name -> (label, ordering fields). Each sort ends in a unique column so the
+# keyset is total; all fields of one sort share a direction.
+SORTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "oldest": ("Oldest first", ("created_at", "id")),
+    "newest": ("Newest first", ("-created_at", "-id")),
+    "kind": ("Kind, then oldest", ("kind", "created_at", "id")),
+}
+DEFAULT_SORT = "oldest"
+
+
+def case_queryset() -> QuerySet[ReviewCase]:
+    return ReviewCase.objects.select_related(
+        "event__source", "operation__destination", "owner"
+    ).defer("event__payload", "evidence")
+
+
+def case_filterset(params: QueryDict, *, request: Any = None) -> CaseFilter:
+    """The queue's FilterSet; with no status chosen it shows open work only."""
+    params = params.copy()
+    if not params.getlist("status"):
+        params.setlist("status", list(ReviewCase.OPEN_STATUSES))
+    return CaseFilter(params, queryset=case_queryset(), request=request)
+
+
+@dataclass
+class KeysetPage:
+    items: list[Any]
+    next_cursor: str = ""
+    prev_cursor: str = ""
+    total: int = 0
+    total_capped: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _encode(values: list[Any]) -> str:
+    raw = json.dumps([v.isoformat() if isinstance(v, datetime) else v for v in values])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, fields: tuple[str, ...]) -> list[Any] | None:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(values, list) or len(values) != len(fields):
+        return None
+    decoded = []
+    for name, value in zip(fields, values, strict=True):
+        if name.lstrip("-").endswith("_at"):
+            value = parse_datetime(value) if isinstance(value, str) else None
+            if value is None:
+                return None
+        decoded.append(value)
+    return decoded
+
+
+def _beyond(fields: tuple[str, ...], values: list[Any], *, forward: bool) -> Q:
+    """Rows strictly after (or before) `values` in the order of `fields`.
+
+    Expanded as (a > x) OR (a = x AND b > y) ..., and AND-ed with `a >= x` so
+    that PostgreSQL seeks the index to the cursor instead of filtering from the
+    first row.
+    """
+    descending = fields[0].startswith("-")
+    greater = forward != descending
+    op = "gt" if greater else "lt"
+    names = [f.lstrip("-") for f in fields]
+    condition = Q()
+    for i, name in enumerate(names):
+        term = Q(**{f"{name}__{op}": values[i]})
+        for j in range(i):
+            term &= Q(**{names[j]: values[j]})
+        condition |= term
+    seek = Q(**{f"{names[0]}__{op}e": values[0]})
+    return seek & condition
+
+
+def keyset_page(
+    queryset: QuerySet,
+    *,
+    fields: tuple[str, ...],
+    after: str = "",
+    before: str = "",
+    size: int = PAGE_SIZE,
+    count_cap: int = COUNT_CAP,
+) -> KeysetPage:
+    names = [f.lstrip("-") for f in fields]
+    cursor_values = _decode(before or after, fields) if (before or after) else None
+    backwards = bool(before) and cursor_values is not None
+    qs = queryset
+    if cursor_values is not None:
+        qs = qs.filter(_beyond(fields, cursor_values, forward=not backwards))
+    if backwards:
+        reverse = [f[1:] if f.startswith("-") else f"-{f}" for f in fields]
+        rows = list(qs.order_by(*reverse)[: size + 1])
+        more_before = len(rows) > size
+        rows = list(reversed(rows[:size]))
+        has_prev, has_next = more_before, True
+    else:
+        rows = list(qs.order_by(*fields)[: size + 1])
+        has_next = len(rows) > size
+        rows = rows[:size]
+        has_prev = cursor_values is not None
+    # A capped count: "10,000+" tells a reviewer as much as an exact figure and
+    # stops counting a six-figure queue on every page view.
+    total = queryset.order_by()[: count_cap + 1].count()
+    page = KeysetPage(items=rows, total=min(total, count_cap), total_capped=total > count_cap)
+    if rows and has_next:
+        page.next_cursor = _encode([getattr(rows[-1], n) for n in names])
+    if rows and has_prev:
+        page.prev_cursor = _encode([getattr(rows[0], n) for n in names])
+    return page
+
+
+# -- dashboard ----------------------------------------------------------------
+
+AGE_BUCKETS: tuple[tuple[str, timedelta | None], ...] = (
+    ("under 1 h", timedelta(hours=1)),
+    ("1 to 24 h", timedelta(hours=24)),
+    ("1 to 7 days", timedelta(days=7)),
+    ("over 7 days", None),
+)
+
+
+def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
+    now = now or timezone.now()
+    open_cases = ReviewCase.objects.filter(status__in=ReviewCase.OPEN_STATUSES)
+    buckets: dict[str, Any] = {}
+    lower: timedelta | None = None
+    for index, (_label, upper) in enumerate(AGE_BUCKETS):
+        condition = Q()
+        if upper is not None:
+            condition &= Q(created_at__gt=now - upper)
+        if lower is not None:
+            condition &= Q(created_at__lte=now - lower)
+        buckets[f"age_{index}"] = Count("id", filter=condition)
+        lower = upper
+    by_kind = list(
+        open_cases.values("kind")
+        .annotate(total=Count("id"), unowned=Count("id", filter=Q(owner__isnull=True)), **buckets)
+        .order_by("-total")
+    )
+    labels = dict(ReviewCase.Kind.choices)
+    for row in by_kind:
+        row["label"] = labels.get(row["kind"], row["kind"])
+        row["ages"] = [row[f"age_{i}"] for i in range(len(AGE_BUCKETS))]
+    oldest = open_cases.select_related("event", "operation").order_by("created_at", "id").first()
+    operations = dict(
+        Operation.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+    )
+    return {
+        "open_total": sum(r["total"] for r in by_kind),
+        "unowned_total": sum(r["unowned"] for r in by_kind),
+        "by_kind": by_kind,
+        "age_labels": [label for label, _ in AGE_BUCKETS],
+        "oldest": oldest,
+        "operations": [
+            (value, label, operations.get(value, 0)) for value, label in Operation.Status.choices
+        ],
+        "throughput": throughput_24h(now=now),
+    }
+
+
+def throughput_24h(*, now: datetime) -> list[dict[str, Any]]:
+    """Attempts per hour over the last 24 h, per destination: (succeeded, failed)."""
+    start = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+    rows = (
+        Attempt.objects.filter(started_at__gte=start, outcome__isnull=False)
+        .annotate(hour=TruncHour("started_at"))
+        .values("operation__destination__name", "hour")
+        .annotate(
+            ok=Count("id", filter=Q(outcome=Attempt.Outcome.SUCCEEDED)),
+            failed=Count("id", filter=~Q(outcome=Attempt.Outcome.SUCCEEDED)),
+        )
+    )
+    hours = [start + timedelta(hours=i) for i in range(24)]
+    series: dict[str, dict[datetime, tuple[int, int]]] = defaultdict(dict)
+    for row in rows:
+        series[row["operation__destination__name"]][row["hour"]] = (row["ok"], row["failed"])
+    result = []
+    for name in sorted(series):
+        points = [series[name].get(h, (0, 0)) for h in hours]
+        ok = sum(p[0] for p in points)
+        failed = sum(p[1] for p in points)
+        peak = max((a + b for a, b in points), default=0) or 1
+        bars = []
+        for i, (h, (a, b)) in enumerate(zip(hours, points, strict=True)):
+            total_h = (a + b) / peak * 60
+            failed_h = b / peak * 60
+            bars.append(
+                {
+                    "x": i * 12,
+                    "hour": h,
+                    "ok": a,
+                    "failed": b,
+                    "ok_y": 60 - total_h,
+                    "ok_h": total_h - failed_h,
+                    "failed_y": 60 - failed_h,
+                    "failed_h": failed_h,
+                }
+            )
+        result.append(
+            {
+                "name": name,
+                "attempts": ok + failed,
+                "succeeded": ok,
+                "failed": failed,
+                "failure_rate": (failed / (ok + failed) * 100) if ok + failed else 0.0,
+                "bars": bars,
+                "peak": peak,
+            }
+        )
+    return result
+
+
+# -- case page ----------------------------------------------------------------
+
+
+def case_get(case_id: int) -> ReviewCase:
+    return ReviewCase.objects.select_related(
+        "event__source", "operation__destination", "owner"
+    ).get(pk=case_id)
+
+
+def event_operations(event: Event) -> list[Operation]:
+    """The event's operations in pipeline order, each with its attempts (the timeline)."""
+    attempts = Attempt.objects.select_related("triggered_by").order_by("number")
+    return list(
+        event.operations.select_related("destination")
+        .prefetch_related(Prefetch("attempts", queryset=attempts))
+        .order_by("position")
+    )
+
+
+def event_deliveries(event: Event) -> list[Delivery]:
+    return list(event.deliveries.order_by("received_at", "id"))
+
+
+def related_events(event: Event, *, limit: int = 20) -> list[Event]:
+    """Other events of the same contact (HMAC of the email; the address is never indexed)."""
+    if not event.contact_digest:
+        return []
+    latest_case = ReviewCase.objects.filter(event=OuterRef("pk")).order_by("-created_at")
+    return list(
+        Event.objects.filter(contact_digest=event.contact_digest)
+        .exclude(pk=event.pk)
+        .select_related("source")
+        .defer("payload")
+        .annotate(case_id=Subquery(latest_case.values("pk")[:1]))
+        .order_by("-received_at")[:limit]
+    )
+
+
+def case_audit(case: ReviewCase) -> list[AuditEntry]:
+    condition = Q(case=case)
+    if case.operation_id is not None:
+        condition |= Q(operation_id=case.operation_id)
+    return list(AuditEntry.objects.filter(condition).order_by("at", "pk"))
+
+
+def audit_filterset(params: QueryDict) -> AuditFilter:
+    return AuditFilter(params, queryset=AuditEntry.objects.select_related("case").order_by("-at"))
+
+
+# -- duplicates -----------------------------------------------------------------
+
+COMPARED_FIELDS = ("name", "email", "message", "external_ref", "created_at")
+
+
+def duplicate_record_ids(case: ReviewCase) -> list[str]:
+    """Record ids a duplicate case is about, from whatever evidence it carries."""
+    evidence = case.evidence or {}
+    ids: list[str] = [str(r) for r in evidence.get("record_ids") or []]
+    ids += [str(r["id"]) for r in evidence.get("records") or [] if isinstance(r, dict)]
+    for key in ("existing_id", "survivor_id", "duplicate_id"):
+        if evidence.get(key):
+            ids.append(str(evidence[key]))
+    return list(dict.fromkeys(ids))
+
+
+@dataclass
+class ComparedRecord:
+    ref: str
+    record: dict[str, Any] | None
+    error: str = ""
+    operation: Operation | None = None
+
+
+def duplicate_comparison(case: ReviewCase, *, unmasked: bool) -> dict[str, Any]:
+    """Both (or all) records side by side, each with the event it came from, and
+    the fields that differ between them."""
+    refs = duplicate_record_ids(case)
+    destination = case.operation.destination if case.operation_id else None
+    if destination is None or destination.kind != destination.Kind.CRM_HTTP:
+        from idempotency_core.models import Destination
+
+        destination = Destination.objects.filter(name="crm").first()
+    crm = adapter_for(destination) if destination is not None else None
+    compared: list[ComparedRecord] = []
+    for ref in refs:
+        if not isinstance(crm, CrmClient):
+            compared.append(ComparedRecord(ref, None, "no CRM destination is configured"))
+            continue
+        try:
+            record = crm.get_record(ref)
+        except DestinationError as exc:
+            compared.append(ComparedRecord(ref, None, f"the CRM did not answer: {exc}"))
+            continue
+        if record is None:
+            compared.append(ComparedRecord(ref, None, "not found in the CRM (deleted?)"))
+            continue
+        operation = None
+        if record.get("external_ref"):
+            operation = (
+                Operation.objects.select_related("event__source")
+                .filter(key=record["external_ref"])
+                .first()
+            )
+        compared.append(
+            ComparedRecord(ref, record_for(record, unmasked=unmasked), operation=operation)
+        )
+    rows = []
+    present = [c for c in compared if c.record is not None]
+    extra_keys = sorted({k for c in present for k in (c.record.get("extra") or {})})
+    for name in (*COMPARED_FIELDS, *(f"extra.{k}" for k in extra_keys)):
+        values = []
+        for c in present:
+            if name.startswith("extra."):
+                value = (c.record.get("extra") or {}).get(name[6:], "")
+            else:
+                value = c.record.get(name, "")
+            values.append("" if value is None else str(value))
+        differs = len(set(values)) > 1
+        rows.append({"field": name.removeprefix("extra."), "values": values, "differs": differs})
+    return {
+        "records": compared,
+        "present": present,
+        "rows": rows,
+        "evidence_external_ref": (case.evidence or {}).get("external_ref", ""),
+    }
+
+
+# -- replay ---------------------------------------------------------------------
+
+
+def replay_preview(operation: Operation) -> dict[str, Any]:
+    """What the replay button would meet, in words, before anyone presses it.
+
+    Display only: `operation_replay` re-checks everything under a row lock.
+    """
+    from idempotency_core.replay import replay_requires_destination_check
+
+    Status = Operation.Status
+    blocked = {
+        Status.SUCCEEDED: f"already succeeded (reference {operation.destination_ref or '?'}); "
+        "a replay would create a second effect",
+        Status.RUNNING: "running now; wait for its outcome",
+        Status.PENDING: "already scheduled to run",
+        Status.RETRY_SCHEDULED: "already scheduled to run",
+        Status.CANCELLED: "cancelled",
+    }
+    reason = blocked.get(operation.status, "")
+    if not reason:
+        earlier = (
+            Operation.objects.filter(event_id=operation.event_id, position__lt=operation.position)
+            .exclude(status=Status.SUCCEEDED)
+            .order_by("position")
+            .first()
+        )
+        if earlier is not None:
+            reason = f"an earlier step ({earlier.step}) has not succeeded; replay that first"
+    destination = operation.destination
+    window = ""
+    if destination.idempotency_keys and operation.first_presented_at:
+        retention = destination.idempotency_key_retention
+        if retention is not None:
+            window = f"{destination.name} remembers idempotency keys for {retention}; this key "
+            window += f"was first presented {operation.first_presented_at:%Y-%m-%d %H:%M} UTC."
+    return {
+        "possible": not reason,
+        "refusal": reason,
+        "needs_check": replay_requires_destination_check(operation),
+        "can_lookup": destination.kind == destination.Kind.CRM_HTTP,
+        "native_lookup": destination.lookup,
+        "window": window,
+    }

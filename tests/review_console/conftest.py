@@ -1,0 +1,108 @@
+"""Fixtures of the console tests: one user per role, and cases made the real way.
+
+Cases come from the engine itself (event_ingest, operation_execute against the
+sandbox) or from `review_case_open`, never from hand-written rows, so the
+console is tested on the states production produces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from idempotency_core.engine import operation_execute
+from idempotency_core.ingest import event_ingest
+from idempotency_core.models import Destination, Event, Operation, ReviewCase
+from idempotency_core.reviews import operation_subject, review_case_open
+from idempotency_core.sources import source_get_or_create
+from tests.core.test_ingest_api import submission
+
+PASSWORD = "correct-horse-battery"
+ROLES = ("anonymous", "nonstaff", "reviewer", "replay_admin", "superuser")
+
+
+def make_user(username: str, *, groups: tuple[str, ...] = (), staff: bool = True) -> User:
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=staff)
+    for name in groups:
+        user.groups.add(Group.objects.get(name=name))
+    return user
+
+
+@pytest.fixture
+def users(db: None) -> dict[str, User | None]:
+    """One user per role. The non-staff user is even in Reviewers: staff is what counts."""
+    return {
+        "anonymous": None,
+        "nonstaff": make_user("nora", groups=("Reviewers",), staff=False),
+        "reviewer": make_user("rita", groups=("Reviewers",)),
+        "replay_admin": make_user("rex", groups=("Replay admins",)),
+        "superuser": User.objects.create_superuser("sue", password=PASSWORD),
+    }
+
+
+def ingest(key: str, **overrides) -> Event:
+    source, _ = source_get_or_create(name="website")
+    return event_ingest(source=source, key=key, payload=submission(**overrides)).event
+
+
+def crm_without_recognition() -> None:
+    """The CRM declares nothing that recognises a repeat: an unclear create goes to review."""
+    Destination.objects.filter(name="crm").update(
+        idempotency_keys=False, unique_external_ref=False, lookup=False
+    )
+
+
+@pytest.fixture
+def ambiguous_case(sandbox) -> Callable[..., ReviewCase]:
+    """Makes an ambiguous-outcome case for real: the first create fails in `mode`."""
+
+    def make(key: str = "amb-1", mode: str = "drop_response_after_commit") -> ReviewCase:
+        sandbox.capabilities(idempotency_keys=False, unique_external_ref=False, lookup=False)
+        crm_without_recognition()
+        sandbox.fault("create_record", mode)
+        event = ingest(key)
+        operation = event.operations.get(step="create_enquiry")
+        assert operation_execute(operation_id=operation.pk) == "ambiguous"
+        operation.refresh_from_db()
+        assert operation.status == Operation.Status.NEEDS_REVIEW
+        return ReviewCase.objects.get(operation=operation, kind=ReviewCase.Kind.AMBIGUOUS)
+
+    return make
+
+
+def permanent_case(key: str = "perm-1") -> ReviewCase:
+    """A case without any network call: an operation marked failed through the service."""
+    event = ingest(key)
+    operation = event.operations.get(step="create_enquiry")
+    Operation.objects.filter(pk=operation.pk).update(status=Operation.Status.NEEDS_REVIEW)
+    case, _ = review_case_open(
+        kind=ReviewCase.Kind.PERMANENT,
+        subject=operation_subject(operation),
+        summary="create_enquiry was refused: HTTP 400.",
+        operation=operation,
+        evidence={"http_status": 400},
+        system="test",
+    )
+    return case
+
+
+def duplicate_case(sandbox, *, key_a: str = "dup-a", key_b: str = "dup-b") -> ReviewCase:
+    """Two events of one person made two CRM records; a case names both."""
+    crm_ids = []
+    for key in (key_a, key_b):
+        event = ingest(key)
+        operation = event.operations.get(step="create_enquiry")
+        assert operation_execute(operation_id=operation.pk) == "succeeded"
+        operation.refresh_from_db()
+        crm_ids.append(operation.destination_ref)
+    case, _ = review_case_open(
+        kind=ReviewCase.Kind.SUSPECTED_DUPLICATE,
+        subject=f"records:{crm_ids[0]}+{crm_ids[1]}",
+        summary="Two enquiries from the same contact within minutes, same message.",
+        event=Event.objects.get(key=key_b),
+        evidence={"external_ref": "", "record_ids": crm_ids},
+        system="test",
+    )
+    return case

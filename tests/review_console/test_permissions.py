@@ -1,0 +1,203 @@
+"""Who reaches what: every console page and action, for every role.
+
+Anonymous users are sent to the login page, non-staff users get 403 even when
+they hold the Reviewers permissions, Reviewers do everything but replay, Replay
+admins and superusers do everything. Actions answer GET with 405 and refuse a
+POST without a CSRF token.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.urls import reverse
+
+from idempotency_core.models import AuditEntry, ReviewCase
+from tests.review_console.conftest import ROLES, duplicate_case, permanent_case
+
+pytestmark = pytest.mark.django_db
+
+# (name, kind of case, which role set may use it)
+PAGES = [
+    ("console:dashboard", None, "view"),
+    ("console:case-list", None, "view"),
+    ("console:case-detail", "permanent", "view"),
+    ("console:case-compare", "duplicate", "change"),
+    ("console:audit-list", None, "view"),
+    ("console:audit-export", None, "view"),
+    ("console:api-case-list", None, "view"),
+    ("console:api-case-detail", "permanent", "view"),
+]
+ACTIONS = [
+    # POST without confirm: the confirmation page (200) or a redirect (302).
+    ("console:case-take", None, "change", 302),
+    ("console:case-lookup", "permanent", "change", 302),
+    ("console:case-replay", "permanent", "replay", 200),
+    ("console:case-resolve", "permanent", "change", 200),
+    ("console:case-close", "permanent", "change", 200),
+    ("console:case-merge", "duplicate", "change", 302),
+    ("console:case-not-duplicate", "duplicate", "change", 200),
+    ("console:bulk-replay-new", None, "replay", 200),
+]
+ALLOWED = {
+    "view": {"reviewer", "replay_admin", "superuser"},
+    "change": {"reviewer", "replay_admin", "superuser"},
+    "replay": {"replay_admin", "superuser"},
+}
+
+
+def client_for(users, role: str, **kwargs) -> Client:
+    client = Client(**kwargs)
+    if users[role] is not None:
+        client.force_login(users[role])
+    return client
+
+
+def url_for(name: str, case: ReviewCase | None) -> str:
+    if case is None:
+        return reverse(name)
+    key = "pk" if name.startswith("console:api-") else "case_id"
+    return reverse(name, kwargs={key: case.pk})
+
+
+def make_case(kind: str | None, sandbox) -> ReviewCase | None:
+    if kind == "permanent":
+        return permanent_case()
+    if kind == "duplicate":
+        return duplicate_case(sandbox)
+    return None
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize(("name", "kind", "needs"), PAGES)
+def test_pages_by_role(users, sandbox, role, name, kind, needs):
+    url = url_for(name, make_case(kind, sandbox))
+    response = client_for(users, role).get(url)
+    if role in ALLOWED[needs]:
+        assert response.status_code == 200, response.content[:500]
+    elif name.startswith("console:api-"):
+        # DRF with session auth answers 403 to anonymous users too (no login page for scripts).
+        assert response.status_code == 403
+    elif role == "anonymous":
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/?next=")
+    else:
+        assert response.status_code == 403
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize(("name", "kind", "needs", "ok_status"), ACTIONS)
+def test_actions_by_role(users, sandbox, role, name, kind, needs, ok_status):
+    case = make_case(kind, sandbox)
+    url = url_for(name, case)
+    data = {}
+    if name == "console:case-take":
+        data = {"case": [permanent_case("take-1").pk]}
+    before = AuditEntry.objects.count()
+    response = client_for(users, role).post(url, data)
+    if role in ALLOWED[needs]:
+        assert response.status_code == ok_status, response.content[:500]
+    elif role == "anonymous":
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/")
+    else:
+        assert response.status_code == 403
+        assert AuditEntry.objects.count() == before, "a refused request must decide nothing"
+
+
+@pytest.mark.parametrize(("name", "kind", "needs", "ok_status"), ACTIONS)
+@pytest.mark.parametrize("role", ["reviewer", "superuser"])
+def test_get_on_an_action_is_405(users, sandbox, role, name, kind, needs, ok_status):
+    url = url_for(name, make_case(kind, sandbox))
+    assert client_for(users, role).get(url).status_code == 405
+
+
+API_ACTIONS = [
+    ("take", {}, "change"),
+    ("resolve", {"destination_ref": "x", "reason": "r"}, "change"),
+    ("close", {"resolution_code": "other", "reason": "r"}, "change"),
+    ("replay", {"reason": "r"}, "replay"),
+]
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize(("action", "body", "needs"), API_ACTIONS)
+def test_api_actions_by_role(users, role, action, body, needs):
+    case = permanent_case()
+    response = client_for(users, role).post(
+        f"/console/api/cases/{case.pk}/{action}/", body, content_type="application/json"
+    )
+    if role in ALLOWED[needs]:
+        # Allowed through; the service may still refuse (409) on the case's state.
+        assert response.status_code in (200, 409), response.content[:500]
+    else:
+        assert response.status_code == 403
+
+
+def test_the_api_replay_goes_through_the_service_guards(users):
+    case = permanent_case()
+    client = client_for(users, "replay_admin")
+    url = f"/console/api/cases/{case.pk}/replay/"
+    assert client.post(url, {}, content_type="application/json").status_code == 400
+    response = client.post(url, {"reason": "CRM fixed"}, content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "resolved"
+    assert response.json()["operation"]["status"] == "retry_scheduled"
+    again = client.post(url, {"reason": "twice"}, content_type="application/json")
+    assert again.status_code == 409
+    assert "already scheduled" in again.json()["detail"]
+
+
+@pytest.mark.parametrize(("name", "kind", "needs", "ok_status"), ACTIONS)
+def test_csrf_is_enforced_on_actions(users, sandbox, name, kind, needs, ok_status):
+    case = make_case(kind, sandbox)
+    client = client_for(users, "superuser", enforce_csrf_checks=True)
+    url = url_for(name, case)
+    data = {"case": [permanent_case("csrf-take").pk]} if name == "console:case-take" else {}
+    assert client.post(url, data).status_code == 403
+    client.get(reverse("console:dashboard"))  # sets the CSRF cookie
+    token = client.cookies["csrftoken"].value
+    assert client.post(url, {**data, "csrfmiddlewaretoken": token}).status_code == ok_status
+
+
+def test_csrf_is_enforced_on_the_api(users):
+    case = permanent_case()
+    client = client_for(users, "superuser", enforce_csrf_checks=True)
+    response = client.post(
+        f"/console/api/cases/{case.pk}/take/", {}, content_type="application/json"
+    )
+    assert response.status_code == 403
+    assert "CSRF" in response.json()["detail"]
+
+
+def test_contact_details_are_masked_without_the_permission(users):
+    case = permanent_case()
+    url = reverse("console:case-detail", args=[case.pk])
+    masked = client_for(users, "reviewer").get(url).content.decode()
+    assert "ada@example.com" not in masked and "Lovelace" not in masked
+    assert "a***@example.com" in masked and "+44 ** **** 0000" in masked and "A. L." in masked
+    users["reviewer"].user_permissions.add(Permission.objects.get(codename="view_contact_details"))
+    unmasked = client_for(users, "reviewer").get(url).content.decode()
+    assert "ada@example.com" in unmasked and "Ada Lovelace" in unmasked
+    superuser_view = client_for(users, "superuser").get(url).content.decode()
+    assert "ada@example.com" in superuser_view
+
+
+def test_the_api_masks_contact_details_too(users):
+    case = permanent_case()
+    data = client_for(users, "reviewer").get(f"/console/api/cases/{case.pk}/").json()
+    assert data["contact"]["email"] == "a***@example.com"
+    data = client_for(users, "superuser").get(f"/console/api/cases/{case.pk}/").json()
+    assert data["contact"]["email"] == "ada@example.com"
+
+
+def test_a_reviewer_sees_no_replay_button(users):
+    case = permanent_case()
+    url = reverse("console:case-detail", args=[case.pk])
+    reviewer_page = client_for(users, "reviewer").get(url).content.decode()
+    admin_page = client_for(users, "replay_admin").get(url).content.decode()
+    replay_url = reverse("console:case-replay", args=[case.pk])
+    assert replay_url not in reviewer_page
+    assert "Replaying needs the Replay admins role" in reviewer_page
+    assert replay_url in admin_page
