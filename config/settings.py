@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -151,6 +152,23 @@ ONEFOLD_SWEEP_SECONDS = env_float("ONEFOLD_SWEEP_SECONDS", 10, minimum=0.1)
 ONEFOLD_STUCK_AFTER_SECONDS = env_int("ONEFOLD_STUCK_AFTER_SECONDS", 3600, minimum=1)
 # Default requests per minute per source (each source may override).
 ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
+# Retention (README "Retention"). Payloads (contact details, message) are nulled
+# this many days after the event arrived, once no operation is still in flight;
+# key and fingerprint stay.
+ONEFOLD_PAYLOAD_RETENTION_DAYS = env_int("ONEFOLD_PAYLOAD_RETENTION_DAYS", 30, minimum=1)
+# How long a key is answered from its stored event. After it the key has
+# expired: a delivery for it opens a late-replay case when the destination
+# already holds the record, and is never processed again.
+ONEFOLD_KEY_RETENTION_DAYS = env_int("ONEFOLD_KEY_RETENTION_DAYS", 400, minimum=1)
+if ONEFOLD_PAYLOAD_RETENTION_DAYS > ONEFOLD_KEY_RETENTION_DAYS:
+    raise ImproperlyConfigured(
+        "ONEFOLD_PAYLOAD_RETENTION_DAYS must not exceed ONEFOLD_KEY_RETENTION_DAYS"
+    )
+# Reconciliation: records per page of the destination listing (the sandbox
+# allows 5000) and how long a run may go silent before another process may
+# resume it.
+ONEFOLD_RECONCILE_PAGE_SIZE = env_int("ONEFOLD_RECONCILE_PAGE_SIZE", 5000, minimum=1)
+ONEFOLD_RECONCILE_LEASE_SECONDS = env_float("ONEFOLD_RECONCILE_LEASE_SECONDS", 120, minimum=1)
 
 # --- django-q2 (see shared TASK-QUEUE.md) ----------------------------------
 

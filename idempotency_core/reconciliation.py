@@ -1,0 +1,721 @@
+"""Reconciliation: compare a period's events with what a CRM destination really holds.
+
+Flow 8 of DESIGN.md. A run goes through three phases, each resumable:
+
+1. **Listing.** The destination's records are paged through (`GET
+   /crm/records?since=&until=`) and staged in `ReconciliationRecord`, with COPY
+   on PostgreSQL. Each page is committed together with the listing cursor that
+   follows it, so an interrupted run continues after its last committed page
+   and never stages a page twice. The next page is fetched while the current
+   one is written (one helper thread, no database access in it).
+2. **Comparing.** A handful of set-based INSERT ... SELECT queries turn staging
+   rows, events and operations into `ReconciliationFinding` rows, in one
+   transaction (recomputed from scratch if a crash interrupts it).
+3. **Opening.** Each finding becomes a review case through `review_case_open`;
+   the partial unique constraint on open cases makes a second run add nothing
+   already open. The counts reported as "new" are findings whose case this run
+   opened (with `dry_run`, findings with no open case of that subject and kind).
+
+What the findings mean (create_enquiry operations of events received in
+[since, until) whose CRM is the run's destination; `as_of` is the run's start):
+
+- **missing**: Onefold holds no proof that a record was made (the operation
+  needs review, or succeeded without a reference) and no record carries the
+  operation key. The event has no effect in the destination.
+- **removed**: the operation succeeded with record R, and neither R nor any
+  record carrying the key is listed any more: deleted or merged away behind
+  Onefold's back. Onefold knows the record existed; that is the difference from
+  missing.
+- **changed**: the operation succeeded with record R, R is listed but carries
+  another external reference, or R is gone while another record carries the
+  key.
+- **duplicate**: more than one live record carries one external reference.
+  Never merged automatically; a reviewer investigates.
+- **orphan**: a record created in the period whose external reference matches
+  no create_enquiry operation (or that has none), and that is no operation's
+  recorded destination_ref (an edited reference is reported as changed, once).
+- **stuck**: an operation of an in-scope event still pending, running or
+  scheduled for retry (and released: its earlier steps are done) more than
+  ONEFOLD_STUCK_AFTER_SECONDS after its event arrived. An operation in flight
+  is reported as stuck, not also as missing.
+
+Operations that settled after `as_of` are left to the next run; records are
+listed from `since` minus a clock-skew margin up to `as_of` (or `until`, if
+later) plus that margin, because a record may be created long after its event.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from idempotency_core.audit import audit_record
+from idempotency_core.models import (
+    Destination,
+    Event,
+    Operation,
+    ReconciliationFinding,
+    ReconciliationRecord,
+    ReconciliationRun,
+    ReviewCase,
+    Source,
+)
+from idempotency_core.pipeline import destination_for
+from idempotency_core.reviews import review_case_open
+from integrations.crm import CrmClient
+
+logger = logging.getLogger(__name__)
+
+SYSTEM = "reconciliation"
+ENQUIRY_STEP = "create_enquiry"
+# Clocks of Onefold and the CRM may disagree by this much.
+LISTING_MARGIN = timedelta(minutes=5)
+# Listing a page is a read: it may take longer than a create is allowed to.
+LISTING_TIMEOUT_SECONDS = 60.0
+FINDING_KINDS = tuple(ReconciliationFinding.Kind.values)
+CASE_KIND = {
+    ReconciliationFinding.Kind.MISSING: ReviewCase.Kind.RECON_MISSING,
+    ReconciliationFinding.Kind.DUPLICATE: ReviewCase.Kind.RECON_DUPLICATE,
+    ReconciliationFinding.Kind.ORPHAN: ReviewCase.Kind.RECON_ORPHAN,
+    ReconciliationFinding.Kind.REMOVED: ReviewCase.Kind.RECON_REMOVED,
+    ReconciliationFinding.Kind.CHANGED: ReviewCase.Kind.RECON_CHANGED,
+    ReconciliationFinding.Kind.STUCK: ReviewCase.Kind.RECON_STUCK,
+}
+
+
+class ReconciliationError(Exception):
+    """The run cannot start or continue (busy elsewhere, finished, lease lost)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    run: ReconciliationRun
+    phase: str
+    pages: int
+    records: int
+    # Share of the listing window covered so far (by created_at), 0..1.
+    fraction: float
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+# -- starting and resuming -----------------------------------------------------
+
+
+def reconciliation_start(
+    *,
+    since: datetime,
+    until: datetime,
+    source: Source | None = None,
+    destination: Destination | None = None,
+    dry_run: bool = False,
+    trigger: str = "command",
+) -> ReconciliationRun:
+    """Returns a run this process holds: the unfinished one of the same scope, else a new one.
+
+    An unfinished run whose lease is still held by another process is refused,
+    so two processes never stage into one run.
+    """
+    if since >= until:
+        raise ReconciliationError("--since must be before --until")
+    if destination is None:
+        destination = destination_for(source, "crm") if source else _default_crm()
+    if destination.kind != Destination.Kind.CRM_HTTP:
+        raise ReconciliationError(f"destination {destination.name} is not a CRM")
+    unfinished = (
+        ReconciliationRun.objects.filter(
+            destination=destination, source=source, since=since, until=until, dry_run=dry_run
+        )
+        .exclude(status=ReconciliationRun.Status.COMPLETED)
+        .order_by("-started_at")
+        .first()
+    )
+    if unfinished is not None:
+        return reconciliation_claim(run_id=unfinished.pk)
+    now = timezone.now()
+    return ReconciliationRun.objects.create(
+        destination=destination,
+        source=source,
+        since=since,
+        until=until,
+        as_of=now,
+        listing_since=since - LISTING_MARGIN,
+        listing_until=max(until, now) + LISTING_MARGIN,
+        dry_run=dry_run,
+        trigger=trigger,
+        lease_token=uuid.uuid4(),
+        lease_expires_at=now + _lease(),
+    )
+
+
+def reconciliation_claim(*, run_id: int) -> ReconciliationRun:
+    """Takes over an unfinished run whose lease has expired (conditional UPDATE)."""
+    now = timezone.now()
+    token = uuid.uuid4()
+    claimed = (
+        ReconciliationRun.objects.filter(pk=run_id)
+        .exclude(status=ReconciliationRun.Status.COMPLETED)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+        .update(lease_token=token, lease_expires_at=now + _lease())
+    )
+    if not claimed:
+        run = ReconciliationRun.objects.filter(pk=run_id).first()
+        if run is None:
+            raise ReconciliationError(f"no reconciliation run {run_id}")
+        if run.status == ReconciliationRun.Status.COMPLETED:
+            raise ReconciliationError(f"reconciliation run {run_id} is already completed")
+        raise ReconciliationError(
+            f"reconciliation run {run_id} is being worked on by another process "
+            f"(lease until {run.lease_expires_at:%Y-%m-%d %H:%M:%S})"
+        )
+    run = ReconciliationRun.objects.select_related("destination", "source").get(pk=run_id)
+    staged = ReconciliationRecord.objects.filter(run=run).count()
+    if run.status == ReconciliationRun.Status.LISTING and staged != run.records_staged:
+        # The staging rows do not match the committed cursor (cleaned up by
+        # hand, or lost): list again from the start rather than compare a gap.
+        logger.warning(
+            "run %s: %s rows staged, %s expected; relisting", run.pk, staged, run.records_staged
+        )
+        with transaction.atomic():
+            ReconciliationRecord.objects.filter(run=run).delete()
+            _renew(run, cursor="", pages_fetched=0, records_staged=0)
+    return run
+
+
+def reconciliation_execute(
+    *, run: ReconciliationRun, progress: ProgressCallback | None = None
+) -> ReconciliationRun:
+    """Runs (or continues) a run this process holds to completion.
+
+    On an exception the lease is released, so the run can be resumed at once.
+    """
+    try:
+        if run.status == ReconciliationRun.Status.LISTING:
+            _list_and_stage(run, progress)
+        if run.status == ReconciliationRun.Status.COMPARING:
+            _compare(run)
+            _notify(progress, run, "comparing", 1.0)
+        if run.status == ReconciliationRun.Status.OPENING:
+            _open_cases(run)
+        _complete(run)
+    except BaseException:
+        ReconciliationRun.objects.filter(pk=run.pk, lease_token=run.lease_token).update(
+            lease_expires_at=timezone.now()
+        )
+        raise
+    return run
+
+
+def reconcile(
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    source: Source | None = None,
+    destination: Destination | None = None,
+    dry_run: bool = False,
+    resume_run_id: int | None = None,
+    trigger: str = "command",
+    progress: ProgressCallback | None = None,
+) -> ReconciliationRun:
+    """Starts, or resumes, and completes one reconciliation run."""
+    if resume_run_id is not None:
+        run = reconciliation_claim(run_id=resume_run_id)
+    else:
+        if since is None or until is None:
+            raise ReconciliationError("a period (since, until) or a run to resume is required")
+        run = reconciliation_start(
+            since=since,
+            until=until,
+            source=source,
+            destination=destination,
+            dry_run=dry_run,
+            trigger=trigger,
+        )
+    return reconciliation_execute(run=run, progress=progress)
+
+
+def reconcile_daily() -> list[dict[str, Any]]:
+    """django-q2 schedule: yesterday (UTC), once per CRM destination.
+
+    Idempotent: a repeat resumes or re-runs the same period, and open cases
+    are never opened twice.
+    """
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    results, failures = [], []
+    for destination in Destination.objects.filter(kind=Destination.Kind.CRM_HTTP).order_by("name"):
+        try:
+            run = reconcile(
+                since=today - timedelta(days=1),
+                until=today,
+                destination=destination,
+                trigger="schedule",
+            )
+        except Exception as exc:  # one unreachable CRM must not hide the others
+            logger.exception("daily reconciliation of %s failed", destination.name)
+            failures.append(f"{destination.name}: {exc}")
+            continue
+        results.append(run_summary(run))
+    if failures:
+        raise ReconciliationError("; ".join(failures))
+    return results
+
+
+def run_summary(run: ReconciliationRun) -> dict[str, Any]:
+    """The contract's JSON object (CONTRACT.md, `reconcile --json`)."""
+    return {
+        "run_id": run.pk,
+        "events": run.events_count or 0,
+        "destination_records": run.records_staged,
+        "findings": {kind: int(run.findings_new.get(kind, 0)) for kind in FINDING_KINDS},
+    }
+
+
+# -- phase 1: listing -----------------------------------------------------------
+
+
+def _list_and_stage(run: ReconciliationRun, progress: ProgressCallback | None) -> None:
+    client = CrmClient(
+        run.destination.base_url or settings.DESTINATION_URL,
+        timeout=max(settings.ONEFOLD_HTTP_TIMEOUT_SECONDS, LISTING_TIMEOUT_SECONDS),
+    )
+    window = (run.listing_until - run.listing_since).total_seconds() or 1.0
+    for page, next_cursor in _prefetched(
+        client.iter_records(
+            since=_iso(run.listing_since),
+            until=_iso(run.listing_until),
+            cursor=run.cursor or None,
+            limit=settings.ONEFOLD_RECONCILE_PAGE_SIZE,
+        )
+    ):
+        with transaction.atomic():
+            _stage(run, page)
+            changes: dict[str, Any] = {
+                "cursor": next_cursor or "",
+                "pages_fetched": run.pages_fetched + 1,
+                "records_staged": run.records_staged + len(page),
+            }
+            if not next_cursor:
+                changes["status"] = ReconciliationRun.Status.COMPARING
+            _renew(run, **changes)
+        fraction = 1.0
+        if page and next_cursor:
+            last = parse_datetime(page[-1]["created_at"])
+            if last is not None:
+                fraction = min(1.0, (last - run.listing_since).total_seconds() / window)
+        _notify(progress, run, "listing", fraction)
+    if run.status == ReconciliationRun.Status.LISTING:  # an empty first page ends too
+        _renew(run, status=ReconciliationRun.Status.COMPARING)
+
+
+def _stage(run: ReconciliationRun, page: list[dict[str, Any]]) -> None:
+    if not page:
+        return
+    if connection.vendor == "postgresql":
+        table = ReconciliationRecord._meta.db_table
+        with (
+            connection.cursor() as cursor,
+            cursor.cursor.copy(
+                f"COPY {table} (run_id, record_id, external_ref, created_at, updated_at) FROM STDIN"
+            ) as copy,
+        ):
+            for record in page:
+                copy.write_row(
+                    (
+                        run.pk,
+                        str(record["id"]),
+                        record.get("external_ref"),
+                        record["created_at"],
+                        record.get("updated_at"),
+                    )
+                )
+        return
+    ReconciliationRecord.objects.bulk_create(
+        (
+            ReconciliationRecord(
+                run=run,
+                record_id=str(record["id"]),
+                external_ref=record.get("external_ref"),
+                created_at=parse_datetime(record["created_at"]),
+                updated_at=parse_datetime(record["updated_at"])
+                if record.get("updated_at")
+                else None,
+            )
+            for record in page
+        ),
+        batch_size=500,
+    )
+
+
+_DONE = object()
+
+
+def _prefetched(pages: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """Fetches the next page in a thread while the caller stages this one.
+
+    The thread only does HTTP; every database write stays in the caller.
+    """
+    buffer: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in pages:
+                while not stop.is_set():
+                    try:
+                        buffer.put(item, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            buffer.put(_DONE)
+        except BaseException as exc:  # handed to the consumer, raised there
+            buffer.put(exc)
+
+    thread = threading.Thread(target=produce, name="reconcile-listing", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = buffer.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+# -- phase 2: comparing -----------------------------------------------------------
+
+
+def _compare(run: ReconciliationRun) -> None:
+    """Computes every finding of the run in one transaction, set-based."""
+    tables = {
+        "event": Event._meta.db_table,
+        "operation": Operation._meta.db_table,
+        "staging": ReconciliationRecord._meta.db_table,
+        "finding": ReconciliationFinding._meta.db_table,
+        "case": ReviewCase._meta.db_table,
+    }
+    if connection.vendor == "postgresql":
+        agg = "string_agg({col}, ',' ORDER BY {order})"
+    else:
+        agg = "group_concat({col}, ',')"
+    params = {
+        "run": run.pk,
+        "destination": run.destination_id,
+        "step": ENQUIRY_STEP,
+        "since": run.since,
+        "until": run.until,
+        "until_events": min(run.until, run.as_of),
+        "as_of": run.as_of,
+        "stuck_before": run.as_of - timedelta(seconds=settings.ONEFOLD_STUCK_AFTER_SECONDS),
+        "orphan_prefix": f"record:{run.destination.name}:",
+    }
+    source_clause = ""
+    if run.source_id is not None:
+        source_clause = "AND e.source_id = %(source)s"
+        params["source"] = run.source_id
+    t = tables
+    # The in-scope create_enquiry operations and their events.
+    scope = f"""
+        SELECT o.id, o.event_id, o.key, o.status, o.destination_ref, o.completed_at
+        FROM {t["operation"]} o JOIN {t["event"]} e ON e.id = o.event_id
+        WHERE o.step = %(step)s AND o.destination_id = %(destination)s
+          AND e.received_at >= %(since)s AND e.received_at < %(until_events)s {source_clause}
+    """
+    by_ref = f"""
+        SELECT external_ref, {agg.format(col="record_id", order="created_at, record_id")} AS ids
+        FROM {t["staging"]}
+        WHERE run_id = %(run)s AND external_ref IS NOT NULL
+        GROUP BY external_ref
+    """
+    insert = (
+        f"INSERT INTO {t['finding']} "
+        "(run_id, kind, subject, event_id, operation_id, external_ref, record_ids) "
+    )
+    statements = [
+        # missing, removed, changed: one outer pass over the scope.
+        insert
+        + f"""
+        SELECT %(run)s,
+               CASE WHEN s.status = 'succeeded' AND s.destination_ref <> ''
+                    THEN CASE WHEN own.record_id IS NULL AND br.external_ref IS NULL
+                              THEN 'removed' ELSE 'changed' END
+                    ELSE 'missing' END,
+               'operation:' || s.id, s.event_id, s.id, s.key,
+               CASE WHEN own.record_id IS NULL THEN COALESCE(br.ids, '')
+                    WHEN br.ids IS NULL THEN own.record_id
+                    ELSE own.record_id || ',' || br.ids END
+        FROM ({scope}) s
+        LEFT JOIN ({by_ref}) br ON br.external_ref = s.key
+        LEFT JOIN {t["staging"]} own ON own.run_id = %(run)s AND own.record_id = s.destination_ref
+        WHERE (s.status = 'succeeded' AND s.destination_ref <> '' AND s.completed_at < %(as_of)s
+               AND (own.record_id IS NULL OR own.external_ref IS NULL
+                    OR own.external_ref <> s.key))
+           OR ((s.status = 'needs_review'
+                OR (s.status = 'succeeded' AND s.destination_ref = ''
+                    AND s.completed_at < %(as_of)s))
+               AND br.external_ref IS NULL)
+        """,
+        # stuck: few rows, found through the status index; every step counts.
+        insert
+        + f"""
+        SELECT %(run)s, 'stuck', 'operation:' || o.id, o.event_id, o.id, o.key,
+               COALESCE({agg.format(col="r.record_id", order="r.created_at, r.record_id")}, '')
+        FROM {t["operation"]} o
+        JOIN {t["event"]} e ON e.id = o.event_id
+        JOIN {t["operation"]} ce ON ce.event_id = o.event_id AND ce.step = %(step)s
+        LEFT JOIN {t["staging"]} r ON r.run_id = %(run)s AND r.external_ref = o.key
+        WHERE ce.destination_id = %(destination)s
+          AND o.status IN ('pending', 'running', 'retry_scheduled')
+          AND (o.status = 'running' OR o.next_attempt_at IS NOT NULL)
+          AND e.received_at >= %(since)s AND e.received_at < %(until_events)s
+          AND e.received_at < %(stuck_before)s {source_clause}
+        GROUP BY o.id, o.event_id, o.key
+        """,
+        # duplicate: references held by more than one staged record.
+        insert
+        + f"""
+        SELECT %(run)s, 'duplicate', 'external_ref:' || d.external_ref, o.event_id, o.id,
+               d.external_ref, d.ids
+        FROM (
+            SELECT external_ref, MIN(created_at) AS first_at,
+                   {agg.format(col="record_id", order="created_at, record_id")} AS ids
+            FROM {t["staging"]}
+            WHERE run_id = %(run)s AND external_ref IS NOT NULL
+            GROUP BY external_ref HAVING COUNT(*) > 1
+        ) d
+        LEFT JOIN {t["operation"]} o ON o.key = d.external_ref AND o.step = %(step)s
+        LEFT JOIN {t["event"]} e ON e.id = o.event_id
+        WHERE (o.id IS NULL AND d.first_at >= %(since)s AND d.first_at < %(until)s)
+           OR (o.destination_id = %(destination)s AND e.received_at >= %(since)s
+               AND e.received_at < %(until_events)s {source_clause})
+        """,
+        # orphan: records of the period that no operation accounts for.
+        insert
+        + f"""
+        SELECT %(run)s, 'orphan', %(orphan_prefix)s || r.record_id, NULL, NULL,
+               COALESCE(r.external_ref, ''), r.record_id
+        FROM {t["staging"]} r
+        WHERE r.run_id = %(run)s AND r.created_at >= %(since)s AND r.created_at < %(until)s
+          AND (r.external_ref IS NULL OR NOT EXISTS (
+                SELECT 1 FROM {t["operation"]} o
+                WHERE o.key = r.external_ref AND o.step = %(step)s))
+          AND NOT EXISTS (
+                SELECT 1 FROM {t["operation"]} o2
+                WHERE o2.destination_ref = r.record_id AND o2.step = %(step)s
+                  AND o2.destination_id = %(destination)s)
+        """,
+    ]
+    with transaction.atomic():
+        _renew(run)  # holds the lease, or raises before any work
+        ReconciliationFinding.objects.filter(run=run).delete()
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement, params)
+            cursor.execute(f"SELECT COUNT(*) FROM ({scope}) s", params)
+            events_count = cursor.fetchone()[0]
+            if run.dry_run:
+                # What a real run would open: no open case of this subject and kind.
+                cursor.execute(
+                    f"""
+                    UPDATE {t["finding"]} SET is_new = NOT EXISTS (
+                        SELECT 1 FROM {t["case"]} c
+                        WHERE c.subject = {t["finding"]}.subject
+                          AND c.kind = 'recon_' || {t["finding"]}.kind
+                          AND c.status IN ('open', 'in_progress'))
+                    WHERE run_id = %(run)s
+                    """,
+                    {"run": run.pk},
+                )
+        _renew(
+            run,
+            events_count=events_count,
+            status=ReconciliationRun.Status.COMPLETED
+            if run.dry_run
+            else ReconciliationRun.Status.OPENING,
+        )
+
+
+# -- phase 3: opening cases --------------------------------------------------------
+
+
+def _open_cases(run: ReconciliationRun) -> None:
+    pending = (
+        ReconciliationFinding.objects.filter(run=run, case__isnull=True)
+        .select_related("event", "operation")
+        .order_by("id")
+    )
+    for number, finding in enumerate(pending.iterator(chunk_size=500)):
+        with transaction.atomic():
+            case, created = review_case_open(
+                kind=CASE_KIND[finding.kind],
+                subject=finding.subject,
+                summary=_summary(run, finding),
+                event=finding.event,
+                operation=finding.operation,
+                evidence={
+                    "reconciliation_run": run.pk,
+                    "destination": run.destination.name,
+                    "external_ref": finding.external_ref,
+                    "record_ids": finding.record_id_list,
+                    "operation_status": finding.operation.status if finding.operation else None,
+                    "destination_ref": finding.operation.destination_ref
+                    if finding.operation
+                    else None,
+                },
+                system=SYSTEM,
+            )
+            ReconciliationFinding.objects.filter(pk=finding.pk).update(case=case, is_new=created)
+        if number % 200 == 199:
+            _renew(run)
+    _renew(run, status=ReconciliationRun.Status.COMPLETED)
+
+
+def _summary(run: ReconciliationRun, finding: ReconciliationFinding) -> str:
+    dest = run.destination.name
+    ids = ", ".join(finding.record_id_list) or "none"
+    op = finding.operation
+    kind = ReconciliationFinding.Kind
+    prefix = f"Reconciliation run {run.pk}: "
+    if finding.kind == kind.MISSING:
+        return prefix + (
+            f"{dest} holds no record with this event's reference {finding.external_ref} and "
+            f"Onefold never recorded one (operation {op.step if op else ''} is "
+            f"{op.status if op else 'unknown'}). The enquiry is not in the CRM: replay or close."
+        )
+    if finding.kind == kind.REMOVED:
+        return prefix + (
+            f"Onefold created record {op.destination_ref if op else '?'} in {dest} for this "
+            "event, and no record with that id or this reference is there any more (deleted or "
+            "merged away in the CRM). Check with the CRM's users before recreating it."
+        )
+    if finding.kind == kind.CHANGED:
+        return prefix + (
+            f"Onefold created record {op.destination_ref if op else '?'} in {dest} with "
+            f"reference {finding.external_ref}; the CRM now shows records {ids} instead "
+            "(the reference was edited, or the record replaced). Decide which record is the "
+            "enquiry."
+        )
+    if finding.kind == kind.DUPLICATE:
+        return prefix + (
+            f"{len(finding.record_id_list)} records in {dest} carry reference "
+            f"{finding.external_ref}: {ids}. Investigate before merging; nothing was merged "
+            "automatically."
+        )
+    if finding.kind == kind.ORPHAN:
+        return prefix + (
+            f"Record {ids} in {dest} (reference {finding.external_ref or 'none'}) matches no "
+            "Onefold operation: created outside Onefold, or its reference was edited."
+        )
+    return prefix + (
+        f"Operation {op.step if op else ''} is still {op.status if op else 'unfinished'} more "
+        f"than {settings.ONEFOLD_STUCK_AFTER_SECONDS} s after its event arrived"
+        + (f"; {dest} holds records {ids} with its reference." if finding.record_ids else ".")
+    )
+
+
+def _complete(run: ReconciliationRun) -> None:
+    counts = dict(
+        ReconciliationFinding.objects.filter(run=run)
+        .values_list("kind")
+        .annotate(n=Count("id"))
+        .values_list("kind", "n")
+    )
+    new = dict(
+        ReconciliationFinding.objects.filter(run=run, is_new=True)
+        .values_list("kind")
+        .annotate(n=Count("id"))
+        .values_list("kind", "n")
+    )
+    with transaction.atomic():
+        _renew(
+            run,
+            findings_total={k: counts.get(k, 0) for k in FINDING_KINDS},
+            findings_new={k: new.get(k, 0) for k in FINDING_KINDS},
+            finished_at=timezone.now(),
+            lease_token=None,
+            lease_expires_at=None,
+            renew_lease=False,
+        )
+        # Staging only served the comparison; findings keep the record ids.
+        ReconciliationRecord.objects.filter(run=run).delete()
+        if not run.dry_run:
+            audit_record(
+                action="reconciliation_completed",
+                system=SYSTEM,
+                details=run_summary(run) | {"findings_total": run.findings_total},
+            )
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _renew(run: ReconciliationRun, *, renew_lease: bool = True, **changes: Any) -> None:
+    """Writes `changes` only while this process holds the run's lease, and extends it."""
+    if renew_lease:
+        changes["lease_expires_at"] = timezone.now() + _lease()
+    updated = ReconciliationRun.objects.filter(pk=run.pk, lease_token=run.lease_token).update(
+        **changes
+    )
+    if not updated:
+        raise ReconciliationError(f"lost the lease on reconciliation run {run.pk}")
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+def _notify(
+    progress: ProgressCallback | None, run: ReconciliationRun, phase: str, fraction: float
+) -> None:
+    if progress is not None:
+        progress(
+            Progress(
+                run=run,
+                phase=phase,
+                pages=run.pages_fetched,
+                records=run.records_staged,
+                fraction=fraction,
+            )
+        )
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.ONEFOLD_RECONCILE_LEASE_SECONDS)
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _default_crm() -> Destination:
+    try:
+        return Destination.objects.get(name="crm")
+    except Destination.DoesNotExist:
+        raise ReconciliationError("no destination named crm; pass a source") from None
+
+
+__all__ = [
+    "Progress",
+    "ReconciliationError",
+    "reconcile",
+    "reconcile_daily",
+    "reconciliation_claim",
+    "reconciliation_execute",
+    "reconciliation_start",
+    "run_summary",
+]
