@@ -156,9 +156,10 @@ ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 600
 # this many days after the event arrived, once no operation is still in flight;
 # key and fingerprint stay.
 ONEFOLD_PAYLOAD_RETENTION_DAYS = env_int("ONEFOLD_PAYLOAD_RETENTION_DAYS", 30, minimum=1)
-# How long a key is answered from its stored event. After it the key has
-# expired: a delivery for it opens a late-replay case when the destination
-# already holds the record, and is never processed again.
+# After this many days a key has expired (event rows themselves are kept): a
+# delivery for it is still answered from the stored event and never processed
+# again, but first the destination is looked up by the operation key, and a
+# record found there opens a late-replay review case.
 ONEFOLD_KEY_RETENTION_DAYS = env_int("ONEFOLD_KEY_RETENTION_DAYS", 400, minimum=1)
 if ONEFOLD_PAYLOAD_RETENTION_DAYS > ONEFOLD_KEY_RETENTION_DAYS:
     raise ImproperlyConfigured(

@@ -18,6 +18,7 @@ from idempotency_core.engine import operation_enqueue
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, Source
 from idempotency_core.pipeline import DEFAULT_PIPELINE, STEPS, destination_for
+from idempotency_core.retention import late_replay_check
 
 
 class KeyReusedError(Exception):
@@ -63,6 +64,8 @@ def event_ingest(
         except IntegrityError:
             # Another request inserted the same (source, key) first and committed.
             existing = Event.objects.get(source=source, key=key)
+    # An expired key: look the destination up before answering (retention.py).
+    late_replay_check(event=existing, fingerprint=fingerprint)
     return _repeat_delivery(event=existing, fingerprint=fingerprint)
 
 

@@ -1,0 +1,112 @@
+"""Retention: payloads purged with keys kept; a very late repeat never duplicates."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from idempotency_core.engine import operation_execute
+from idempotency_core.ingest import KeyReusedError, event_ingest
+from idempotency_core.models import AuditEntry, Delivery, Event, ReviewCase
+from idempotency_core.retention import payloads_purge
+from idempotency_core.sources import source_get_or_create
+from tests.core.test_ingest_api import submission
+
+
+def age(event: Event, days: int) -> None:
+    Event.objects.filter(pk=event.pk).update(received_at=timezone.now() - timedelta(days=days))
+
+
+def completed(key: str, **overrides) -> Event:
+    source, _ = source_get_or_create(name="website")
+    event = event_ingest(source=source, key=key, payload=submission(**overrides)).event
+    for operation in event.operations.order_by("position"):
+        assert operation_execute(operation_id=operation.pk) == "succeeded"
+    return event
+
+
+@pytest.mark.django_db
+def test_purge_nulls_old_payloads_and_keeps_key_and_fingerprint(sandbox, settings):
+    settings.ONEFOLD_PAYLOAD_RETENTION_DAYS = 30
+    old, recent = completed("old"), completed("recent")
+    in_flight = event_ingest(source=old.source, key="in-flight", payload=submission()).event
+    age(old, 31)
+    age(in_flight, 31)
+    fingerprint = Event.objects.get(pk=old.pk).fingerprint
+
+    dry = StringIO()
+    call_command("purge_payloads", "--dry-run", stdout=dry, stderr=StringIO())
+    assert "would purge 1 payloads" in dry.getvalue()
+    assert Event.objects.get(pk=old.pk).payload is not None
+
+    report = payloads_purge(batch_size=1)
+    assert (report.candidates, report.purged) == (1, 1)
+    old.refresh_from_db()
+    assert old.payload is None and old.payload_purged_at is not None
+    assert (old.key, old.fingerprint) == ("old", fingerprint)
+    assert Event.objects.get(pk=recent.pk).payload is not None
+    # An operation still in flight keeps the payload it needs.
+    assert Event.objects.get(pk=in_flight.pk).payload is not None
+    assert AuditEntry.objects.filter(action="payloads_purged").count() == 1
+    assert payloads_purge().purged == 0
+
+    # A repeat inside key retention is still recognised by its fingerprint.
+    assert event_ingest(source=old.source, key="old", payload=submission()).created is False
+    with pytest.raises(KeyReusedError):
+        event_ingest(source=old.source, key="old", payload=submission(message="changed"))
+
+
+@pytest.mark.django_db
+def test_a_late_repeat_of_an_expired_key_opens_a_late_replay_case_not_a_duplicate(
+    sandbox, settings
+):
+    settings.ONEFOLD_KEY_RETENTION_DAYS = 400
+    event = completed("ancient")
+    age(event, 401)
+    payloads_purge()
+    assert sandbox.stats()["records"] == 1
+
+    result = event_ingest(source=event.source, key="ancient", payload=submission())
+    assert (result.created, result.event.pk) == (False, event.pk)
+    case = ReviewCase.objects.get(kind="late_replay")
+    enquiry = event.operations.get(step="create_enquiry")
+    assert case.subject == f"event:{event.pk}"
+    assert case.event_id == event.pk and case.operation_id == enquiry.pk
+    assert case.evidence["record_id"] == enquiry.destination_ref
+    assert case.evidence["external_ref"] == enquiry.key
+    assert case.evidence["fingerprint_matched"] is True
+    # Nothing was created: one record, one event, the delivery recorded.
+    stats = sandbox.stats()
+    assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 1)
+    assert Event.objects.count() == 1
+    assert Delivery.objects.filter(event=event, outcome="replayed").count() == 1
+
+    # A second late repeat finds the case open: still one case.
+    event_ingest(source=event.source, key="ancient", payload=submission())
+    assert ReviewCase.objects.filter(kind="late_replay").count() == 1
+
+
+@pytest.mark.django_db
+def test_an_expired_key_without_a_record_is_audited_without_a_case(sandbox, settings):
+    event = completed("gone")
+    sandbox.client.delete(
+        f"/crm/records/{event.operations.get(step='create_enquiry').destination_ref}"
+    ).raise_for_status()
+    age(event, settings.ONEFOLD_KEY_RETENTION_DAYS + 1)
+    event_ingest(source=event.source, key="gone", payload=submission())
+    assert not ReviewCase.objects.filter(kind="late_replay").exists()
+    assert AuditEntry.objects.filter(action="late_replay_checked", event=event).count() == 1
+    assert sandbox.stats()["records"] == 0
+
+
+@pytest.mark.django_db
+def test_a_repeat_inside_key_retention_never_calls_the_destination(sandbox):
+    event = completed("fresh")
+    calls = sandbox.stats()["calls"]["lookup_record"]
+    event_ingest(source=event.source, key="fresh", payload=submission())
+    assert sandbox.stats()["calls"]["lookup_record"] == calls
+    assert not ReviewCase.objects.filter(kind="late_replay").exists()
