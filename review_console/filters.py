@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 
 import django_filters
+from django import forms
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -23,6 +24,8 @@ from idempotency_core.models import (
 )
 from idempotency_core.pipeline import STEPS
 
+DATE_WIDGET = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
+
 
 def _day_start(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
@@ -32,7 +35,9 @@ class CaseFilter(django_filters.FilterSet):
     kind = django_filters.MultipleChoiceFilter(choices=CaseKind.choices)
     status = django_filters.MultipleChoiceFilter(choices=CaseStatus.choices)
     owner = django_filters.CharFilter(
-        method="filter_owner", label="Owner", help_text="'me', 'nobody' or a username"
+        method="filter_owner",
+        label="Owner",
+        widget=forms.TextInput(attrs={"placeholder": "me, nobody or a username"}),
     )
     source = django_filters.ModelChoiceFilter(
         field_name="event__source", queryset=Source.objects.order_by("name")
@@ -43,8 +48,12 @@ class CaseFilter(django_filters.FilterSet):
     step = django_filters.ChoiceFilter(
         field_name="operation__step", choices=[(name, name) for name in STEPS]
     )
-    opened_after = django_filters.DateFilter(method="filter_opened_after", label="Opened on/after")
-    opened_before = django_filters.DateFilter(method="filter_opened_before", label="Opened before")
+    opened_after = django_filters.DateFilter(
+        method="filter_opened_after", label="Opened on/after", widget=DATE_WIDGET
+    )
+    opened_before = django_filters.DateFilter(
+        method="filter_opened_before", label="Opened up to", widget=DATE_WIDGET
+    )
     q = django_filters.CharFilter(
         method="filter_search",
         label="Key or reference",
@@ -98,8 +107,8 @@ class AuditFilter(django_filters.FilterSet):
     action = django_filters.CharFilter()
     actor = django_filters.CharFilter(field_name="actor_label", lookup_expr="icontains")
     case = django_filters.NumberFilter(field_name="case_id")
-    since = django_filters.DateFilter(method="filter_since", label="On/after")
-    until = django_filters.DateFilter(method="filter_until", label="Before")
+    since = django_filters.DateFilter(method="filter_since", label="On/after", widget=DATE_WIDGET)
+    until = django_filters.DateFilter(method="filter_until", label="Up to", widget=DATE_WIDGET)
 
     class Meta:
         model = AuditEntry

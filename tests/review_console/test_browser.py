@@ -1,0 +1,232 @@
+"""The console in headless Chromium, against the live server and the real sandbox.
+
+What a reviewer does with the mouse: sign in, filter the queue, open an ambiguous
+case, read the timeline, look the destination up, then either mark resolved (the
+record was there) or replay (it was not), and merge suspected duplicates. The
+CRM's record count is the proof. Screenshots of the main pages are saved under
+test-artifacts/screenshots/ for a person to look at.
+
+Real commits are needed (`transaction=True`): the live server answers from its
+own thread and connection. `serialized_rollback` restores the groups and
+destinations that migrations seed, which a transactional flush would remove.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from idempotency_core.engine import operation_execute
+from idempotency_core.models import AuditEntry, Operation, ReviewCase
+from tests.review_console.conftest import PASSWORD, duplicate_case, permanent_case
+
+# Playwright's sync API runs an event loop in this thread; Django's ORM would
+# otherwise refuse to be called from the test body after the browser starts.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
+
+
+@pytest.fixture(scope="module")
+def _seed_snapshot(django_db_setup: None) -> str | None:
+    """The migrations' seed data (groups, destinations), serialized at database setup.
+
+    Taken before Playwright starts: once its sync API runs, the test body sees a
+    fresh connection object without the snapshot, so serialized_rollback silently
+    restores nothing (pytest-django issue #1117) and the groups vanish after the
+    first test's flush.
+    """
+    from django.db import connections
+
+    return getattr(connections["default"], "_test_serialized_contents", None)
+
+
+@pytest.fixture
+def _seed_restored(transactional_db: None, _seed_snapshot: str | None) -> None:
+    from django.contrib.auth.models import Group
+    from django.db import connections
+
+    if _seed_snapshot and not Group.objects.filter(name="Reviewers").exists():
+        # The flush re-created content types and permissions with new ids; start
+        # from empty tables so the snapshot's ids (which groups refer to) fit.
+        call_command("flush", interactive=False, inhibit_post_migrate=True, verbosity=0)
+        connections["default"].creation.deserialize_db_from_string(_seed_snapshot)
+
+
+@pytest.fixture(scope="module")
+def browser(_seed_snapshot: str | None) -> Iterator:
+    if not Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is None:
+        message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)  # a missing install step must not hide as a skip
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, live_server, _seed_restored):
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=live_server.url)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def sign_in(page, username: str, next_url: str = "/console/") -> None:
+    page.goto(f"/accounts/login/?next={next_url}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button:has-text('Sign in')")
+    page.wait_for_url(f"**{next_url}")
+
+
+def open_from_queue(page, case: ReviewCase, kind_label: str) -> None:
+    page.goto("/console/cases/")
+    page.select_option("#id_kind", label=kind_label)
+    page.click("button:has-text('Apply filters')")
+    page.wait_for_url("**kind=*")
+    assert page.locator("text=1 matching case").is_visible()
+    page.click(f"a:has-text('#{case.pk}')")
+    page.wait_for_url(f"**/console/cases/{case.pk}/")
+
+
+def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
+    page, users, ambiguous_case, sandbox
+):
+    case = ambiguous_case("browser-found", mode="drop_response_after_commit")
+    permanent_case("browser-noise")
+    assert sandbox.stats()["records"] == 1  # committed, answer lost
+    sign_in(page, "rex")
+    shot(page, "dashboard")
+    open_from_queue(page, case, "Ambiguous outcome")
+    page.goto("/console/cases/?kind=ambiguous_outcome")
+    shot(page, "queue")
+    page.click(f"a:has-text('#{case.pk}')")
+    timeline = page.locator(f"#operation-{case.operation_id} .timeline")
+    assert "Ambiguous" in timeline.inner_text()
+    assert "RemoteProtocolError" in timeline.inner_text()
+    assert page.locator("text=cannot recognise a repeat").first.is_visible()
+    shot(page, "case")
+
+    # Replay before checking: refused, with the reason in words.
+    page.click("button:has-text('Replay…')")
+    page.fill("#id_reason", "Customer chased us")
+    page.click("button:has-text('Replay with the original key')")
+    assert page.locator("text=Look it up in the destination first").first.is_visible()
+    shot(page, "replay-refused")
+    assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
+
+    page.goto(f"/console/cases/{case.pk}/")
+    page.click("button:has-text('Look up in destination')")
+    result = page.locator("#lookup-result")
+    assert "exists" in result.inner_text()
+    page.click("button:has-text('Mark resolved…')")
+    reference = page.input_value("#id_destination_ref")
+    assert reference.startswith("rec_")
+    page.fill("#id_reason", "Found the enquiry in the CRM listing by its reference")
+    page.click("button:has-text('Mark resolved')")
+    assert page.locator(f"text=resolved with reference {reference}").is_visible()
+
+    operation = Operation.objects.get(pk=case.operation_id)
+    assert (operation.status, operation.destination_ref) == ("succeeded", reference)
+    assert sandbox.stats()["records"] == 1
+    page.goto("/console/audit/")
+    assert page.locator("td:has-text('case_resolved')").count() == 1
+    shot(page, "audit")
+
+
+def test_ambiguous_create_absent_at_the_destination_is_replayed_once(
+    page, users, ambiguous_case, sandbox
+):
+    case = ambiguous_case("browser-absent", mode="fail_before_commit")
+    assert sandbox.stats()["records"] == 0
+    sign_in(page, "rex", next_url=f"/console/cases/{case.pk}/")
+    page.click("button:has-text('Look up in destination')")
+    assert "absent" in page.locator("#lookup-result").inner_text()
+    page.click("button:has-text('Replay…')")
+    page.check("#id_destination_checked")
+    page.fill("#id_reason", "Looked it up: no record with this reference")
+    shot(page, "replay-confirm")
+    page.click("button:has-text('Replay with the original key')")
+    assert page.locator("text=is scheduled again with its original key").is_visible()
+    assert page.locator(".badge:has-text('Resolved')").first.is_visible()
+
+    # The worker's turn (in-process: this test is about the console, not the broker).
+    assert operation_execute(operation_id=case.operation_id) == "succeeded"
+    assert sandbox.stats()["records"] == 1
+    replay = AuditEntry.objects.get(action="replay", operation_id=case.operation_id)
+    assert replay.details["destination_checked"] is True
+
+
+def test_a_reviewer_without_replay_permission_sees_no_button_and_a_forged_post_is_refused(
+    page, users, ambiguous_case, sandbox
+):
+    case = ambiguous_case("browser-forged", mode="fail_before_commit")
+    sign_in(page, "rita", next_url=f"/console/cases/{case.pk}/")
+    assert page.locator("button:has-text('Replay…')").count() == 0
+    assert page.locator("text=Replaying needs the Replay admins role").is_visible()
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    forged = page.request.post(
+        f"/console/cases/{case.pk}/replay/",
+        form={
+            "csrfmiddlewaretoken": token,
+            "confirm": "yes",
+            "reason": "forged",
+            "destination_checked": "on",
+        },
+    )
+    assert forged.status == 403
+    assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
+    assert not AuditEntry.objects.filter(action="replay").exists()
+    assert sandbox.stats()["records"] == 0
+
+
+def test_merging_suspected_duplicates_leaves_one_record(page, users, sandbox):
+    case = duplicate_case(sandbox)
+    assert sandbox.stats()["records"] == 2
+    sign_in(page, "rita", next_url=f"/console/cases/{case.pk}/")
+    page.click("text=Compare and merge…")
+    assert page.locator("td.diff").count() >= 1
+    shot(page, "merge")
+    survivor, duplicate = case.evidence["record_ids"]
+    page.check(f"input[name=survivor][value={survivor}]")
+    page.check(f"input[name=duplicate][value={duplicate}]")
+    page.fill("#id_reason", "Same person, same message, sent twice")
+    page.click("button:has-text('Merge the records')")
+    assert page.locator(f".messages >> text={duplicate} merged into {survivor}").is_visible()
+    assert sandbox.stats()["records"] == 1
+    entries = AuditEntry.objects.filter(case=case, action__in=["merge_requested", "merged"])
+    assert entries.count() == 2

@@ -1,0 +1,235 @@
+"""Case services and the console flows that call them, against the real sandbox.
+
+Outcomes are counted where the business cares: records in the CRM, operation
+states, audit entries.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.db import DatabaseError, transaction
+from django.http import QueryDict
+from django.test import Client
+from django.urls import reverse
+
+from idempotency_core.cases import (
+    CaseActionRefusedError,
+    case_close,
+    case_mark_not_duplicate,
+    case_mark_resolved,
+    case_take_ownership,
+    operation_destination_lookup,
+)
+from idempotency_core.engine import operation_execute
+from idempotency_core.merge import MergeRefusedError, duplicate_merge_request
+from idempotency_core.models import AuditEntry, Operation, ReviewCase
+from review_console.bulk import bulk_replay_counts, bulk_replay_run, bulk_replay_start
+from review_console.models import BulkReplayJob
+from tests.review_console.conftest import duplicate_case, permanent_case
+
+pytestmark = pytest.mark.django_db
+
+
+def test_resolving_with_a_verified_reference_completes_the_operation(
+    users, ambiguous_case, sandbox
+):
+    case = ambiguous_case()
+    rita = users["reviewer"]
+    lookup = operation_destination_lookup(operation_id=case.operation_id, actor=rita, case=case)
+    # No lookup capability: the listing scan still finds the committed record.
+    assert lookup.found is True and lookup.method == "listing"
+    (ref,) = lookup.refs
+    with pytest.raises(CaseActionRefusedError, match="no record"):
+        case_mark_resolved(case_id=case.pk, actor=rita, destination_ref="rec_999999", reason="x")
+    case_mark_resolved(case_id=case.pk, actor=rita, destination_ref=ref, reason="Found it")
+    case.refresh_from_db()
+    operation = Operation.objects.get(pk=case.operation_id)
+    assert case.status == "resolved" and case.resolution_code == "verified_in_destination"
+    assert (operation.status, operation.destination_ref) == ("succeeded", ref)
+    # The pipeline carries on from the verified enquiry: the task step is released.
+    task = operation.event.operations.get(step="assign_task")
+    assert task.next_attempt_at is not None
+    assert operation_execute(operation_id=task.pk) == "succeeded"
+    assert sandbox.stats()["records"] == 1 and sandbox.stats()["tasks"] == 1
+    assert AuditEntry.objects.filter(case=case, action="case_resolved").count() == 1
+
+
+def test_closing_cancels_the_operation_and_the_steps_after_it(users):
+    case = permanent_case()
+    with pytest.raises(CaseActionRefusedError, match="reason"):
+        case_close(case_id=case.pk, actor=users["reviewer"], resolution_code="other", reason=" ")
+    case_close(
+        case_id=case.pk,
+        actor=users["reviewer"],
+        resolution_code="spam_or_test",
+        reason="Test submission",
+    )
+    statuses = set(case.event.operations.values_list("status", flat=True))
+    assert statuses == {"cancelled"}
+    with pytest.raises(CaseActionRefusedError, match="already closed"):
+        case_close(case_id=case.pk, actor=users["reviewer"], resolution_code="other", reason="x")
+
+
+def test_taking_ownership_never_silently_steals_a_case(users):
+    rita, rex = users["reviewer"], users["replay_admin"]
+    first, second = permanent_case("own-1"), permanent_case("own-2")
+    assert case_take_ownership(case_ids=[first.pk], actor=rita).taken == [first.pk]
+    result = case_take_ownership(case_ids=[first.pk, second.pk], actor=rex)
+    assert (result.taken, result.skipped) == ([second.pk], [first.pk])
+    assert case_take_ownership(case_ids=[first.pk], actor=rex, take_over=True).taken == [first.pk]
+    first.refresh_from_db()
+    assert (first.owner, first.status) == (rex, "in_progress")
+    entry = AuditEntry.objects.filter(case=first, action="case_taken").order_by("-pk").first()
+    assert entry.details == {"previous_owner": "rita"}
+
+
+def test_a_merge_leaves_one_record_and_two_audit_entries(users, sandbox):
+    case = duplicate_case(sandbox)
+    assert sandbox.stats()["records"] == 2
+    survivor, duplicate = case.evidence["record_ids"]
+    with pytest.raises(MergeRefusedError, match="only records it is about"):
+        duplicate_merge_request(
+            case_id=case.pk,
+            survivor_ref=survivor,
+            duplicate_ref="rec_777",
+            actor=users["reviewer"],
+            reason="x",
+        )
+    duplicate_merge_request(
+        case_id=case.pk,
+        survivor_ref=survivor,
+        duplicate_ref=duplicate,
+        actor=users["reviewer"],
+        reason="Same person, same message, two minutes apart",
+    )
+    assert sandbox.stats()["records"] == 1
+    actions = list(
+        AuditEntry.objects.filter(case=case, action__in=["merge_requested", "merged"])
+        .order_by("pk")
+        .values_list("action", flat=True)
+    )
+    assert actions == ["merge_requested", "merged"]
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "merged")
+
+
+def test_not_a_duplicate_is_a_resolution_and_only_for_duplicates(users, sandbox):
+    case = duplicate_case(sandbox)
+    case_mark_not_duplicate(case_id=case.pk, actor=users["reviewer"], reason="Two kitchens")
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "not_duplicate")
+    assert sandbox.stats()["records"] == 2
+    with pytest.raises(CaseActionRefusedError, match="suspected duplicate"):
+        case_mark_not_duplicate(case_id=permanent_case().pk, actor=users["reviewer"], reason="x")
+
+
+def test_the_merge_page_shows_both_records_with_differences(users, sandbox):
+    case = duplicate_case(sandbox)
+    client = Client()
+    client.force_login(users["reviewer"])
+    page = client.get(reverse("console:case-compare", args=[case.pk])).content.decode()
+    for ref in case.evidence["record_ids"]:
+        assert ref in page
+    assert 'class="diff"' in page  # external_ref and created_at differ
+    assert "a***@example.com" in page and "ada@example.com" not in page
+
+
+def test_bulk_replay_replays_what_is_safe_and_lists_what_is_not(users, ambiguous_case):
+    safe = [permanent_case(f"bulk-{i}") for i in range(3)]
+    unsafe = ambiguous_case("bulk-amb")
+    job = bulk_replay_start(
+        actor=users["replay_admin"],
+        params=QueryDict(""),
+        reason="CRM credentials fixed",
+    )
+    while bulk_replay_run(job_id=job.pk, chunk_seconds=0.5) != "finished":
+        pass
+    job.refresh_from_db()
+    counts = bulk_replay_counts(job)
+    assert (job.status, job.total) == (BulkReplayJob.Status.FINISHED, 4)
+    assert (counts["replayed"], counts["refused"]) == (3, 1)
+    refused = job.items.get(status="refused")
+    assert refused.operation_id == unsafe.operation_id
+    assert "Look it up in the destination first" in refused.message
+    for case in safe:
+        assert Operation.objects.get(pk=case.operation_id).status == "retry_scheduled"
+    client = Client()
+    client.force_login(users["replay_admin"])
+    page = client.get(reverse("console:bulk-replay-detail", args=[job.pk])).content.decode()
+    assert "4 of 4 done" in page and "Look it up in the destination first" in page
+
+
+def test_bulk_replay_through_the_console_needs_a_reason_and_confirmation(users):
+    permanent_case("bulk-view")
+    client = Client()
+    client.force_login(users["replay_admin"])
+    url = reverse("console:bulk-replay-new")
+    confirm = client.post(url, {"kind": "permanent_failure"})
+    assert confirm.status_code == 200 and b"1 case" in confirm.content
+    assert BulkReplayJob.objects.count() == 0
+    started = client.post(url, {"kind": "permanent_failure", "confirm": "yes", "reason": "fixed"})
+    job = BulkReplayJob.objects.get()
+    assert started["Location"] == reverse("console:bulk-replay-detail", args=[job.pk])
+    assert job.filter_params == {"kind": ["permanent_failure"]}
+
+
+def test_the_queue_filters_and_pages_by_keyset(users):
+    cases = [permanent_case(f"queue-{i:02d}") for i in range(55)]
+    client = Client()
+    client.force_login(users["reviewer"])
+    url = reverse("console:case-list")
+    first = client.get(url)
+    page = first.context["page"]
+    assert page.total == 55 and len(page.items) == 50 and page.next_cursor
+    second = client.get(url, {"after": page.next_cursor}).context["page"]
+    assert [c.pk for c in second.items] == [c.pk for c in cases[50:]]
+    back = client.get(url, {"before": second.prev_cursor}).context["page"]
+    assert [c.pk for c in back.items] == [c.pk for c in cases[:50]]
+    newest = client.get(url, {"sort": "newest"}).context["page"]
+    assert newest.items[0].pk == cases[-1].pk
+    found = client.get(url, {"q": "queue-07"}).context["page"]
+    assert [c.pk for c in found.items] == [cases[7].pk]
+    case_take_ownership(case_ids=[cases[3].pk], actor=users["reviewer"])
+    mine = client.get(url, {"owner": "me"}).context["page"]
+    assert [c.pk for c in mine.items] == [cases[3].pk]
+    assert client.get(url, {"kind": "ambiguous_outcome"}).context["page"].total == 0
+    assert client.get(url, {"step": "create_enquiry"}).context["page"].total == 55
+    assert client.get(url, {"status": "closed"}).context["page"].total == 0
+
+
+def test_the_audit_trail_filters_exports_and_cannot_be_changed(users):
+    case = permanent_case()
+    case_take_ownership(case_ids=[case.pk], actor=users["reviewer"], reason="mine")
+    client = Client()
+    client.force_login(users["reviewer"])
+    page = client.get(reverse("console:audit-list"), {"action": "case_taken"})
+    assert [e.action for e in page.context["page"].items] == ["case_taken"]
+    export = client.get(reverse("console:audit-export"), {"case": case.pk})
+    rows = list(csv.reader(io.StringIO(b"".join(export.streaming_content).decode())))
+    assert rows[0][:3] == ["at", "actor", "action"]
+    assert {r[2] for r in rows[1:]} == {"case_opened", "case_taken"}
+    entry = AuditEntry.objects.filter(case=case).first()
+    for attempt in (
+        lambda: AuditEntry.objects.filter(pk=entry.pk).update(reason="rewritten"),
+        lambda: AuditEntry.objects.filter(pk=entry.pk).delete(),
+    ):
+        with pytest.raises(DatabaseError), transaction.atomic():
+            attempt()
+
+
+def test_an_action_without_a_reason_is_not_done(users):
+    case = permanent_case()
+    client = Client()
+    client.force_login(users["reviewer"])
+    url = reverse("console:case-close", args=[case.pk])
+    response = client.post(url, {"confirm": "yes", "resolution_code": "other", "reason": ""})
+    assert response.status_code == 200 and b"This field is required" in response.content
+    case.refresh_from_db()
+    assert case.status == ReviewCase.Status.OPEN
+    done = client.post(url, {"confirm": "yes", "resolution_code": "other", "reason": "Phoned"})
+    assert done.status_code == 302
+    case.refresh_from_db()
+    assert case.status == ReviewCase.Status.CLOSED
