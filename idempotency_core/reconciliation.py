@@ -404,6 +404,47 @@ def _prefetched(pages: Iterator[Any], depth: int = 2) -> Iterator[Any]:
 
 def _compare(run: ReconciliationRun) -> None:
     """Computes every finding of the run in one transaction, set-based."""
+    statements, count_events, params = comparison_sql(run)
+    t = {"finding": ReconciliationFinding._meta.db_table, "case": ReviewCase._meta.db_table}
+    with transaction.atomic():
+        _renew(run)  # holds the lease, or raises before any work
+        ReconciliationFinding.objects.filter(run=run).delete()
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                # The staging table went from empty to a million rows since
+                # autovacuum last looked: without fresh statistics the planner
+                # picks nested loops over it. Hash joins and aggregates over
+                # a million rows want more than the default 4 MB of work_mem.
+                cursor.execute(f"ANALYZE {ReconciliationRecord._meta.db_table}")
+                cursor.execute("SET LOCAL work_mem = '64MB'")
+            for statement in statements:
+                cursor.execute(statement, params)
+            cursor.execute(count_events, params)
+            events_count = cursor.fetchone()[0]
+            if run.dry_run:
+                # What a real run would open: no open case of this subject and kind.
+                cursor.execute(
+                    f"""
+                    UPDATE {t["finding"]} SET is_new = NOT EXISTS (
+                        SELECT 1 FROM {t["case"]} c
+                        WHERE c.subject = {t["finding"]}.subject
+                          AND c.kind = 'recon_' || {t["finding"]}.kind
+                          AND c.status IN ('open', 'in_progress'))
+                    WHERE run_id = %(run)s
+                    """,
+                    {"run": run.pk},
+                )
+        _renew(
+            run,
+            events_count=events_count,
+            status=ReconciliationRun.Status.COMPLETED
+            if run.dry_run
+            else ReconciliationRun.Status.OPENING,
+        )
+
+
+def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, Any]]:
+    """The INSERT ... SELECT statements that write a run's findings, and the event count."""
     tables = {
         "event": Event._meta.db_table,
         "operation": Operation._meta.db_table,
@@ -438,39 +479,41 @@ def _compare(run: ReconciliationRun) -> None:
         WHERE o.step = %(step)s AND o.destination_id = %(destination)s
           AND e.received_at >= %(since)s AND e.received_at < %(until_events)s {source_clause}
     """
-    by_ref = f"""
-        SELECT external_ref, {agg.format(col="record_id", order="created_at, record_id")} AS ids
-        FROM {t["staging"]}
-        WHERE run_id = %(run)s AND external_ref IS NOT NULL
-        GROUP BY external_ref
-    """
     insert = (
         f"INSERT INTO {t['finding']} "
         "(run_id, kind, subject, event_id, operation_id, external_ref, record_ids) "
     )
     statements = [
-        # missing, removed, changed: one outer pass over the scope.
+        # missing, removed, changed. Most operations are fine (their record is
+        # listed with their key): one anti-join keeps only the others, and only
+        # those few are joined back to the staging rows for evidence.
         insert
         + f"""
         SELECT %(run)s,
-               CASE WHEN s.status = 'succeeded' AND s.destination_ref <> ''
-                    THEN CASE WHEN own.record_id IS NULL AND br.external_ref IS NULL
+               CASE WHEN c.status = 'succeeded' AND c.destination_ref <> ''
+                    THEN CASE WHEN MAX(own.record_id) IS NULL AND COUNT(br.record_id) = 0
                               THEN 'removed' ELSE 'changed' END
                     ELSE 'missing' END,
-               'operation:' || s.id, s.event_id, s.id, s.key,
-               CASE WHEN own.record_id IS NULL THEN COALESCE(br.ids, '')
-                    WHEN br.ids IS NULL THEN own.record_id
-                    ELSE own.record_id || ',' || br.ids END
-        FROM ({scope}) s
-        LEFT JOIN ({by_ref}) br ON br.external_ref = s.key
-        LEFT JOIN {t["staging"]} own ON own.run_id = %(run)s AND own.record_id = s.destination_ref
-        WHERE (s.status = 'succeeded' AND s.destination_ref <> '' AND s.completed_at < %(as_of)s
-               AND (own.record_id IS NULL OR own.external_ref IS NULL
-                    OR own.external_ref <> s.key))
-           OR ((s.status = 'needs_review'
-                OR (s.status = 'succeeded' AND s.destination_ref = ''
-                    AND s.completed_at < %(as_of)s))
-               AND br.external_ref IS NULL)
+               'operation:' || c.id, c.event_id, c.id, c.key,
+               CASE WHEN MAX(own.record_id) IS NULL
+                    THEN COALESCE({agg.format(col="br.record_id", order="br.record_id")}, '')
+                    WHEN COUNT(br.record_id) = 0 THEN MAX(own.record_id)
+                    ELSE MAX(own.record_id) || ','
+                         || {agg.format(col="br.record_id", order="br.record_id")} END
+        FROM (
+            SELECT s.* FROM ({scope}) s
+            WHERE s.status = 'needs_review'
+               OR (s.status = 'succeeded' AND s.completed_at < %(as_of)s
+                   AND (s.destination_ref = '' OR NOT EXISTS (
+                        SELECT 1 FROM {t["staging"]} ok
+                        WHERE ok.run_id = %(run)s AND ok.record_id = s.destination_ref
+                          AND ok.external_ref = s.key)))
+        ) c
+        LEFT JOIN {t["staging"]} own ON own.run_id = %(run)s AND own.record_id = c.destination_ref
+        LEFT JOIN {t["staging"]} br ON br.run_id = %(run)s AND br.external_ref = c.key
+        GROUP BY c.id, c.event_id, c.key, c.status, c.destination_ref
+        HAVING (c.status = 'succeeded' AND c.destination_ref <> '')
+            OR COUNT(br.record_id) = 0
         """,
         # stuck: few rows, found through the status index; every step counts.
         insert
@@ -494,11 +537,15 @@ def _compare(run: ReconciliationRun) -> None:
         SELECT %(run)s, 'duplicate', 'external_ref:' || d.external_ref, o.event_id, o.id,
                d.external_ref, d.ids
         FROM (
-            SELECT external_ref, MIN(created_at) AS first_at,
-                   {agg.format(col="record_id", order="created_at, record_id")} AS ids
-            FROM {t["staging"]}
-            WHERE run_id = %(run)s AND external_ref IS NOT NULL
-            GROUP BY external_ref HAVING COUNT(*) > 1
+            SELECT r.external_ref, MIN(r.created_at) AS first_at,
+                   {agg.format(col="r.record_id", order="r.created_at, r.record_id")} AS ids
+            FROM {t["staging"]} r
+            JOIN (SELECT external_ref FROM {t["staging"]}
+                  WHERE run_id = %(run)s AND external_ref IS NOT NULL
+                  GROUP BY external_ref HAVING COUNT(*) > 1) dup
+              ON dup.external_ref = r.external_ref
+            WHERE r.run_id = %(run)s
+            GROUP BY r.external_ref
         ) d
         LEFT JOIN {t["operation"]} o ON o.key = d.external_ref AND o.step = %(step)s
         LEFT JOIN {t["event"]} e ON e.id = o.event_id
@@ -522,34 +569,7 @@ def _compare(run: ReconciliationRun) -> None:
                   AND o2.destination_id = %(destination)s)
         """,
     ]
-    with transaction.atomic():
-        _renew(run)  # holds the lease, or raises before any work
-        ReconciliationFinding.objects.filter(run=run).delete()
-        with connection.cursor() as cursor:
-            for statement in statements:
-                cursor.execute(statement, params)
-            cursor.execute(f"SELECT COUNT(*) FROM ({scope}) s", params)
-            events_count = cursor.fetchone()[0]
-            if run.dry_run:
-                # What a real run would open: no open case of this subject and kind.
-                cursor.execute(
-                    f"""
-                    UPDATE {t["finding"]} SET is_new = NOT EXISTS (
-                        SELECT 1 FROM {t["case"]} c
-                        WHERE c.subject = {t["finding"]}.subject
-                          AND c.kind = 'recon_' || {t["finding"]}.kind
-                          AND c.status IN ('open', 'in_progress'))
-                    WHERE run_id = %(run)s
-                    """,
-                    {"run": run.pk},
-                )
-        _renew(
-            run,
-            events_count=events_count,
-            status=ReconciliationRun.Status.COMPLETED
-            if run.dry_run
-            else ReconciliationRun.Status.OPENING,
-        )
+    return statements, f"SELECT COUNT(*) FROM ({scope}) s", params
 
 
 # -- phase 3: opening cases --------------------------------------------------------
