@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from review_console import api, views
+from review_console import api, reconciliation_views, views
 
 app_name = "console"
 
@@ -27,4 +27,14 @@ urlpatterns = [
     path("audit/", views.audit_list, name="audit-list"),
     path("audit/export.csv", views.audit_export, name="audit-export"),
     path("api/", include(api.router.urls)),
+    path(
+        "reconciliation/",
+        reconciliation_views.reconciliation_runs,
+        name="reconciliation-runs",
+    ),
+    path(
+        "reconciliation/<int:run_id>/",
+        reconciliation_views.reconciliation_run,
+        name="reconciliation-run",
+    ),
 ]

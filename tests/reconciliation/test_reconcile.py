@@ -315,3 +315,29 @@ def test_the_daily_schedule_exists_once():
     schedule = Schedule.objects.get(name="onefold-reconcile-daily")
     assert schedule.func == "idempotency_core.reconciliation.reconcile_daily"
     assert schedule.schedule_type == Schedule.DAILY
+
+
+@pytest.mark.django_db
+def test_the_console_lists_runs_and_drills_into_findings(planted, client, django_user_model):
+    from django.contrib.auth.models import Group
+
+    run = reconcile(**period())
+    reviewer = django_user_model.objects.create_user("rita", password="pw", is_staff=True)
+    reviewer.groups.add(Group.objects.get(name="Reviewers"))
+    outsider = django_user_model.objects.create_user("nora", password="pw")
+
+    client.force_login(outsider)
+    assert client.get("/console/reconciliation/").status_code == 302  # to the login page
+
+    client.force_login(reviewer)
+    listing = client.get("/console/reconciliation/")
+    assert listing.status_code == 200
+    assert f"/console/reconciliation/{run.pk}/" in listing.content.decode()
+
+    detail = client.get(f"/console/reconciliation/{run.pk}/")
+    page = detail.content.decode()
+    assert detail.status_code == 200
+    assert page.count("/console/cases/") >= 7
+    orphans = client.get(f"/console/reconciliation/{run.pk}/?kind=orphan").content.decode()
+    assert orphans.count("record:crm:") == 2
+    assert "external_ref:" not in orphans

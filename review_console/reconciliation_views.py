@@ -1,0 +1,86 @@
+"""Console pages for reconciliation: the runs with their counts, and one run's findings.
+
+Read-only: findings are acted on through the review cases they opened.
+"""
+
+from __future__ import annotations
+
+import django_filters
+from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import permission_required
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from idempotency_core.models import ReconciliationFinding, ReconciliationRun
+from idempotency_core.reconciliation import FINDING_KINDS
+
+
+def reconciliation_run_list_select() -> QuerySet[ReconciliationRun]:
+    return ReconciliationRun.objects.select_related("destination", "source").order_by(
+        "-started_at", "-id"
+    )
+
+
+def reconciliation_finding_list_select(*, run: ReconciliationRun) -> QuerySet:
+    return (
+        ReconciliationFinding.objects.filter(run=run)
+        .select_related("case", "operation")
+        .order_by("kind", "id")
+    )
+
+
+class FindingFilter(django_filters.FilterSet):
+    kind = django_filters.ChoiceFilter(choices=ReconciliationFinding.Kind.choices)
+    is_new = django_filters.BooleanFilter(label="New in this run")
+
+    class Meta:
+        model = ReconciliationFinding
+        fields = ["kind", "is_new"]
+
+
+@staff_member_required
+@permission_required("idempotency_core.view_reviewcase", raise_exception=True)
+def reconciliation_runs(request: HttpRequest) -> HttpResponse:
+    page = Paginator(reconciliation_run_list_select(), 50).get_page(request.GET.get("page"))
+    rows = [
+        {
+            "run": run,
+            "cells": [
+                (run.findings_total.get(kind, 0), run.findings_new.get(kind, 0))
+                for kind in FINDING_KINDS
+            ],
+        }
+        for run in page
+    ]
+    return render(
+        request,
+        "review_console/reconciliation/run_list.html",
+        {"page": page, "rows": rows, "kinds": FINDING_KINDS},
+    )
+
+
+@staff_member_required
+@permission_required("idempotency_core.view_reviewcase", raise_exception=True)
+def reconciliation_run(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(reconciliation_run_list_select(), pk=run_id)
+    findings = FindingFilter(request.GET, queryset=reconciliation_finding_list_select(run=run))
+    page = Paginator(findings.qs, 100).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    counts = [
+        (kind, run.findings_total.get(kind, 0), run.findings_new.get(kind, 0))
+        for kind in FINDING_KINDS
+    ]
+    return render(
+        request,
+        "review_console/reconciliation/run_detail.html",
+        {
+            "run": run,
+            "filter": findings,
+            "page": page,
+            "counts": counts,
+            "querystring": query.urlencode(),
+        },
+    )
