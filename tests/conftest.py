@@ -18,6 +18,7 @@ from tests.support.processes import (
     WebServer,
     start_qcluster,
     start_sandbox,
+    start_sweeper,
     start_web,
 )
 
@@ -80,7 +81,8 @@ def web_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WebSe
 
 @pytest.fixture
 def qcluster_factory(tmp_path: Path, sandbox: Sandbox, request: pytest.FixtureRequest):
-    """Starts real worker clusters; stops them (and shows their logs on failure) after."""
+    """Starts real worker clusters (and, with `.sweeper()`, sweeper loops); stops them
+    after, and prints their logs when the test failed."""
     children: list[Child] = []
 
     def start(name: str = "qcluster", **env: str) -> Child:
@@ -88,6 +90,12 @@ def qcluster_factory(tmp_path: Path, sandbox: Sandbox, request: pytest.FixtureRe
         children.append(child)
         return child
 
+    def start_sweeper_loop(name: str = "sweeper", **env: str) -> Child:
+        child = start_sweeper(tmp_path, sandbox, name=name, **env)
+        children.append(child)
+        return child
+
+    start.sweeper = start_sweeper_loop
     yield start
     for child in children:
         child.stop()

@@ -12,7 +12,7 @@ from idempotency_core.drill import CASES, PROFILES, drill_run
 
 
 @pytest.mark.slow
-@pytest.mark.django_db(transaction=True)  # the drill races real threads
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the drill races real threads
 def test_every_cell_of_the_drill_holds():
     out = io.StringIO()
     call_command("drill", stdout=out, stderr=io.StringIO())
@@ -24,7 +24,7 @@ def test_every_cell_of_the_drill_holds():
         assert table.count(case) == len(PROFILES)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_the_drill_fails_a_cell_when_recovery_repeats_blindly(monkeypatch):
     # Break the rule on purpose: always repeat, even with nothing to recognise it.
     monkeypatch.setattr(policy, "recovery_for", lambda **_: policy.Recovery.REPEAT_WITH_KEY)

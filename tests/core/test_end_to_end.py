@@ -29,7 +29,9 @@ def all_events_done(expected: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.django_db(transaction=True)  # the cluster and gunicorn commit for real
+@pytest.mark.django_db(
+    transaction=True, serialized_rollback=True
+)  # the cluster and gunicorn commit for real
 def test_submissions_with_repeats_make_one_effect_each(sandbox, web_server, qcluster_factory):
     qcluster_factory()
     _, _, key = source_create_with_key(name="website")

@@ -77,7 +77,9 @@ def test_the_same_operation_executed_twice_has_one_effect(sandbox):
     assert first.attempts.count() == 1
 
 
-@pytest.mark.django_db(transaction=True)  # each thread commits its own claim
+@pytest.mark.django_db(
+    transaction=True, serialized_rollback=True
+)  # each thread commits its own claim
 def test_the_same_operation_executed_twice_concurrently_has_one_effect(sandbox):
     rounds, parallel = 20, 4
     for round_number in range(rounds):

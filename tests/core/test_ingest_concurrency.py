@@ -21,7 +21,9 @@ PARALLEL = 50
 ROUNDS = 20
 
 
-@pytest.mark.django_db(transaction=True)  # real commits: the race needs them
+@pytest.mark.django_db(
+    transaction=True, serialized_rollback=True
+)  # real commits: the race needs them
 def test_concurrent_identical_posts_make_one_event(web_server):
     _, _, key = source_create_with_key(name="race")
     url = f"{web_server.url}/api/v1/submissions/"

@@ -218,3 +218,16 @@ def start_qcluster(
     if child.process.poll() is not None:
         raise RuntimeError(f"{name} exited:\n{child.log()}")
     return child
+
+
+def start_sweeper(log_dir: Path, sandbox: Sandbox, *, name: str = "sweeper", **env: str) -> Child:
+    """`manage.py sweep --loop` on the test database (ONEFOLD_SWEEP_SECONDS apart)."""
+    child = spawn(name, ["sweep", "--loop"], log_dir, env={**app_env(sandbox), **env})
+    wait_for(
+        lambda: "Sweeping every" in child.log() or child.process.poll() is not None,
+        timeout=30,
+        what=f"{name} to start",
+    )
+    if child.process.poll() is not None:
+        raise RuntimeError(f"{name} exited:\n{child.log()}")
+    return child
