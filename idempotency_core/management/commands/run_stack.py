@@ -7,6 +7,7 @@ any child dying) stops them all.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -23,16 +24,34 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--addr", default="127.0.0.1:8000")
         parser.add_argument("--no-sandbox", action="store_true")
+        parser.add_argument(
+            "--sandbox-ports",
+            metavar="HTTP,SMTP",
+            help="Run the sandbox on these ports and point the workers at it "
+            "(default: the sandbox on 8765,8025 and DESTINATION_URL/EMAIL_PORT as set).",
+        )
 
-    def handle(self, *args: Any, addr: str, no_sandbox: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, addr: str, no_sandbox: bool, sandbox_ports: str | None, **options: Any
+    ) -> None:
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        env = dict(os.environ)
+        sandbox = [*manage, "sandbox"]
+        if sandbox_ports:
+            http_port, _, smtp_port = sandbox_ports.partition(",")
+            sandbox += ["--http-port", http_port, "--smtp-port", smtp_port]
+            env |= {
+                "DESTINATION_URL": f"http://127.0.0.1:{http_port}",
+                "EMAIL_HOST": "127.0.0.1",
+                "EMAIL_PORT": smtp_port,
+            }
         commands = {
             "web": [*manage, "runserver", "--noreload", addr],
             "workers": [*manage, "qcluster"],
             "sweeper": [*manage, "sweep", "--loop"],
         }
         if not no_sandbox:
-            commands = {"sandbox": [*manage, "sandbox"], **commands}
+            commands = {"sandbox": sandbox, **commands}
         stopping = False
 
         def request_stop(*_: Any) -> None:
@@ -43,7 +62,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         children: dict[str, subprocess.Popen] = {}
         for name, command in commands.items():
-            children[name] = subprocess.Popen(command)
+            children[name] = subprocess.Popen(command, env=env)
             if name == "sandbox":
                 time.sleep(0.5)  # let the destination listen before workers call it
         self.stdout.write(

@@ -1,0 +1,106 @@
+"""The quick start: `run_stack` on a fresh SQLite file serves, processes, and stops.
+
+`make run` is this after installing and migrating; the README's curl is what the
+test does. SQLite here on purpose: it is the quick start's zero-setup default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.support.processes import REPO, free_port, wait_for
+
+
+def manage(*args: str, env: dict[str, str]) -> str:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_run_stack_serves_processes_a_submission_and_stops(tmp_path):
+    web, http, smtp = free_port(), free_port(), free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'onefold.sqlite3'}",
+    }
+    manage("migrate", "--noinput", env=env)
+    printed = manage("demo_setup", env=env)
+    key = re.search(r"API key: (\S+)", printed).group(1)
+    assert re.search(r"Staff user 'demo-admin' password: \S+", printed)
+    assert "exists" in manage("demo_setup", env=env)  # credentials are printed once
+
+    log = (tmp_path / "stack.log").open("w")
+    stack = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "manage.py"),
+            "run_stack",
+            "--addr",
+            f"127.0.0.1:{web}",
+            "--sandbox-ports",
+            f"{http},{smtp}",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+
+        def serving() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{web}/api/schema/", timeout=2).is_success
+            except httpx.HTTPError:
+                return False
+
+        wait_for(serving, timeout=60, what="the web app")
+        response = httpx.post(
+            f"http://127.0.0.1:{web}/api/v1/submissions/",
+            json={
+                "form": "contact",
+                "contact": {"name": "Ada Lovelace", "email": "ada@example.com"},
+                "message": "Please quote for a kitchen refit.",
+            },
+            headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": "order-form-0001"},
+        )
+        assert response.status_code == 202
+        status_url = response.json()["status_url"]
+
+        def completed() -> bool:
+            data = httpx.get(status_url, headers={"Authorization": f"Api-Key {key}"}).json()
+            return data["status"] == "completed"
+
+        wait_for(completed, timeout=90, interval=0.5, what="the submission to complete")
+        stats = httpx.get(f"http://127.0.0.1:{http}/_sandbox/stats").json()
+        assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 1)
+    finally:
+        os.killpg(stack.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
+        try:
+            code = stack.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(stack.pid, signal.SIGKILL)
+            raise
+        print((tmp_path / "stack.log").read_text())
+    assert code == 0
+    time.sleep(0.5)
+    for port in (web, http, smtp):
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
