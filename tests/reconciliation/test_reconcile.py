@@ -341,3 +341,19 @@ def test_the_console_lists_runs_and_drills_into_findings(planted, client, django
     orphans = client.get(f"/console/reconciliation/{run.pk}/?kind=orphan").content.decode()
     assert orphans.count("record:crm:") == 2
     assert "external_ref:" not in orphans
+
+
+@pytest.mark.django_db
+def test_the_daily_task_reconciles_yesterday_for_each_crm(sandbox):
+    from idempotency_core.reconciliation import reconcile_daily
+
+    event = completed("yesterday")
+    yesterday = timezone.now().replace(hour=12, minute=0) - timedelta(days=1)
+    Event.objects.filter(pk=event.pk).update(received_at=yesterday)
+    sandbox.client.delete(f"/crm/records/{enquiry(event).destination_ref}").raise_for_status()
+    [summary] = reconcile_daily()
+    assert summary["events"] == 1
+    assert summary["findings"]["removed"] == 1
+    run = ReconciliationRun.objects.get()
+    assert (run.trigger, run.until - run.since) == ("schedule", timedelta(days=1))
+    assert reconcile_daily()[0]["findings"] == NONE_NEW  # a repeat opens nothing twice
