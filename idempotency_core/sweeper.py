@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
+from django_q.brokers import get_broker
 
 from idempotency_core.engine import (
     AttemptResult,
@@ -46,12 +47,24 @@ def operations_sweep(
 
 
 def requeue_grace() -> timedelta:
-    """How long a queued task may wait before it is presumed lost and queued again.
+    """How long a queued task may go unclaimed before it can be presumed lost.
 
     The ORM broker hands an unacknowledged task out again after `retry`; past
-    that, a task that still has not claimed its operation is gone.
+    that, a task that still has not claimed its operation is gone, provided the
+    queue is not simply behind (see `_queue_is_drained`).
     """
     return timedelta(seconds=settings.Q_CLUSTER["retry"] + settings.ONEFOLD_SWEEP_SECONDS)
+
+
+def _queue_is_drained() -> bool:
+    """True when no task is waiting in the broker for a worker.
+
+    A task is only presumed lost when the workers have caught up: under a
+    backlog every waiting task looks "late", and queueing copies of them would
+    grow the backlog it is waiting behind (seen in the chaos test: 5,000 copies
+    for 500 events). Claims make copies harmless, but not free.
+    """
+    return get_broker().queue_size() == 0
 
 
 def _interrupt_expired_leases(operations: QuerySet[Operation], *, batch_size: int) -> int:
@@ -85,16 +98,15 @@ def _interrupt_expired_leases(operations: QuerySet[Operation], *, batch_size: in
 
 def _requeue_due(operations: QuerySet[Operation], *, batch_size: int) -> int:
     now = timezone.now()
-    lost_before = now - requeue_grace()
+    # Due and never queued for this due time: scheduled retries, replays.
+    not_queued = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=F("next_attempt_at"))
     with transaction.atomic():
+        if _queue_is_drained():
+            not_queued |= Q(enqueued_at__lt=now - requeue_grace())
         due = list(
             operations.select_for_update(skip_locked=True)
             .filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
-            .filter(
-                Q(enqueued_at__isnull=True)
-                | Q(enqueued_at__lt=F("next_attempt_at"))
-                | Q(enqueued_at__lt=lost_before)
-            )
+            .filter(not_queued)
             .order_by("next_attempt_at")
             .values_list("pk", flat=True)[:batch_size]
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -21,8 +21,16 @@ from tests.core.test_engine import ingest, op
 def lose_tasks() -> None:
     """As if the broker dropped every message (Redis restart, signature change...)."""
     OrmQ.objects.all().delete()
+    age_queued_tasks()
+
+
+def age_queued_tasks() -> datetime:
+    """Makes every queued operation look queued (and due) longer than the grace ago."""
     past = timezone.now() - requeue_grace() - timedelta(seconds=1)
-    Operation.objects.update(enqueued_at=past)
+    Operation.objects.filter(next_attempt_at__isnull=False).update(
+        next_attempt_at=past, enqueued_at=past
+    )
+    return past
 
 
 @pytest.mark.django_db
@@ -34,6 +42,19 @@ def test_a_lost_task_is_queued_again_once():
     # Within the grace period the new task is presumed alive: no second copy.
     assert operations_sweep().requeued == 0
     assert op(event, "create_enquiry").enqueued_at > timezone.now() - timedelta(seconds=5)
+
+
+@pytest.mark.django_db
+def test_a_backlog_is_not_mistaken_for_lost_tasks():
+    ingest("behind")
+    late = ingest("late")
+    OrmQ.objects.filter(pk=OrmQ.objects.order_by("-pk").first().pk).delete()  # late's task lost
+    past = age_queued_tasks()
+    # The other task still waits in the queue: the workers are behind, not lost.
+    assert operations_sweep().requeued == 0
+    OrmQ.objects.all().delete()
+    assert operations_sweep().requeued == 2
+    assert op(late, "create_enquiry").enqueued_at > past
 
 
 @pytest.mark.django_db
@@ -64,7 +85,11 @@ def test_an_expired_lease_becomes_an_interrupted_attempt(sandbox):
 def test_concurrent_sweepers_never_queue_an_operation_twice():
     for i in range(60):
         ingest(f"many-{i}")
-    lose_tasks()
+    # Sixty retries fall due at once, with nothing on the queue for them.
+    OrmQ.objects.all().delete()
+    Operation.objects.filter(step="create_enquiry").update(
+        status="retry_scheduled", next_attempt_at=timezone.now(), enqueued_at=None
+    )
     barrier = threading.Barrier(4)
     requeued: list[int] = []
 
