@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The machine's PostgreSQL unless DATABASE_URL says otherwise (tests only).
 TEST_DATABASE_URL ?= $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/onefold)
+# Benchmarks empty their tables: they get databases of their own.
+BENCH_PG ?= postgres://postgres@127.0.0.1:5432
+BENCH_EVENTS ?= 1000000
 
 .PHONY: install run test test-fast lint format bench drill clean
 
@@ -37,6 +40,12 @@ lint: install
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# Figures, each with a baseline measured in the same run (see README, "Benchmarks").
+bench: install
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py ensure_database
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py bench_reconcile --events $(BENCH_EVENTS)
 
 drill: install
 	$(PY) manage.py drill
