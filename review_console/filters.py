@@ -19,6 +19,8 @@ from idempotency_core.models import (
     CaseKind,
     CaseStatus,
     Destination,
+    Event,
+    Operation,
     ReviewCase,
     Source,
 )
@@ -32,8 +34,10 @@ def _day_start(day: date) -> datetime:
 
 
 class CaseFilter(django_filters.FilterSet):
-    kind = django_filters.MultipleChoiceFilter(choices=CaseKind.choices)
-    status = django_filters.MultipleChoiceFilter(choices=CaseStatus.choices)
+    # distinct=False: both are columns of the case itself, so no row can repeat,
+    # and a DISTINCT would stop PostgreSQL from reading the queue index in order.
+    kind = django_filters.MultipleChoiceFilter(choices=CaseKind.choices, distinct=False)
+    status = django_filters.MultipleChoiceFilter(choices=CaseStatus.choices, distinct=False)
     owner = django_filters.CharFilter(
         method="filter_owner",
         label="Owner",
@@ -93,13 +97,26 @@ class CaseFilter(django_filters.FilterSet):
         value = value.strip()
         if not value:
             return queryset
-        # Exact matches only: each side is a short indexed probe or a small
-        # subquery, where a substring search would scan a million events.
+        # Exact matches only, each resolved by an index into a short id list
+        # before the queue is touched, so the queue query becomes a bitmap OR of
+        # the case's own foreign-key indexes: the event key through the
+        # (source, key) unique index, one probe per source (there are few), the
+        # operation key through its unique index, the subject through the open
+        # case constraint. A substring search would scan a million events.
+        sources = list(Source.objects.values_list("pk", flat=True))
+        event_ids = list(
+            Event.objects.filter(source_id__in=sources, key=value).values_list("pk", flat=True)
+        )
+        operation_ids = list(Operation.objects.filter(key=value).values_list("pk", flat=True))
+        if not event_ids and not operation_ids:
+            # Destination references have no index yet (requested in the issue
+            # note): a sequential scan of operations, paid only when the value is
+            # not an event or operation key.
+            operation_ids = list(
+                Operation.objects.filter(destination_ref=value).values_list("pk", flat=True)[:100]
+            )
         return queryset.filter(
-            Q(event__key=value)
-            | Q(operation__key=value)
-            | Q(operation__destination_ref=value)
-            | Q(subject=value)
+            Q(event_id__in=event_ids) | Q(operation_id__in=operation_ids) | Q(subject=value)
         )
 
 

@@ -143,7 +143,7 @@ def keyset_page(
         has_prev = cursor_values is not None
     # A capped count: "10,000+" tells a reviewer as much as an exact figure and
     # stops counting a six-figure queue on every page view.
-    total = queryset.order_by()[: count_cap + 1].count()
+    total = queryset.order_by().values("pk")[: count_cap + 1].count()
     page = KeysetPage(items=rows, total=min(total, count_cap), total_capped=total > count_cap)
     if rows and has_next:
         page.next_cursor = _encode([getattr(rows[-1], n) for n in names])
