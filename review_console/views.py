@@ -351,13 +351,16 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
         raise Http404("This case has no operation to replay.")
     form = ReplayForm(request.POST if _confirmed(request) else None)
     preview = selectors.replay_preview(operation)
+    if not preview["needs_check"]:
+        # The destination recognises a repeat: there is nothing to confirm.
+        del form.fields["destination_checked"]
     if form.is_bound and form.is_valid():
         try:
             operation_replay(
                 operation_id=operation.pk,
                 actor=request.user,
                 reason=form.cleaned_data["reason"],
-                destination_checked=form.cleaned_data["destination_checked"],
+                destination_checked=form.cleaned_data.get("destination_checked", False),
             )
         except ReplayRefusedError as exc:
             form.add_error(None, str(exc))
