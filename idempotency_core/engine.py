@@ -27,7 +27,7 @@ from django_q.tasks import async_task
 
 from idempotency_core.audit import audit_record
 from idempotency_core.models import Attempt, Operation
-from idempotency_core.pipeline import STEPS, StepContext, adapter_for
+from idempotency_core.pipeline import StepContext, adapter_for, step_of
 from idempotency_core.policy import Recovery, RetryPolicy, decide, recovery_for
 from idempotency_core.reviews import operation_subject, review_case_open
 from integrations.base import DestinationError
@@ -146,8 +146,10 @@ def _effective_recovery(operation: Operation) -> str:
     if not operation.recovery:
         return Recovery.NONE
     destination = operation.destination
+    step = step_of(operation)
     return recovery_for(
-        at_most_once=STEPS[operation.step].at_most_once,
+        at_most_once=step.at_most_once,
+        idempotent_action=step.idempotent_action,
         idempotency_keys=destination.idempotency_keys,
         retention=destination.idempotency_key_retention,
         unique_external_ref=destination.unique_external_ref,
@@ -159,7 +161,7 @@ def _effective_recovery(operation: Operation) -> str:
 
 def _perform(claim: Claim) -> AttemptResult:
     operation = claim.operation
-    step = STEPS[operation.step]
+    step = step_of(operation)
     refs = dict(
         Operation.objects.filter(
             event_id=operation.event_id,
@@ -215,6 +217,7 @@ def operation_record_outcome(
     """Writes the outcome if this claim still owns the operation. Returns whether it did."""
     operation = claim.operation
     destination = operation.destination
+    step = step_of(operation)
     now = timezone.now()
     decision = decide(
         outcome=result.outcome,
@@ -222,7 +225,8 @@ def operation_record_outcome(
         attempt_number=claim.attempt.number,
         message=result.message,
         retry_after=result.retry_after,
-        at_most_once=STEPS[operation.step].at_most_once,
+        at_most_once=step.at_most_once,
+        idempotent_action=step.idempotent_action,
         idempotency_keys=destination.idempotency_keys,
         retention=destination.idempotency_key_retention,
         unique_external_ref=destination.unique_external_ref,
@@ -275,6 +279,8 @@ def operation_record_outcome(
             retry_after_seconds=result.retry_after,
         )
         if succeeded:
+            if step.on_success is not None:
+                step.on_success(operation, result.destination_ref)
             _release_next_step(operation, now=now)
         elif decision.case_kind:
             review_case_open(

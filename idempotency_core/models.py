@@ -180,6 +180,7 @@ class Operation(models.Model):
         """How the next attempt proceeds after an ambiguous or interrupted one."""
 
         NONE = "", "Normal call"
+        REPEAT = "repeat", "Repeat: the action is idempotent by nature"
         REPEAT_WITH_KEY = "repeat_with_key", "Repeat with the same idempotency key"
         REPEAT_UNIQUE_REF = "repeat_unique_ref", "Repeat; a unique reference refuses a copy"
         LOOKUP_FIRST = "lookup_first", "Look up by external reference first"
@@ -207,6 +208,9 @@ class Operation(models.Model):
     # the destination's idempotency-key retention window.
     first_presented_at = models.DateTimeField(null=True, blank=True)
     destination_ref = models.CharField(max_length=200, blank=True)
+    # What a step needs beyond the event (a merge: which records); null for
+    # pipeline steps, which read the event.
+    arguments = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
-from idempotency_core.models import Destination, Event, Operation, Source
+from idempotency_core.audit import audit_record
+from idempotency_core.models import Destination, Event, Operation, ReviewCase, Source
 from integrations.base import Classification, DestinationError, Effect
 from integrations.crm import CrmClient
 from integrations.email import SmtpSender
@@ -62,6 +64,11 @@ class Step:
     find: Callable[[StepContext, Any], str | None] | None = None
     # No idempotency at the destination: an unclear send goes to review, never resent.
     at_most_once: bool = False
+    # Doing it twice is the same as once at the destination (a merge): an unclear
+    # attempt is simply repeated.
+    idempotent_action: bool = False
+    # Runs in the transaction that records the success (e.g. resolve a case).
+    on_success: Callable[[Operation, str], None] | None = None
 
 
 def _create_enquiry(ctx: StepContext, crm: CrmClient) -> Effect:
@@ -115,14 +122,60 @@ def _send_confirmation(ctx: StepContext, mail: SmtpSender) -> Effect:
     )
 
 
+def _merge_duplicate(ctx: StepContext, crm: CrmClient) -> Effect:
+    arguments = ctx.operation.arguments or {}
+    return crm.merge_records(
+        survivor_id=arguments["survivor_ref"],
+        duplicate_id=arguments["duplicate_ref"],
+        key=ctx.operation.key,
+    )
+
+
+def _merge_done(operation: Operation, survivor_ref: str) -> None:
+    """Resolves the suspected-duplicate case the merge was decided on."""
+    arguments = operation.arguments or {}
+    now = timezone.now()
+    case = ReviewCase.objects.filter(pk=arguments.get("case_id")).first()
+    if case is not None and case.status in ReviewCase.OPEN_STATUSES:
+        ReviewCase.objects.filter(pk=case.pk).update(
+            status=ReviewCase.Status.RESOLVED,
+            resolution_code="merged",
+            resolution_note=(
+                f"{arguments['duplicate_ref']} merged into {arguments['survivor_ref']} "
+                f"by operation {operation.pk}"
+            ),
+            resolved_at=now,
+            updated_at=now,
+        )
+    audit_record(
+        action="merged",
+        system="worker",
+        case=case,
+        operation=operation,
+        details={**arguments, "survivor": survivor_ref, "operation_key": operation.key},
+    )
+
+
+# A merge is an operation of its own, on the event whose record survives or is
+# merged away; its step name carries the duplicate's reference so that
+# (event, step) stays unique per merge decision.
+MERGE_STEP = "merge_duplicate"
+
 STEPS: dict[str, Step] = {
     step.name: step
     for step in (
         Step("create_enquiry", "crm", _create_enquiry, _find_enquiry),
         Step("assign_task", "crm", _assign_task, _find_task),
         Step("send_confirmation", "email", _send_confirmation, at_most_once=True),
+        Step(MERGE_STEP, "crm", _merge_duplicate, idempotent_action=True, on_success=_merge_done),
     )
 }
+
+
+def step_of(operation: Operation) -> Step:
+    """The step definition of an operation ("merge_duplicate:rec_7" -> merge_duplicate)."""
+    return STEPS[operation.step.partition(":")[0]]
+
 
 DEFAULT_PIPELINE: tuple[str, ...] = ("create_enquiry", "assign_task", "send_confirmation")
 

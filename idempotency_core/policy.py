@@ -52,6 +52,7 @@ class RetryPolicy:
 def recovery_for(
     *,
     at_most_once: bool,
+    idempotent_action: bool = False,
     idempotency_keys: bool,
     retention: timedelta | None,
     unique_external_ref: bool,
@@ -68,6 +69,8 @@ def recovery_for(
     """
     if at_most_once:
         return Recovery.REVIEW
+    if idempotent_action:
+        return Recovery.REPEAT
     within_window = first_presented_at is not None and (
         retention is None or retry_at < first_presented_at + retention
     )
@@ -105,6 +108,7 @@ def decide(
     lookup: bool,
     first_presented_at: datetime | None,
     current_recovery: str,
+    idempotent_action: bool = False,
     now: datetime,
     policy: RetryPolicy,
     rng: random.Random | None = None,
@@ -135,6 +139,7 @@ def decide(
     if unclear:
         rule = recovery_for(
             at_most_once=at_most_once,
+            idempotent_action=idempotent_action,
             idempotency_keys=idempotency_keys,
             retention=retention,
             unique_external_ref=unique_external_ref,
