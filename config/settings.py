@@ -150,6 +150,9 @@ ONEFOLD_MAX_ATTEMPTS = env_int("ONEFOLD_MAX_ATTEMPTS", 6, minimum=1)
 ONEFOLD_SWEEP_SECONDS = env_float("ONEFOLD_SWEEP_SECONDS", 10, minimum=0.1)
 # An operation not finished this long after its event arrived is "stuck".
 ONEFOLD_STUCK_AFTER_SECONDS = env_int("ONEFOLD_STUCK_AFTER_SECONDS", 3600, minimum=1)
+# Same contact, same form and message, new key, within this many seconds: the
+# second event is processed and a suspected-duplicate case opens for a person.
+ONEFOLD_DUPLICATE_WINDOW_SECONDS = env_int("ONEFOLD_DUPLICATE_WINDOW_SECONDS", 600, minimum=0)
 # Default requests per minute per source (each source may override).
 ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 # Retention (README "Retention"). Payloads (contact details, message) are nulled

@@ -8,17 +8,19 @@ the INSERT: one wins, the others fall back to reading the winner's event.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from idempotency_core.engine import operation_enqueue
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
-from idempotency_core.models import Delivery, Event, Operation, Source
+from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 from idempotency_core.pipeline import DEFAULT_PIPELINE, STEPS, destination_for
 from idempotency_core.retention import late_replay_check
+from idempotency_core.reviews import review_case_open
 
 
 class KeyReusedError(Exception):
@@ -113,7 +115,47 @@ def _event_create(
         )
         # Same transaction as the rows (ORM broker): no event without its task.
         operation_enqueue(operations[0].pk)
+        _flag_suspected_duplicate(event, now=now)
     return event
+
+
+def _flag_suspected_duplicate(event: Event, *, now: datetime) -> None:
+    """Opens a case when the same person sent the same message again under a new key.
+
+    Both events are kept and processed (two genuine submissions must both
+    count); a person decides whether to merge the records (never automatic).
+    """
+    payload = event.payload or {}
+    if not event.contact_digest:
+        return
+    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
+    earlier = (
+        Event.objects.filter(
+            source_id=event.source_id,
+            contact_digest=event.contact_digest,
+            form=event.form,
+            received_at__gte=now - window,
+            payload__message=payload.get("message", ""),
+        )
+        .exclude(pk=event.pk)
+        .order_by("-received_at")
+        .first()
+    )
+    if earlier is None:
+        return
+    review_case_open(
+        kind=ReviewCase.Kind.SUSPECTED_DUPLICATE,
+        subject=f"events:{earlier.pk}:{event.pk}",
+        summary=(
+            f"The same contact sent the same {event.form or 'form'} message twice within "
+            f"{window.total_seconds() / 60:.0f} minutes under different keys ({earlier.key!r}, "
+            f"{event.key!r}). Both were processed. A reviewer should compare the two CRM "
+            "records and merge them if they are one enquiry, or resolve as not a duplicate."
+        ),
+        event=event,
+        evidence={"event_ids": [str(earlier.pk), str(event.pk)]},
+        system="ingest",
+    )
 
 
 def _repeat_delivery(*, event: Event, fingerprint: str) -> IngestResult:

@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from idempotency_core.models import Delivery, Event, Operation, Source
+from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 from idempotency_core.sources import source_api_key_issue
 
 URL = "/api/v1/submissions/"
@@ -114,6 +114,19 @@ def test_two_keys_from_the_same_person_are_two_events(api):
     assert Event.objects.count() == 2
     digests = set(Event.objects.values_list("contact_digest", flat=True))
     assert len(digests) == 1 and "" not in digests
+    # Same person, same message, new key: both kept, and a person is asked.
+    case = ReviewCase.objects.get(kind="suspected_duplicate")
+    first, second = Event.objects.order_by("received_at")
+    assert case.subject == f"events:{first.pk}:{second.pk}"
+    assert case.event == second
+    assert case.evidence["event_ids"] == [str(first.pk), str(second.pk)]
+
+
+def test_a_different_message_from_the_same_person_is_not_suspected(api):
+    post(api, submission(message="Kitchen"), key="a")
+    post(api, submission(message="Bathroom"), key="b")
+    assert Event.objects.count() == 2
+    assert not ReviewCase.objects.exists()
 
 
 def test_missing_key_is_refused(api):
