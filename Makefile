@@ -46,6 +46,9 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py ensure_database
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py bench_reconcile --events $(BENCH_EVENTS)
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py ensure_database
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py bench_console
 
 drill: install
 	$(PY) manage.py drill
