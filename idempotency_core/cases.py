@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from idempotency_core.audit import audit_record
 from idempotency_core.engine import operation_enqueue
+from idempotency_core.merge import DUPLICATE_KINDS
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
-from idempotency_core.pipeline import STEPS, StepContext, adapter_for
+from idempotency_core.pipeline import StepContext, adapter_for, step_of
 from integrations.base import DestinationError
 from integrations.crm import CrmClient
 
@@ -41,7 +42,6 @@ RESOLUTION_CODES: dict[str, str] = {
     "other": "Other (explained in the reason)",
 }
 
-DUPLICATE_KINDS = (ReviewCase.Kind.SUSPECTED_DUPLICATE, ReviewCase.Kind.RECON_DUPLICATE)
 
 # How far back from the first presentation the listing scan starts: clocks of
 # Onefold and the destination may disagree a little.
@@ -332,10 +332,11 @@ def latest_lookup(operation: Operation) -> AuditEntry | None:
 
 
 def _lookup(operation: Operation) -> LookupResult:
-    step = STEPS.get(operation.step)
-    destination = operation.destination
-    if step is None:
+    try:
+        step = step_of(operation)
+    except KeyError:
         return LookupResult(None, "none", f"Unknown step {operation.step}; check by hand.")
+    destination = operation.destination
     if destination.kind == destination.Kind.SMTP:
         return LookupResult(
             None,

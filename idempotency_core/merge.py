@@ -1,12 +1,12 @@
 """Investigated merge of suspected duplicate records (DESIGN.md, Flow 7).
 
-Interim, synchronous version: the merge is called from the request, outside any
-transaction, with its own stable key, so pressing the button twice (or a retry
-after a lost answer) merges once at a CRM that honours idempotency keys, and the
-sandbox answers 200 again for a duplicate already merged into the survivor.
-The design wants the merge to be an operation executed by the workers; when the
-engine offers that, this function should create the operation and enqueue it
-instead of calling the CRM itself. Its signature is what the console relies on.
+A reviewer's merge decision becomes an operation of its own (step
+`merge_duplicate:<duplicate ref>`, see pipeline.py) with its own stable key,
+claimed and executed by the workers like any effect: recorded attempts, retries,
+recovery (merging twice is the same as once, so an unclear attempt is simply
+repeated) and, on success, the case resolved in the same transaction as the
+outcome. The console only records the decision and queues the operation; no
+network call happens in the request.
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ from __future__ import annotations
 import hashlib
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from idempotency_core.audit import audit_record
-from idempotency_core.models import Destination, ReviewCase
-from idempotency_core.pipeline import adapter_for
-from integrations.base import DestinationError
-from integrations.crm import CrmClient
+from idempotency_core.engine import operation_enqueue
+from idempotency_core.models import Destination, Event, Operation, ReviewCase
+from idempotency_core.pipeline import MERGE_STEP
 
 DUPLICATE_KINDS = (ReviewCase.Kind.SUSPECTED_DUPLICATE, ReviewCase.Kind.RECON_DUPLICATE)
+# After every pipeline step, so that releasing "the next step" after a pipeline
+# success never picks a merge, and a merge never waits for a pipeline step.
+MERGE_POSITION = 100
 
 
 class MergeRefusedError(Exception):
@@ -31,7 +33,7 @@ class MergeRefusedError(Exception):
 
 
 def merge_key(*, case_id: int, survivor_ref: str, duplicate_ref: str) -> str:
-    """Stable across retries of the same decision; opaque like operation keys."""
+    """Stable for one decision (same case, same two records); opaque like operation keys."""
     message = f"{case_id}\x1f{survivor_ref}\x1f{duplicate_ref}".encode()
     return "opk_merge_" + hashlib.sha256(message).hexdigest()[:48]
 
@@ -43,6 +45,39 @@ def merge_destination(case: ReviewCase) -> Destination:
     return Destination.objects.get(name="crm")
 
 
+def duplicate_record_refs(case: ReviewCase) -> list[str]:
+    """CRM record ids a duplicate case is about, from whatever evidence it carries:
+    record ids named directly, or the events whose enquiries created them."""
+    evidence = case.evidence or {}
+    refs: list[str] = [str(r) for r in evidence.get("record_ids") or []]
+    refs += [str(r["id"]) for r in evidence.get("records") or [] if isinstance(r, dict)]
+    for key in ("existing_id", "survivor_id", "duplicate_id"):
+        if evidence.get(key):
+            refs.append(str(evidence[key]))
+    event_ids = [str(e) for e in evidence.get("event_ids") or []]
+    if event_ids:
+        by_event = {
+            str(event_id): ref
+            for event_id, ref in Operation.objects.filter(
+                event_id__in=event_ids, step="create_enquiry", status=Operation.Status.SUCCEEDED
+            ).values_list("event_id", "destination_ref")
+        }
+        refs += [by_event[e] for e in event_ids if by_event.get(e)]
+    if evidence.get("external_ref"):
+        found = Operation.objects.filter(key=evidence["external_ref"]).exclude(destination_ref="")
+        refs += list(found.values_list("destination_ref", flat=True))
+    return list(dict.fromkeys(r for r in refs if r))
+
+
+def _event_of_record(ref: str, fallback: Event | None) -> Event | None:
+    operation = (
+        Operation.objects.filter(step="create_enquiry", destination_ref=ref)
+        .select_related("event")
+        .first()
+    )
+    return operation.event if operation is not None else fallback
+
+
 def duplicate_merge_request(
     *,
     case_id: int,
@@ -50,20 +85,22 @@ def duplicate_merge_request(
     duplicate_ref: str,
     actor: AbstractBaseUser,
     reason: str,
-) -> ReviewCase:
-    """Merges `duplicate_ref` into `survivor_ref` at the CRM and resolves the case."""
+) -> Operation:
+    """Records the decision and queues the merge operation; a worker performs it.
+
+    Asking twice for the same merge returns the operation already queued (its
+    key and (event, step) are unique), so a double click merges once.
+    """
     reason = reason.strip()
     survivor_ref, duplicate_ref = survivor_ref.strip(), duplicate_ref.strip()
     if not reason:
         raise MergeRefusedError("A merge needs a reason.")
     if not survivor_ref or not duplicate_ref or survivor_ref == duplicate_ref:
         raise MergeRefusedError("Pick two different records: one survivor, one duplicate.")
-    case = ReviewCase.objects.select_related("operation__destination").get(pk=case_id)
+    case = ReviewCase.objects.select_related("operation__destination", "event").get(pk=case_id)
     if case.kind not in DUPLICATE_KINDS:
         raise MergeRefusedError("Only a suspected duplicate can be merged.")
-    if case.status not in ReviewCase.OPEN_STATUSES:
-        raise MergeRefusedError(f"Case {case.pk} is no longer open.")
-    known = [str(r) for r in (case.evidence or {}).get("record_ids") or []]
+    known = duplicate_record_refs(case)
     if known and not {survivor_ref, duplicate_ref} <= set(known):
         raise MergeRefusedError(
             f"The case names records {', '.join(known)}; merge only records it is about."
@@ -71,52 +108,51 @@ def duplicate_merge_request(
     destination = merge_destination(case)
     if not destination.merge:
         raise MergeRefusedError(f"{destination.name} does not support merging records.")
+    # The merge belongs to the event whose record goes away: its history then
+    # shows where its enquiry went.
+    event = _event_of_record(duplicate_ref, case.event)
+    if event is None:
+        raise MergeRefusedError("No event is linked to these records; merge them in the CRM.")
     key = merge_key(case_id=case.pk, survivor_ref=survivor_ref, duplicate_ref=duplicate_ref)
-    details = {"survivor_ref": survivor_ref, "duplicate_ref": duplicate_ref, "merge_key": key}
-    # Recorded (and committed) before the call: if the process dies during the
-    # merge, the trail shows it was asked for and with which key.
-    audit_record(
-        action="merge_requested",
-        actor=actor,
-        case=case,
-        event=case.event,
-        operation=case.operation,
-        reason=reason,
-        details=details,
-    )
-    crm = adapter_for(destination)
-    if not isinstance(crm, CrmClient):
-        raise MergeRefusedError(f"{destination.name} is not a CRM.")
-    try:
-        effect = crm.merge_records(survivor_id=survivor_ref, duplicate_id=duplicate_ref, key=key)
-    except DestinationError as exc:
-        audit_record(
-            action="merge_failed",
-            actor=actor,
-            case=case,
-            event=case.event,
-            reason=reason,
-            details={**details, "error": exc.message, "classification": str(exc.classification)},
-        )
-        raise MergeRefusedError(f"The CRM did not merge: {exc.message}") from exc
+    arguments = {"case_id": case.pk, "survivor_ref": survivor_ref, "duplicate_ref": duplicate_ref}
     now = timezone.now()
     with transaction.atomic():
-        ReviewCase.objects.filter(pk=case.pk, status__in=ReviewCase.OPEN_STATUSES).update(
-            status=ReviewCase.Status.RESOLVED,
-            resolution_code="merged",
-            resolution_note=f"{duplicate_ref} merged into {survivor_ref}: {reason}",
-            resolved_at=now,
-            owner=case.owner or actor,
+        locked = ReviewCase.objects.select_for_update(of=("self",)).get(pk=case.pk)
+        if locked.status not in ReviewCase.OPEN_STATUSES:
+            raise MergeRefusedError(f"Case {case.pk} is no longer open.")
+        existing = Operation.objects.filter(key=key).first()
+        if existing is not None:
+            return existing
+        try:
+            with transaction.atomic():
+                operation = Operation.objects.create(
+                    event=event,
+                    step=f"{MERGE_STEP}:{duplicate_ref}",
+                    position=MERGE_POSITION,
+                    destination=destination,
+                    key=key,
+                    arguments=arguments,
+                    next_attempt_at=now,
+                    enqueued_at=now,
+                )
+        except IntegrityError as exc:
+            raise MergeRefusedError(
+                f"A merge of {duplicate_ref} from this event was already requested with "
+                "another survivor; see the case's audit trail."
+            ) from exc
+        ReviewCase.objects.filter(pk=case.pk).update(
+            status=ReviewCase.Status.IN_PROGRESS,
+            owner=locked.owner or actor,
             updated_at=now,
         )
         audit_record(
-            action="merged",
+            action="merge_requested",
             actor=actor,
             case=case,
-            event=case.event,
-            operation=case.operation,
+            operation=operation,
             reason=reason,
-            details={**details, "survivor": effect.ref, "replayed": effect.adopted},
+            details={**arguments, "merge_key": key},
         )
-    case.refresh_from_db()
-    return case
+        # Same transaction as the operation row (ORM broker): no merge without its task.
+        operation_enqueue(operation.pk)
+    return operation

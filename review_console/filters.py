@@ -50,7 +50,7 @@ class CaseFilter(django_filters.FilterSet):
         field_name="operation__destination", queryset=Destination.objects.order_by("name")
     )
     step = django_filters.ChoiceFilter(
-        field_name="operation__step", choices=[(name, name) for name in STEPS]
+        method="filter_step", label="Step", choices=[(name, name) for name in STEPS]
     )
     opened_after = django_filters.DateFilter(
         method="filter_opened_after", label="Opened on/after", widget=DATE_WIDGET
@@ -86,6 +86,12 @@ class CaseFilter(django_filters.FilterSet):
         if value in ("nobody", "none"):
             return queryset.filter(owner__isnull=True)
         return queryset.filter(owner__username=value) if value else queryset
+
+    def filter_step(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        # A merge's step carries the record it merges ("merge_duplicate:rec_7").
+        return queryset.filter(
+            Q(operation__step=value) | Q(operation__step__startswith=f"{value}:")
+        )
 
     def filter_opened_after(self, queryset: QuerySet, name: str, value: date) -> QuerySet:
         return queryset.filter(created_at__gte=_day_start(value))

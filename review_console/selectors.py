@@ -20,10 +20,12 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from idempotency_core.merge import duplicate_record_refs, merge_destination
 from idempotency_core.models import (
     Attempt,
     AuditEntry,
     Delivery,
+    Destination,
     Event,
     Operation,
     ReviewCase,
@@ -307,17 +309,6 @@ def audit_filterset(params: QueryDict) -> AuditFilter:
 COMPARED_FIELDS = ("name", "email", "message", "external_ref", "created_at")
 
 
-def duplicate_record_ids(case: ReviewCase) -> list[str]:
-    """Record ids a duplicate case is about, from whatever evidence it carries."""
-    evidence = case.evidence or {}
-    ids: list[str] = [str(r) for r in evidence.get("record_ids") or []]
-    ids += [str(r["id"]) for r in evidence.get("records") or [] if isinstance(r, dict)]
-    for key in ("existing_id", "survivor_id", "duplicate_id"):
-        if evidence.get(key):
-            ids.append(str(evidence[key]))
-    return list(dict.fromkeys(ids))
-
-
 @dataclass
 class ComparedRecord:
     ref: str
@@ -329,13 +320,11 @@ class ComparedRecord:
 def duplicate_comparison(case: ReviewCase, *, unmasked: bool) -> dict[str, Any]:
     """Both (or all) records side by side, each with the event it came from, and
     the fields that differ between them."""
-    refs = duplicate_record_ids(case)
-    destination = case.operation.destination if case.operation_id else None
-    if destination is None or destination.kind != destination.Kind.CRM_HTTP:
-        from idempotency_core.models import Destination
-
-        destination = Destination.objects.filter(name="crm").first()
-    crm = adapter_for(destination) if destination is not None else None
+    refs = duplicate_record_refs(case)
+    try:
+        crm = adapter_for(merge_destination(case))
+    except Destination.DoesNotExist:
+        crm = None
     compared: list[ComparedRecord] = []
     for ref in refs:
         if not isinstance(crm, CrmClient):

@@ -508,7 +508,10 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
             messages.error(request, str(exc))
         else:
             messages.success(
-                request, f"{data['duplicate']} merged into {data['survivor']}; case resolved."
+                request,
+                f"Merge of {data['duplicate']} into {data['survivor']} is queued as its own "
+                "operation; a worker performs it within seconds and the case resolves when "
+                "the CRM confirms.",
             )
             return redirect(_case_url(case))
     else:

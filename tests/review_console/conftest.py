@@ -62,7 +62,7 @@ def ambiguous_case(sandbox) -> Callable[..., ReviewCase]:
         sandbox.capabilities(idempotency_keys=False, unique_external_ref=False, lookup=False)
         crm_without_recognition()
         sandbox.fault("create_record", mode)
-        event = ingest(key)
+        event = ingest(key, message=f"Please call me back ({key}).")
         operation = event.operations.get(step="create_enquiry")
         assert operation_execute(operation_id=operation.pk) == "ambiguous"
         operation.refresh_from_db()
@@ -73,8 +73,11 @@ def ambiguous_case(sandbox) -> Callable[..., ReviewCase]:
 
 
 def permanent_case(key: str = "perm-1") -> ReviewCase:
-    """A case without any network call: an operation marked failed through the service."""
-    event = ingest(key)
+    """A case without any network call: an operation marked failed through the service.
+
+    Each has its own message, so ingest does not flag them as duplicates of each other.
+    """
+    event = ingest(key, message=f"Please quote for a kitchen refit ({key}).")
     operation = event.operations.get(step="create_enquiry")
     Operation.objects.filter(pk=operation.pk).update(status=Operation.Status.NEEDS_REVIEW)
     case, _ = review_case_open(
@@ -88,21 +91,38 @@ def permanent_case(key: str = "perm-1") -> ReviewCase:
     return case
 
 
-def duplicate_case(sandbox, *, key_a: str = "dup-a", key_b: str = "dup-b") -> ReviewCase:
-    """Two events of one person made two CRM records; a case names both."""
+def duplicate_case(
+    sandbox, *, key_a: str = "dup-a", key_b: str = "dup-b", evidence: str = "events"
+) -> ReviewCase:
+    """Two submissions of one person made two CRM records; a case names them.
+
+    With evidence="events" the case is the one ingest opens itself (it names the
+    two events); with "records" the two messages differ, ingest stays quiet, and
+    the case names the CRM records directly, as reconciliation would.
+    """
     crm_ids = []
-    for key in (key_a, key_b):
-        event = ingest(key)
+    for n, key in enumerate((key_a, key_b)):
+        message = "Same message twice" if evidence == "events" else f"Message {n}"
+        event = ingest(key, message=message)
         operation = event.operations.get(step="create_enquiry")
         assert operation_execute(operation_id=operation.pk) == "succeeded"
         operation.refresh_from_db()
         crm_ids.append(operation.destination_ref)
+    if evidence == "events":
+        case = ReviewCase.objects.get(kind=ReviewCase.Kind.SUSPECTED_DUPLICATE, event__key=key_b)
+        case.record_ids = crm_ids
+        return case
     case, _ = review_case_open(
         kind=ReviewCase.Kind.SUSPECTED_DUPLICATE,
         subject=f"records:{crm_ids[0]}+{crm_ids[1]}",
-        summary="Two enquiries from the same contact within minutes, same message.",
+        summary="Two enquiries from the same contact within minutes.",
         event=Event.objects.get(key=key_b),
         evidence={"external_ref": "", "record_ids": crm_ids},
         system="test",
     )
+    case.record_ids = crm_ids
     return case
+
+
+def merge_operation(case: ReviewCase) -> Operation:
+    return Operation.objects.get(arguments__case_id=case.pk)

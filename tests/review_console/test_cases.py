@@ -86,10 +86,11 @@ def test_taking_ownership_never_silently_steals_a_case(users):
     assert entry.details == {"previous_owner": "rita"}
 
 
-def test_a_merge_leaves_one_record_and_two_audit_entries(users, sandbox):
-    case = duplicate_case(sandbox)
+@pytest.mark.parametrize("evidence", ["events", "records"])
+def test_a_merge_is_an_operation_run_by_a_worker_and_leaves_one_record(users, sandbox, evidence):
+    case = duplicate_case(sandbox, evidence=evidence)
     assert sandbox.stats()["records"] == 2
-    survivor, duplicate = case.evidence["record_ids"]
+    survivor, duplicate = case.record_ids
     with pytest.raises(MergeRefusedError, match="only records it is about"):
         duplicate_merge_request(
             case_id=case.pk,
@@ -98,13 +99,18 @@ def test_a_merge_leaves_one_record_and_two_audit_entries(users, sandbox):
             actor=users["reviewer"],
             reason="x",
         )
-    duplicate_merge_request(
-        case_id=case.pk,
-        survivor_ref=survivor,
-        duplicate_ref=duplicate,
-        actor=users["reviewer"],
-        reason="Same person, same message, two minutes apart",
-    )
+    request = {
+        "case_id": case.pk,
+        "survivor_ref": survivor,
+        "duplicate_ref": duplicate,
+        "actor": users["reviewer"],
+        "reason": "Same person, same message, two minutes apart",
+    }
+    operation = duplicate_merge_request(**request)
+    assert duplicate_merge_request(**request) == operation  # a double click merges once
+    assert operation.key.startswith("opk_merge_") and operation.status == "pending"
+    assert sandbox.stats()["records"] == 2  # nothing happens in the request
+    assert operation_execute(operation_id=operation.pk) == "succeeded"  # the worker's turn
     assert sandbox.stats()["records"] == 1
     actions = list(
         AuditEntry.objects.filter(case=case, action__in=["merge_requested", "merged"])
@@ -131,9 +137,10 @@ def test_the_merge_page_shows_both_records_with_differences(users, sandbox):
     client = Client()
     client.force_login(users["reviewer"])
     page = client.get(reverse("console:case-compare", args=[case.pk])).content.decode()
-    for ref in case.evidence["record_ids"]:
+    for ref in case.record_ids:
         assert ref in page
     assert 'class="diff"' in page  # external_ref and created_at differ
+    assert "dup-a" in page and "dup-b" in page  # the originating events
     assert "a***@example.com" in page and "ada@example.com" not in page
 
 
