@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from idempotency_core.audit import audit_record
-from idempotency_core.engine import operation_enqueue
+from idempotency_core.engine import operation_release_next
 from idempotency_core.merge import DUPLICATE_KINDS
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.pipeline import StepContext, adapter_for, step_of
@@ -187,7 +187,8 @@ def case_mark_resolved(
                 )
             )
             if operation_completed:
-                released = _release_next_step(operation, now=now)
+                # The reviewer's verified reference is the success: the pipeline carries on.
+                released = operation_release_next(operation, now=now)
         ReviewCase.objects.filter(pk=case.pk).update(
             status=ReviewCase.Status.RESOLVED,
             resolution_code="verified_in_destination",
@@ -429,19 +430,3 @@ def _verify_reference(operation: Operation | None, destination_ref: str) -> str:
     if record.get("external_ref") not in (None, "", operation.key):
         return "exists_with_other_external_ref"
     return "exists"
-
-
-def _release_next_step(operation: Operation, *, now: Any) -> list[int]:
-    # Mirrors the engine's release after a success: the reviewer's verified
-    # reference is the success, so the pipeline carries on from here.
-    following = Operation.objects.filter(
-        event_id=operation.event_id,
-        position=operation.position + 1,
-        status=Operation.Status.PENDING,
-        next_attempt_at__isnull=True,
-    )
-    ids = list(following.values_list("pk", flat=True))
-    following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
-    for operation_id in ids:
-        operation_enqueue(operation_id)
-    return ids

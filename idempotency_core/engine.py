@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -281,7 +281,7 @@ def operation_record_outcome(
         if succeeded:
             if step.on_success is not None:
                 step.on_success(operation, result.destination_ref)
-            _release_next_step(operation, now=now)
+            operation_release_next(operation, now=now)
         elif decision.case_kind:
             review_case_open(
                 kind=decision.case_kind,
@@ -300,7 +300,9 @@ def operation_record_outcome(
     return True
 
 
-def _release_next_step(operation: Operation, *, now) -> None:
+def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
+    """Makes the step after `operation` due and queues it. Call inside the
+    transaction that records `operation` as succeeded."""
     following = Operation.objects.filter(
         event_id=operation.event_id,
         position=operation.position + 1,
@@ -311,3 +313,4 @@ def _release_next_step(operation: Operation, *, now) -> None:
     following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
     for operation_id in ids:
         operation_enqueue(operation_id)
+    return ids

@@ -245,6 +245,12 @@ class Operation(models.Model):
             ),
             # Dashboard counts by status.
             models.Index(fields=["status"], name="operation_status_idx"),
+            # Console search and reconciliation: an operation by its destination reference.
+            models.Index(
+                fields=["destination_ref"],
+                condition=~Q(destination_ref=""),
+                name="operation_destination_ref_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -307,6 +313,10 @@ class Attempt(models.Model):
                 | Q(outcome__in=[c.value for c in AttemptOutcome]),
                 name="attempt_outcome_valid",
             ),
+        ]
+        indexes = [
+            # Dashboard: throughput and failure rate over the last 24 hours.
+            models.Index(fields=["started_at"], name="attempt_started_idx"),
         ]
 
     def __str__(self) -> str:
@@ -395,6 +405,12 @@ class ReviewCase(models.Model):
                 fields=["created_at", "id"],
                 condition=Q(status__in=["open", "in_progress"]),
                 name="reviewcase_open_queue_idx",
+            ),
+            # Console queue sorted by kind, then oldest.
+            models.Index(
+                fields=["kind", "created_at", "id"],
+                condition=Q(status__in=["open", "in_progress"]),
+                name="reviewcase_open_kind_idx",
             ),
         ]
 
