@@ -44,7 +44,7 @@ class Child:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
         if self.process.poll() is None:
             # The child leads its own process group: reach its workers too.
             try:
