@@ -6,8 +6,9 @@ earlier steps, destination check). Items that need the destination looked up by 
 person are refused, never confirmed in bulk: a bulk action cannot have checked.
 
 The runner works in short chunks and re-enqueues itself, so a long job never
-outlives the django-q2 task timeout, and it claims each item with a conditional
-UPDATE, so two runners of one job never replay the same item.
+outlives the django-q2 task timeout. Each item is locked, replayed and marked in
+one transaction, so two runners never replay the same item and a runner that
+dies leaves no item half done.
 """
 
 from __future__ import annotations
@@ -98,18 +99,21 @@ def bulk_replay_run(*, job_id: int, chunk_seconds: float = CHUNK_SECONDS) -> str
         return "finished"
     deadline = time.monotonic() + chunk_seconds
     while time.monotonic() < deadline:
-        item = job.items.filter(status=BulkReplayItem.Status.PENDING).order_by("pk").first()
-        if item is None:
-            break
-        claimed = BulkReplayItem.objects.filter(
-            pk=item.pk, status=BulkReplayItem.Status.PENDING
-        ).update(status=BulkReplayItem.Status.PROCESSING)
-        if not claimed:
-            continue
-        _replay_item(job, item)
-    remaining = job.items.filter(
-        status__in=[BulkReplayItem.Status.PENDING, BulkReplayItem.Status.PROCESSING]
-    ).exists()
+        # The item, its replay and its outcome commit together: a runner that
+        # dies mid-item leaves it pending for the next runner (the broker hands
+        # the task out again), never half done. SKIP LOCKED keeps two runners
+        # of one job off the same item.
+        with transaction.atomic():
+            item = (
+                job.items.select_for_update(skip_locked=True)
+                .filter(status=BulkReplayItem.Status.PENDING)
+                .order_by("pk")
+                .first()
+            )
+            if item is None:
+                break
+            _replay_item(job, item)
+    remaining = job.items.filter(status=BulkReplayItem.Status.PENDING).exists()
     if remaining:
         async_task(TASK, job.pk, task_name=f"bulk-replay-{job.pk}")
         return "continuing"

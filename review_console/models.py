@@ -44,7 +44,6 @@ class BulkReplayJob(models.Model):
 class BulkReplayItem(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
-        PROCESSING = "processing", "Processing"
         REPLAYED = "replayed", "Replayed"
         REFUSED = "refused", "Refused"
         ERROR = "error", "Error"
@@ -65,7 +64,7 @@ class BulkReplayItem(models.Model):
             # One replay per operation per job, however many cases point at it.
             models.UniqueConstraint(fields=["job", "operation"], name="bulkreplayitem_unique_op"),
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "processing", "replayed", "refused", "error"]),
+                condition=Q(status__in=["pending", "replayed", "refused", "error"]),
                 name="bulkreplayitem_status_valid",
             ),
         ]

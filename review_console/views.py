@@ -251,11 +251,7 @@ def bulk_replay_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     counts = bulk_replay_counts(job)
     done = sum(counts[s] for s in BulkReplayItem.DONE)
     problems = job.items.exclude(
-        status__in=[
-            BulkReplayItem.Status.REPLAYED,
-            BulkReplayItem.Status.PENDING,
-            BulkReplayItem.Status.PROCESSING,
-        ]
+        status__in=[BulkReplayItem.Status.REPLAYED, BulkReplayItem.Status.PENDING]
     ).order_by("pk")[:200]
     return render(
         request,

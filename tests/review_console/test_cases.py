@@ -169,6 +169,27 @@ def test_bulk_replay_replays_what_is_safe_and_lists_what_is_not(users, ambiguous
     assert "4 of 4 done" in page and "Look it up in the destination first" in page
 
 
+def test_a_bulk_runner_that_dies_mid_item_leaves_it_pending(users, monkeypatch):
+    case = permanent_case("bulk-dies")
+    job = bulk_replay_start(actor=users["replay_admin"], params=QueryDict(""), reason="fixed")
+
+    def die(**kwargs):
+        # What a worker killed inside the replay looks like to the database:
+        # the transaction never commits.
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("review_console.bulk.operation_replay", die)
+    with pytest.raises(KeyboardInterrupt):
+        bulk_replay_run(job_id=job.pk)
+    assert job.items.get().status == "pending"
+    assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
+    monkeypatch.undo()
+    while bulk_replay_run(job_id=job.pk, chunk_seconds=0.5) != "finished":
+        pass
+    assert job.items.get().status == "replayed"
+    assert Operation.objects.get(pk=case.operation_id).status == "retry_scheduled"
+
+
 def test_bulk_replay_through_the_console_needs_a_reason_and_confirmation(users):
     permanent_case("bulk-view")
     client = Client()
