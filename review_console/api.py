@@ -33,10 +33,12 @@ from idempotency_core.cases import (
 from idempotency_core.merge import MergeRefusedError, duplicate_merge_request
 from idempotency_core.models import Operation, ReviewCase
 from idempotency_core.replay import ReplayRefusedError, operation_replay
+from review_console.bulk import BulkReplayRefusedError, bulk_replay_counts, bulk_replay_start
 from review_console.filters import CaseFilter
 from review_console.masking import contact_for
+from review_console.models import BulkReplayJob
 from review_console.permissions import VIEW_CONTACT, CanChangeCases, CanReplay, CanViewCases
-from review_console.selectors import case_queryset
+from review_console.selectors import case_filterset, case_queryset
 
 
 class OperationSerializer(serializers.ModelSerializer):
@@ -265,5 +267,72 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
         return self._done(case)
 
 
+class BulkReplayRequestSerializer(ReasonSerializer):
+    filter = serializers.DictField(
+        child=serializers.JSONField(),
+        default=dict,
+        help_text='The queue filter as query parameters, e.g. {"kind": ["ambiguous_outcome"]}.',
+    )
+
+
+class BulkReplayJobSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.get_username")
+    counts = serializers.SerializerMethodField()
+
+    class Meta:
+        model = BulkReplayJob
+        fields = [
+            "id",
+            "status",
+            "total",
+            "counts",
+            "reason",
+            "filter_params",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+
+    def get_counts(self, job: BulkReplayJob) -> dict[str, int]:
+        return bulk_replay_counts(job)
+
+
+class BulkReplayViewSet(viewsets.GenericViewSet):
+    """Bulk replay of every case a filter matches, in the background, item by item
+    through the same replay service. POST starts a job; GET follows its progress."""
+
+    queryset = BulkReplayJob.objects.select_related("created_by")
+    serializer_class = BulkReplayJobSerializer
+
+    def get_permissions(self):
+        return [CanReplay()] if self.action == "create" else [CanViewCases()]
+
+    def retrieve(self, request: Request, pk: Any = None) -> Response:
+        return Response(self.get_serializer(self.get_object()).data)
+
+    def create(self, request: Request) -> Response:
+        body = BulkReplayRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        params = QueryDict(mutable=True)
+        for key, value in body.validated_data["filter"].items():
+            params.setlist(key, [str(v) for v in (value if isinstance(value, list) else [value])])
+        filterset = case_filterset(params, request=request)
+        if not filterset.is_valid():
+            raise serializers.ValidationError({"filter": filterset.errors})
+        try:
+            job = bulk_replay_start(
+                actor=request.user, params=params, reason=body.validated_data["reason"]
+            )
+        except BulkReplayRefusedError as exc:
+            return Response(
+                {"code": "refused", "detail": str(exc)}, status=status.HTTP_409_CONFLICT
+            )
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from exc
+        return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
 router = routers.SimpleRouter()
 router.register("cases", CaseViewSet, basename="api-case")
+router.register("bulk-replays", BulkReplayViewSet, basename="api-bulk-replay")

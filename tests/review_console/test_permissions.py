@@ -201,3 +201,36 @@ def test_a_reviewer_sees_no_replay_button(users):
     assert replay_url not in reviewer_page
     assert "Replaying needs the Replay admins role" in reviewer_page
     assert replay_url in admin_page
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_api_bulk_replay_by_role(users, role):
+    permanent_case()
+    response = client_for(users, role).post(
+        "/console/api/bulk-replays/",
+        {"filter": {"kind": ["permanent_failure"]}, "reason": "CRM fixed"},
+        content_type="application/json",
+    )
+    if role in ALLOWED["replay"]:
+        assert response.status_code == 202, response.content[:500]
+        job = response.json()
+        assert (job["status"], job["reason"]) == ("queued", "CRM fixed")
+        assert job["filter_params"] == {"kind": ["permanent_failure"]}
+        progress = client_for(users, role).get(f"/console/api/bulk-replays/{job['id']}/")
+        assert progress.status_code == 200
+    else:
+        assert response.status_code == 403
+
+
+def test_api_bulk_replay_refuses_a_bad_filter_or_no_reason(users):
+    client = client_for(users, "replay_admin")
+    bad = client.post(
+        "/console/api/bulk-replays/",
+        {"filter": {"kind": ["no_such_kind"]}, "reason": "x"},
+        content_type="application/json",
+    )
+    assert bad.status_code == 400 and "filter" in bad.json()["errors"]
+    empty = client.post(
+        "/console/api/bulk-replays/", {"reason": " "}, content_type="application/json"
+    )
+    assert empty.status_code in (400, 409)
