@@ -253,6 +253,8 @@ def operation_record_outcome(
             updated_at=now,
         )
         if not owned:
+            if system == "sweeper":
+                return False  # another sweeper recovered it first: nothing learned
             # The lease expired and the sweeper (or a replay) moved on. What this
             # worker learned is still evidence, so it is kept, but not applied.
             audit_record(
