@@ -18,7 +18,7 @@ from django.utils import timezone
 from idempotency_core.engine import operation_enqueue
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
-from idempotency_core.pipeline import DEFAULT_PIPELINE, STEPS, destination_for
+from idempotency_core.pipeline import DEFAULT_PIPELINE, EDIT_PIPELINE, STEPS, destination_for
 from idempotency_core.retention import late_replay_check
 from idempotency_core.reviews import review_case_open
 
@@ -29,6 +29,10 @@ class KeyReusedError(Exception):
     def __init__(self, event: Event) -> None:
         super().__init__(f"idempotency key reused with a different payload (event {event.pk})")
         self.event = event
+
+
+class InvalidRevisionError(Exception):
+    """`revises` names no earlier submission of this contact at this source."""
 
 
 @dataclass(frozen=True)
@@ -47,11 +51,13 @@ def event_ingest(
     """Records a delivery and returns its event, creating it (and its operations) once.
 
     Raises KeyReusedError, after recording the refused delivery, when the key is
-    known with another payload fingerprint.
+    known with another payload fingerprint, and InvalidRevisionError (nothing
+    recorded) when a new submission `revises` something it cannot.
     """
     fingerprint = payload_fingerprint(payload)
     existing = Event.objects.filter(source=source, key=key).first()
     if existing is None:
+        revised = _revised_event(source=source, key=key, payload=payload)
         try:
             return IngestResult(
                 event=_event_create(
@@ -60,6 +66,7 @@ def event_ingest(
                     payload=payload,
                     fingerprint=fingerprint,
                     submitted_at=submitted_at,
+                    revises=revised,
                 ),
                 created=True,
             )
@@ -71,6 +78,25 @@ def event_ingest(
     return _repeat_delivery(event=existing, fingerprint=fingerprint)
 
 
+def _revised_event(*, source: Source, key: str, payload: dict[str, Any]) -> Event | None:
+    """The earlier event an edit revises (DESIGN.md, "Edits"), checked before anything
+    is stored: same source, same contact, and not the submission itself."""
+    revises = payload.get("revises")
+    if not revises:
+        return None
+    if revises == key:
+        raise InvalidRevisionError("A submission cannot revise itself.")
+    original = Event.objects.filter(source=source, key=revises).first()
+    if original is None:
+        raise InvalidRevisionError(f"No earlier submission {revises!r} from this source.")
+    email = str((payload.get("contact") or {}).get("email", ""))
+    if original.contact_digest != contact_digest(email):
+        raise InvalidRevisionError(
+            "An edit must come from the contact of the submission it revises."
+        )
+    return original
+
+
 def _event_create(
     *,
     source: Source,
@@ -78,6 +104,7 @@ def _event_create(
     payload: dict[str, Any],
     fingerprint: str,
     submitted_at: datetime | None,
+    revises: Event | None = None,
 ) -> Event:
     destinations = {role: destination_for(source, role) for role in ("crm", "email")}
     now = timezone.now()
@@ -90,7 +117,9 @@ def _event_create(
             form=str(payload.get("form", ""))[:100],
             contact_digest=contact_digest(str((payload.get("contact") or {}).get("email", ""))),
             submitted_at=submitted_at,
+            revises=revises,
         )
+        pipeline = EDIT_PIPELINE if revises else DEFAULT_PIPELINE
         operations = Operation.objects.bulk_create(
             Operation(
                 event=event,
@@ -103,7 +132,7 @@ def _event_create(
                 next_attempt_at=now if position == 0 else None,
                 enqueued_at=now if position == 0 else None,
             )
-            for position, step in enumerate(DEFAULT_PIPELINE)
+            for position, step in enumerate(pipeline)
         )
         Delivery.objects.create(
             source=source,
@@ -115,7 +144,8 @@ def _event_create(
         )
         # Same transaction as the rows (ORM broker): no event without its task.
         operation_enqueue(operations[0].pk)
-        _flag_suspected_duplicate(event, now=now)
+        if revises is None:
+            _flag_suspected_duplicate(event, now=now)
     return event
 
 

@@ -100,6 +100,10 @@ class Event(models.Model):
     # keeping the address in an index.
     contact_digest = models.CharField(max_length=64, blank=True, db_index=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
+    # An edit: this event's effect is an update of that event's enquiry.
+    revises = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="revisions"
+    )
     received_at = models.DateTimeField(auto_now_add=True)
     payload_purged_at = models.DateTimeField(null=True, blank=True)
 

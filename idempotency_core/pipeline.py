@@ -71,22 +71,37 @@ class Step:
     on_success: Callable[[Operation, str], None] | None = None
 
 
-def _create_enquiry(ctx: StepContext, crm: CrmClient) -> Effect:
+def _enquiry_fields(ctx: StepContext) -> dict[str, Any]:
     payload = ctx.payload
     contact = ctx.contact
-    return crm.create_record(
-        external_ref=ctx.operation.key,
-        fields={
-            "name": contact.get("name", ""),
-            "email": contact.get("email", ""),
-            "phone": contact.get("phone", ""),
-            "message": payload.get("message", ""),
-            "form": payload.get("form", ""),
-            "source": ctx.event.source.name,
-            "submitted_at": payload.get("submitted_at"),
-            "fields": payload.get("fields") or {},
-        },
-    )
+    return {
+        "name": contact.get("name", ""),
+        "email": contact.get("email", ""),
+        "phone": contact.get("phone", ""),
+        "message": payload.get("message", ""),
+        "form": payload.get("form", ""),
+        "source": ctx.event.source.name,
+        "submitted_at": payload.get("submitted_at"),
+        "fields": payload.get("fields") or {},
+    }
+
+
+def _create_enquiry(ctx: StepContext, crm: CrmClient) -> Effect:
+    return crm.create_record(external_ref=ctx.operation.key, fields=_enquiry_fields(ctx))
+
+
+def _update_enquiry(ctx: StepContext, crm: CrmClient) -> Effect:
+    """An edit: the revised event's enquiry takes this event's content."""
+    original = Operation.objects.filter(
+        event_id=ctx.event.revises_id, step="create_enquiry"
+    ).first()
+    if original is None or original.status != Operation.Status.SUCCEEDED:
+        # Not an error of the edit: the enquiry it revises is not there yet.
+        raise DestinationError(
+            "the revised submission's enquiry is not created yet",
+            classification=Classification.RETRYABLE,
+        )
+    return crm.update_record(record_id=original.destination_ref, fields=_enquiry_fields(ctx))
 
 
 def _find_enquiry(ctx: StepContext, crm: CrmClient) -> str | None:
@@ -167,6 +182,7 @@ STEPS: dict[str, Step] = {
         Step("create_enquiry", "crm", _create_enquiry, _find_enquiry),
         Step("assign_task", "crm", _assign_task, _find_task),
         Step("send_confirmation", "email", _send_confirmation, at_most_once=True),
+        Step("update_enquiry", "crm", _update_enquiry, idempotent_action=True),
         Step(MERGE_STEP, "crm", _merge_duplicate, idempotent_action=True, on_success=_merge_done),
     )
 }
@@ -178,6 +194,9 @@ def step_of(operation: Operation) -> Step:
 
 
 DEFAULT_PIPELINE: tuple[str, ...] = ("create_enquiry", "assign_task", "send_confirmation")
+# An edit (a submission that `revises` an earlier one) updates that enquiry and
+# creates nothing: no second record, task or confirmation.
+EDIT_PIPELINE: tuple[str, ...] = ("update_enquiry",)
 
 
 def destination_for(source: Source, role: str) -> Destination:

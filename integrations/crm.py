@@ -40,6 +40,14 @@ class CrmClient:
         self._raise_for_status(response)
         return response.json()
 
+    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
+        """PATCH: the same update twice leaves the record as once."""
+        response = self._send("PATCH", f"/crm/records/{record_id}", json=fields)
+        self._raise_for_status(response)
+        return Effect(
+            ref=str(_json(response).get("id", record_id)), http_status=response.status_code
+        )
+
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:

@@ -29,6 +29,7 @@ from idempotency_core.api.serializers import (
 )
 from idempotency_core.api.throttling import SourceRateThrottle
 from idempotency_core.ingest import (
+    InvalidRevisionError,
     KeyReusedError,
     delivery_refused,
     event_ingest,
@@ -112,6 +113,14 @@ class SubmissionCreateView(SourceAPIView):
                 key=parsed.key,
                 payload=parsed.payload,
                 submitted_at=parsed.submitted_at,
+            )
+        except InvalidRevisionError as exc:
+            delivery_refused(source=source, outcome=Delivery.Outcome.INVALID, status_code=400)
+            return _error(
+                "invalid",
+                "The submission has invalid fields.",
+                status.HTTP_400_BAD_REQUEST,
+                errors={"revises": [str(exc)]},
             )
         except KeyReusedError as exc:
             return _error(
