@@ -18,7 +18,7 @@ from django.utils import timezone
 from idempotency_core.engine import operation_enqueue
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
-from idempotency_core.pipeline import DEFAULT_PIPELINE, EDIT_PIPELINE, STEPS, destination_for
+from idempotency_core.pipeline import EDIT_PIPELINE, STEPS, destination_for, pipeline_for
 from idempotency_core.retention import late_replay_check
 from idempotency_core.reviews import review_case_open
 
@@ -119,7 +119,7 @@ def _event_create(
             submitted_at=submitted_at,
             revises=revises,
         )
-        pipeline = EDIT_PIPELINE if revises else DEFAULT_PIPELINE
+        pipeline = EDIT_PIPELINE if revises else pipeline_for(source, event.form)
         operations = Operation.objects.bulk_create(
             Operation(
                 event=event,

@@ -26,6 +26,10 @@ class Source(models.Model):
     key_salt = models.CharField(max_length=64, editable=False)
     rate_per_minute = models.PositiveIntegerField(null=True, blank=True)
     task_assignee = models.CharField(max_length=100, default="sales")
+    # Steps per form, e.g. {"newsletter": ["send_confirmation"], "*": [...]}; a form
+    # not named (and "*" absent) gets the default pipeline. Set through
+    # `sources.source_pipeline_set`, which checks each step's prerequisites.
+    pipelines = models.JSONField(default=dict, blank=True)
     # Where this source's effects go; empty means the destinations named "crm"
     # and "email" (see Destination).
     crm = models.ForeignKey(

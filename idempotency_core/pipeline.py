@@ -69,6 +69,8 @@ class Step:
     idempotent_action: bool = False
     # Runs in the transaction that records the success (e.g. resolve a case).
     on_success: Callable[[Operation, str], None] | None = None
+    # Steps that must come earlier in the same pipeline (their references are used).
+    requires: tuple[str, ...] = ()
 
 
 def _enquiry_fields(ctx: StepContext) -> dict[str, Any]:
@@ -180,12 +182,50 @@ STEPS: dict[str, Step] = {
     step.name: step
     for step in (
         Step("create_enquiry", "crm", _create_enquiry, _find_enquiry),
-        Step("assign_task", "crm", _assign_task, _find_task),
-        Step("send_confirmation", "email", _send_confirmation, at_most_once=True),
+        Step("assign_task", "crm", _assign_task, _find_task, requires=("create_enquiry",)),
+        Step(
+            "send_confirmation",
+            "email",
+            _send_confirmation,
+            at_most_once=True,
+            requires=("create_enquiry",),
+        ),
         Step("update_enquiry", "crm", _update_enquiry, idempotent_action=True),
         Step(MERGE_STEP, "crm", _merge_duplicate, idempotent_action=True, on_success=_merge_done),
     )
 }
+
+
+# Steps a source may put in a pipeline (the others are created by Onefold itself).
+PIPELINE_STEPS = ("create_enquiry", "assign_task", "send_confirmation")
+
+
+class InvalidPipelineError(ValueError):
+    """A pipeline names an unknown step, repeats one, or breaks a prerequisite."""
+
+
+def pipeline_validate(steps: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    steps = tuple(steps)
+    if not steps:
+        raise InvalidPipelineError("A pipeline needs at least one step.")
+    for position, name in enumerate(steps):
+        if name not in PIPELINE_STEPS:
+            raise InvalidPipelineError(
+                f"Unknown step {name!r}; choose from {', '.join(PIPELINE_STEPS)}."
+            )
+        if name in steps[:position]:
+            raise InvalidPipelineError(f"Step {name!r} appears twice.")
+        missing = [r for r in STEPS[name].requires if r not in steps[:position]]
+        if missing:
+            raise InvalidPipelineError(f"Step {name!r} needs {', '.join(missing)} before it.")
+    return steps
+
+
+def pipeline_for(source: Source, form: str) -> tuple[str, ...]:
+    """The steps for a submission of `form` at `source` (its own, else the default)."""
+    configured = source.pipelines or {}
+    steps = configured.get(form) or configured.get("*")
+    return tuple(steps) if steps else DEFAULT_PIPELINE
 
 
 def step_of(operation: Operation) -> Step:

@@ -6,6 +6,7 @@ from django.db import transaction
 
 from idempotency_core.keys import api_key_digest, new_api_key, new_source_salt
 from idempotency_core.models import Source, SourceApiKey
+from idempotency_core.pipeline import pipeline_validate
 
 
 def source_get_or_create(*, name: str) -> tuple[Source, bool]:
@@ -26,6 +27,14 @@ def source_for_api_key(key: str) -> Source | None:
         .first()
     )
     return found.source if found else None
+
+
+def source_pipeline_set(*, source: Source, steps: list[str], form: str = "*") -> Source:
+    """Sets the steps for one form of the source ("*": every form not named)."""
+    validated = pipeline_validate(steps)
+    source.pipelines = {**(source.pipelines or {}), form: list(validated)}
+    source.save(update_fields=["pipelines"])
+    return source
 
 
 @transaction.atomic

@@ -5,15 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('idempotency_core', '0006_console_indexes'),
+        ("idempotency_core", "0006_console_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='event',
-            name='revises',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='revisions', to='idempotency_core.event'),
+            model_name="event",
+            name="revises",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="revisions",
+                to="idempotency_core.event",
+            ),
         ),
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from idempotency_core.models import Source
 from idempotency_core.sources import source_for_api_key
@@ -34,3 +34,17 @@ def test_demo_setup_prints_credentials_once():
     second = io.StringIO()
     call_command("demo_setup", stdout=second)
     assert "ofk_" not in second.getvalue() and "password:" not in second.getvalue()
+
+
+def test_create_source_sets_a_pipeline_or_refuses_a_broken_one():
+    out = io.StringIO()
+    call_command(
+        "create_source", "newsletter", pipeline="create_enquiry,send_confirmation", stdout=out
+    )
+    assert "Pipeline: create_enquiry -> send_confirmation" in out.getvalue()
+    assert Source.objects.get(name="newsletter").pipelines == {
+        "*": ["create_enquiry", "send_confirmation"]
+    }
+    with pytest.raises(CommandError, match="needs create_enquiry before it"):
+        call_command("create_source", "broken", pipeline="assign_task", stdout=io.StringIO())
+    assert not Source.objects.filter(name="broken").exists()
