@@ -26,7 +26,8 @@ from idempotency_core.audit import audit_record
 from idempotency_core.engine import operation_release_next
 from idempotency_core.merge import DUPLICATE_KINDS
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
-from idempotency_core.pipeline import StepContext, adapter_for, step_of
+from idempotency_core.pipeline import adapter_for, step_context, step_of
+from idempotency_core.reviews import review_cases_settle
 from integrations.base import DestinationError
 from integrations.crm import CrmClient
 
@@ -189,13 +190,13 @@ def case_mark_resolved(
             if operation_completed:
                 # The reviewer's verified reference is the success: the pipeline carries on.
                 released = operation_release_next(operation, now=now)
-        ReviewCase.objects.filter(pk=case.pk).update(
+        review_cases_settle(
+            ReviewCase.objects.filter(pk=case.pk),
             status=ReviewCase.Status.RESOLVED,
-            resolution_code="verified_in_destination",
-            resolution_note=f"{destination_ref}: {reason}",
-            resolved_at=now,
-            owner=case.owner or actor,
-            updated_at=now,
+            code="verified_in_destination",
+            note=f"{destination_ref}: {reason}",
+            now=now,
+            actor=actor,
         )
         audit_record(
             action="case_resolved",
@@ -249,13 +250,13 @@ def case_close(
                 enqueued_at=None,
                 updated_at=now,
             )
-        ReviewCase.objects.filter(pk=case.pk).update(
+        review_cases_settle(
+            ReviewCase.objects.filter(pk=case.pk),
             status=ReviewCase.Status.CLOSED,
-            resolution_code=resolution_code,
-            resolution_note=reason,
-            resolved_at=now,
-            owner=case.owner or actor,
-            updated_at=now,
+            code=resolution_code,
+            note=reason,
+            now=now,
+            actor=actor,
         )
         audit_record(
             action="case_closed",
@@ -278,13 +279,13 @@ def case_mark_not_duplicate(*, case_id: int, actor: AbstractBaseUser, reason: st
         case = _locked_open_case(case_id)
         if case.kind not in DUPLICATE_KINDS:
             raise CaseActionRefusedError("Only a suspected duplicate can be 'not a duplicate'.")
-        ReviewCase.objects.filter(pk=case.pk).update(
+        review_cases_settle(
+            ReviewCase.objects.filter(pk=case.pk),
             status=ReviewCase.Status.RESOLVED,
-            resolution_code="not_duplicate",
-            resolution_note=reason,
-            resolved_at=now,
-            owner=case.owner or actor,
-            updated_at=now,
+            code="not_duplicate",
+            note=reason,
+            now=now,
+            actor=actor,
         )
         audit_record(
             action="not_duplicate",
@@ -345,14 +346,7 @@ def _lookup(operation: Operation) -> LookupResult:
             "Email cannot be looked up. Search the mailbox or the mail relay's log for "
             f"Message-ID <{operation.key}@onefold>, or ask the customer.",
         )
-    refs = dict(
-        Operation.objects.filter(
-            event_id=operation.event_id,
-            position__lt=operation.position,
-            status=Operation.Status.SUCCEEDED,
-        ).values_list("step", "destination_ref")
-    )
-    context = StepContext(operation=operation, event=operation.event, refs=refs)
+    context = step_context(operation)
     adapter = adapter_for(destination)
     try:
         if destination.lookup and step.find is not None:

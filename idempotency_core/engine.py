@@ -27,7 +27,7 @@ from django_q.tasks import async_task
 
 from idempotency_core.audit import audit_record
 from idempotency_core.models import Attempt, Operation
-from idempotency_core.pipeline import StepContext, adapter_for, step_of
+from idempotency_core.pipeline import adapter_for, step_context, step_of
 from idempotency_core.policy import Recovery, RetryPolicy, decide, recovery_for
 from idempotency_core.reviews import operation_subject, review_case_open
 from integrations.base import DestinationError
@@ -162,14 +162,7 @@ def _effective_recovery(operation: Operation) -> str:
 def _perform(claim: Claim) -> AttemptResult:
     operation = claim.operation
     step = step_of(operation)
-    refs = dict(
-        Operation.objects.filter(
-            event_id=operation.event_id,
-            position__lt=operation.position,
-            status=Operation.Status.SUCCEEDED,
-        ).values_list("step", "destination_ref")
-    )
-    context = StepContext(operation=operation, event=operation.event, refs=refs)
+    context = step_context(operation)
     rule = _effective_recovery(operation)
     if rule == Recovery.REVIEW:
         return AttemptResult(

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from idempotency_core.audit import audit_record
 from idempotency_core.models import Destination, Event, Operation, ReviewCase, Source
+from idempotency_core.reviews import review_cases_settle
 from integrations.base import Classification, DestinationError, Effect
 from integrations.crm import CrmClient
 from integrations.email import SmtpSender
@@ -153,17 +154,16 @@ def _merge_done(operation: Operation, survivor_ref: str) -> None:
     arguments = operation.arguments or {}
     now = timezone.now()
     case = ReviewCase.objects.filter(pk=arguments.get("case_id")).first()
-    if case is not None and case.status in ReviewCase.OPEN_STATUSES:
-        ReviewCase.objects.filter(pk=case.pk).update(
-            status=ReviewCase.Status.RESOLVED,
-            resolution_code="merged",
-            resolution_note=(
-                f"{arguments['duplicate_ref']} merged into {arguments['survivor_ref']} "
-                f"by operation {operation.pk}"
-            ),
-            resolved_at=now,
-            updated_at=now,
-        )
+    review_cases_settle(
+        ReviewCase.objects.filter(pk=arguments.get("case_id")),
+        status=ReviewCase.Status.RESOLVED,
+        code="merged",
+        note=(
+            f"{arguments['duplicate_ref']} merged into {arguments['survivor_ref']} "
+            f"by operation {operation.pk}"
+        ),
+        now=now,
+    )
     audit_record(
         action="merged",
         system="worker",
@@ -226,6 +226,19 @@ def pipeline_for(source: Source, form: str) -> tuple[str, ...]:
     configured = source.pipelines or {}
     steps = configured.get(form) or configured.get("*")
     return tuple(steps) if steps else DEFAULT_PIPELINE
+
+
+def step_context(operation: Operation) -> StepContext:
+    """What a step sees: its operation, its event, and the references its event's
+    earlier steps left (read fresh: they may have succeeded since the claim)."""
+    refs = dict(
+        Operation.objects.filter(
+            event_id=operation.event_id,
+            position__lt=operation.position,
+            status=Operation.Status.SUCCEEDED,
+        ).values_list("step", "destination_ref")
+    )
+    return StepContext(operation=operation, event=operation.event, refs=refs)
 
 
 def step_of(operation: Operation) -> Step:

@@ -17,6 +17,7 @@ from idempotency_core.audit import audit_record
 from idempotency_core.engine import operation_enqueue
 from idempotency_core.models import Operation, ReviewCase
 from idempotency_core.policy import Recovery
+from idempotency_core.reviews import review_cases_settle
 
 REPLAY_PERMISSION = "idempotency_core.replay_operation"
 
@@ -64,12 +65,12 @@ def operation_replay(
         cases = list(
             ReviewCase.objects.filter(operation=operation, status__in=ReviewCase.OPEN_STATUSES)
         )
-        ReviewCase.objects.filter(pk__in=[c.pk for c in cases]).update(
+        review_cases_settle(
+            ReviewCase.objects.filter(pk__in=[c.pk for c in cases]),
             status=ReviewCase.Status.RESOLVED,
-            resolution_code="replayed",
-            resolution_note=reason,
-            resolved_at=now,
-            updated_at=now,
+            code="replayed",
+            note=reason,
+            now=now,
         )
         audit_record(
             action="replay",

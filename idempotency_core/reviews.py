@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import F, QuerySet, Value
+from django.db.models.functions import Coalesce
 
 from idempotency_core.audit import audit_record
 from idempotency_core.models import Event, Operation, ReviewCase
@@ -56,3 +60,26 @@ def review_case_open(
         details={"kind": kind, "subject": subject},
     )
     return case, True
+
+
+def review_cases_settle(
+    cases: QuerySet[ReviewCase],
+    *,
+    status: str,
+    code: str,
+    note: str,
+    now: datetime,
+    actor: AbstractBaseUser | None = None,
+) -> int:
+    """Resolves or closes the open ones among `cases`; an unowned case becomes the
+    actor's. Audit entries are the caller's: each decision names its own action."""
+    changes: dict = {
+        "status": status,
+        "resolution_code": code,
+        "resolution_note": note,
+        "resolved_at": now,
+        "updated_at": now,
+    }
+    if actor is not None:
+        changes["owner_id"] = Coalesce(F("owner_id"), Value(actor.pk))
+    return cases.filter(status__in=ReviewCase.OPEN_STATUSES).update(**changes)
