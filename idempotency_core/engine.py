@@ -205,9 +205,13 @@ def _perform(claim: Claim) -> AttemptResult:
 
 
 def operation_record_outcome(
-    *, claim: Claim, result: AttemptResult, system: str = "worker"
+    *, claim: Claim, result: AttemptResult, system: str = "worker", learned: bool = True
 ) -> bool:
-    """Writes the outcome if this claim still owns the operation. Returns whether it did."""
+    """Writes the outcome if this claim still owns the operation. Returns whether it did.
+
+    `learned=False` says the result carries no news from the destination (the
+    sweeper's "interrupted"): if the claim was lost meanwhile, nothing is kept.
+    """
     operation = claim.operation
     destination = operation.destination
     step = step_of(operation)
@@ -246,8 +250,8 @@ def operation_record_outcome(
             updated_at=now,
         )
         if not owned:
-            if system == "sweeper":
-                return False  # another sweeper recovered it first: nothing learned
+            if not learned:
+                return False
             # The lease expired and the sweeper (or a replay) moved on. What this
             # worker learned is still evidence, so it is kept, but not applied.
             audit_record(
