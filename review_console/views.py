@@ -253,9 +253,10 @@ def bulk_replay_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     problems = job.items.exclude(
         status__in=[BulkReplayItem.Status.REPLAYED, BulkReplayItem.Status.PENDING]
     ).order_by("pk")[:200]
+    template = "_bulk_replay_progress.html" if request.htmx else "bulk_replay_detail.html"
     return render(
         request,
-        "review_console/bulk_replay_detail.html",
+        f"review_console/{template}",
         {
             "job": job,
             "counts": counts,
@@ -332,6 +333,17 @@ def case_lookup(request: HttpRequest, case_id: int) -> HttpResponse:
     result = operation_destination_lookup(
         operation_id=case.operation_id, actor=request.user, case=case
     )
+    if request.htmx:
+        # The result in place, and the case's audit trail (now with this lookup) with it.
+        return render(
+            request,
+            "review_console/case_lookup_response.html",
+            {
+                "lookup": latest_lookup(case.operation),
+                "audit": selectors.case_audit(case),
+                "oob": True,
+            },
+        )
     level = {True: messages.SUCCESS, False: messages.INFO}.get(result.found, messages.WARNING)
     refs = f" ({', '.join(result.refs)})" if result.refs else ""
     messages.add_message(request, level, f"Destination lookup: {result.message}{refs}")

@@ -91,6 +91,12 @@ def test_run_stack_serves_processes_a_submission_and_stops(tmp_path):
         wait_for(completed, timeout=90, interval=0.5, what="the submission to complete")
         stats = httpx.get(f"http://127.0.0.1:{http}/_sandbox/stats").json()
         assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 1)
+        # The console's script is served with DEBUG off (WhiteNoise, no collectstatic).
+        login = httpx.get(f"http://127.0.0.1:{web}/accounts/login/").text
+        script = re.search(r'src="(/static/review_console/htmx[^"]+)"', login)
+        assert script, "the console pages do not load htmx"
+        served = httpx.get(f"http://127.0.0.1:{web}{script.group(1)}")
+        assert served.status_code == 200 and "htmx" in served.text[:200]
     finally:
         os.killpg(stack.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
         try:

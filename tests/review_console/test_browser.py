@@ -21,9 +21,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from playwright.sync_api import expect
 
 from idempotency_core.engine import operation_execute
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
+from review_console.bulk import bulk_replay_run
+from review_console.models import BulkReplayJob
 from tests.review_console.conftest import (
     PASSWORD,
     duplicate_case,
@@ -160,10 +163,15 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
     shot(page, "replay-refused")
     assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
 
-    page.goto(f"/console/cases/{case.pk}/")
+    case_url = f"/console/cases/{case.pk}/"
+    page.goto(case_url)
+    assert page.evaluate("typeof window.htmx") == "object"  # served by WhiteNoise
     page.click("button:has-text('Look up in destination')")
-    result = page.locator("#lookup-result")
-    assert "exists" in result.inner_text()
+    # htmx swaps the answer and the audit trail in place: no navigation.
+    expect(page.locator("#lookup-result")).to_contain_text("exists")
+    expect(page.locator("#case-audit")).to_contain_text("destination_lookup")
+    assert page.url.endswith(case_url)
+    shot(page, "case-after-lookup")
     page.click("button:has-text('Mark resolved…')")
     reference = page.input_value("#id_destination_ref")
     assert reference.startswith("rec_")
@@ -186,7 +194,7 @@ def test_ambiguous_create_absent_at_the_destination_is_replayed_once(
     assert sandbox.stats()["records"] == 0
     sign_in(page, "rex", next_url=f"/console/cases/{case.pk}/")
     page.click("button:has-text('Look up in destination')")
-    assert "absent" in page.locator("#lookup-result").inner_text()
+    expect(page.locator("#lookup-result")).to_contain_text("absent")
     page.click("button:has-text('Replay…')")
     page.check("#id_destination_checked")
     page.fill("#id_reason", "Looked it up: no record with this reference")
@@ -246,3 +254,26 @@ def test_merging_suspected_duplicates_leaves_one_record(page, users, sandbox):
     assert page.locator("h1 .badge:has-text('Resolved')").is_visible()
     entries = AuditEntry.objects.filter(case=case, action__in=["merge_requested", "merged"])
     assert entries.count() == 2
+
+
+def test_bulk_replay_progress_updates_in_place_until_the_job_finishes(page, users, sandbox):
+    cases = [permanent_case(f"browser-bulk-{i}") for i in range(3)]
+    sign_in(page, "rex", next_url="/console/cases/")
+    page.goto("/console/cases/?kind=permanent_failure")
+    page.click("button:has-text('Replay everything matching this filter…')")
+    page.fill("#id_reason", "CRM credentials fixed")
+    page.click("button:has-text('Start the bulk replay')")
+    page.wait_for_url("**/console/bulk-replays/*/")
+    expect(page.locator("#progress-text")).to_contain_text("Waiting for a worker")
+    page.evaluate("window.loadedOnce = true")  # gone if the page were reloaded
+
+    # The worker's turn (in-process: the cluster runs it in test_bulk_replay_cluster.py).
+    job = BulkReplayJob.objects.get()
+    while bulk_replay_run(job_id=job.pk, chunk_seconds=0.5) != "finished":
+        pass
+    expect(page.locator("#progress-text")).to_contain_text("3 of 3 done", timeout=10_000)
+    expect(page.locator("h1 .badge")).to_have_text("Finished")
+    assert page.evaluate("window.loadedOnce") is True  # swapped by htmx, not reloaded
+    shot(page, "bulk-replay-finished")
+    statuses = Operation.objects.filter(pk__in=[c.operation_id for c in cases])
+    assert set(statuses.values_list("status", flat=True)) == {"retry_scheduled"}

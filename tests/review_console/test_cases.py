@@ -169,6 +169,52 @@ def test_bulk_replay_replays_what_is_safe_and_lists_what_is_not(users, ambiguous
     assert "4 of 4 done" in page and "Look it up in the destination first" in page
 
 
+def test_bulk_replay_progress_is_polled_as_a_fragment_until_the_job_finishes(users):
+    permanent_case("bulk-poll")
+    job = bulk_replay_start(actor=users["replay_admin"], params=QueryDict(""), reason="fixed")
+    client = Client()
+    client.force_login(users["reviewer"])
+    url = reverse("console:bulk-replay-detail", args=[job.pk])
+
+    full = client.get(url).content.decode()
+    assert "<html" in full and "htmx-2.0.11.min.js" in full
+    assert '<meta http-equiv="refresh"' in full  # inside <noscript>, for browsers without JS
+
+    running = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in running and 'id="bulk-progress"' in running
+    assert 'hx-trigger="every 2s"' in running and "Waiting for a worker" in running
+
+    while bulk_replay_run(job_id=job.pk, chunk_seconds=0.5) != "finished":
+        pass
+    finished = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "1 of 1 done" in finished
+    assert "hx-trigger" not in finished  # the finished fragment stops the polling
+
+
+def test_a_lookup_by_htmx_answers_in_place_with_the_audit_trail(users, ambiguous_case):
+    case = ambiguous_case("htmx-lookup")
+    client = Client()
+    client.force_login(users["reviewer"])
+    url = reverse("console:case-lookup", args=[case.pk])
+
+    response = client.post(url, headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    fragment = response.content.decode()
+    assert "<html" not in fragment
+    assert 'id="lookup-result"' in fragment and "exists" in fragment
+    assert 'id="case-audit" hx-swap-oob="true"' in fragment
+    assert "destination_lookup" in fragment
+    # The answer is on the page already: no flash message is left for the next one.
+    page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
+    assert "Destination lookup: " not in page
+
+    # Without JavaScript the same POST redirects back to the case, with a message.
+    plain = client.post(url, follow=True)
+    assert plain.redirect_chain[-1][1] == 302
+    assert "Destination lookup: " in plain.content.decode()
+    assert AuditEntry.objects.filter(case=case, action="destination_lookup").count() == 2
+
+
 def test_a_bulk_runner_that_dies_mid_item_leaves_it_pending(users, monkeypatch):
     case = permanent_case("bulk-dies")
     job = bulk_replay_start(actor=users["replay_admin"], params=QueryDict(""), reason="fixed")
