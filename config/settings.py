@@ -86,6 +86,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 30, "transaction_mode": "IMMEDIATE"}
     )
 
+# The cache holds only the per-source request counts (the API's 429). Local memory
+# counts per process; CACHE_URL=redis://host:6379/0 shares them between every web
+# process, so a source's rate holds however many gunicorn workers serve it.
+CACHE_URL = env_str("CACHE_URL", "")
+if CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "onefold"),
+        }
+    }
+elif CACHE_URL:
+    raise ImproperlyConfigured(f"CACHE_URL must be a redis:// URL, not {CACHE_URL!r}.")
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

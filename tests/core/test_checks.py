@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from django.conf import settings
 from django.test import override_settings
 
@@ -36,3 +40,17 @@ def test_a_lease_shorter_than_the_task_timeout_is_refused():
 def test_a_destination_timeout_longer_than_the_task_is_refused():
     with override_settings(ONEFOLD_HTTP_TIMEOUT_SECONDS=100):
         assert "onefold.E006" in {e.id for e in check_task_queue_timings()}
+
+
+def test_a_cache_url_that_is_not_redis_is_refused_at_start():
+    env = {**os.environ, "DATABASE_URL": "sqlite:///:memory:", "CACHE_URL": "memcached://x:1"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "CACHE_URL must be a redis:// URL" in result.stderr

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from idempotency_core.api.throttling import SourceRateThrottle
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 from idempotency_core.sources import source_api_key_issue
 
@@ -246,15 +248,19 @@ def test_api_keys_are_stored_hashed(source_and_key):
     assert len(stored.digest) == 64
 
 
-def test_over_the_rate_is_429_with_retry_after(api, source):
+def test_over_the_rate_is_429_with_retry_after(api, source, monkeypatch):
     # Counts live in the cache, keyed by source id: earlier tests may have left some.
     cache.clear()
+    clock = SimpleNamespace(now=1_800_000_015.0)  # 15 s into a one-minute window
+    monkeypatch.setattr(SourceRateThrottle, "clock", staticmethod(lambda: clock.now))
     Source.objects.filter(pk=source.pk).update(rate_per_minute=3)
     codes = [post(api, submission(), key=f"r{i}").status_code for i in range(5)]
-    assert codes[:3] == [202, 202, 202]
-    assert codes[3] == 429
+    assert codes == [202, 202, 202, 429, 429]
     response = post(api, submission(), key="r9")
-    assert int(response["Retry-After"]) > 0
+    assert response.json()["code"] == "throttled"
+    assert response["Retry-After"] == "45"  # when this window ends
+    clock.now += 45  # the next window: admitted again
+    assert post(api, submission(), key="r10").status_code == 202
 
 
 def test_status_endpoint_reports_operations(api):

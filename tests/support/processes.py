@@ -169,11 +169,18 @@ class WebServer:
     url: str
 
 
-def start_web(log_dir: Path, sandbox: Sandbox | None = None, *, workers: int = 3) -> WebServer:
+def start_web(
+    log_dir: Path,
+    sandbox: Sandbox | None = None,
+    *,
+    workers: int = 3,
+    name: str = "web",
+    env: dict[str, str] | None = None,
+) -> WebServer:
     """gunicorn with several processes and threads: production-like concurrency."""
     port = free_port()
     child = spawn(
-        "web",
+        name,
         [
             "config.wsgi",
             f"--bind=127.0.0.1:{port}",
@@ -183,14 +190,14 @@ def start_web(log_dir: Path, sandbox: Sandbox | None = None, *, workers: int = 3
             "--timeout=120",
         ],
         log_dir,
-        env=app_env(sandbox),
+        env={**app_env(sandbox), **(env or {})},
         program=[str(Path(sys.executable).parent / "gunicorn")],
     )
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
         if child.process.poll() is not None:
-            raise RuntimeError(f"web exited:\n{child.log()}")
+            raise RuntimeError(f"{name} exited:\n{child.log()}")
         try:
             return httpx.get(f"{url}/api/schema/", timeout=5).status_code == 200
         except httpx.HTTPError:
