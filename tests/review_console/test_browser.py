@@ -3,7 +3,8 @@
 What a reviewer does with the mouse: sign in, filter the queue, open an ambiguous
 case, read the timeline, look the destination up, then either mark resolved (the
 record was there) or replay (it was not), and merge suspected duplicates. The
-CRM's record count is the proof. Screenshots of the main pages are saved under
+CRM's record count is the proof; the work the console queues (replays, merges,
+bulk jobs) is run by a real django-q2 cluster. Screenshots of the main pages are saved under
 test-artifacts/screenshots/ for a person to look at.
 
 Real commits are needed (`transaction=True`): the live server answers from its
@@ -23,9 +24,7 @@ from django.conf import settings
 from django.core.management import call_command
 from playwright.sync_api import expect
 
-from idempotency_core.engine import operation_execute
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
-from review_console.bulk import bulk_replay_run
 from review_console.models import BulkReplayJob
 from tests.review_console.conftest import (
     PASSWORD,
@@ -33,6 +32,7 @@ from tests.review_console.conftest import (
     merge_operation,
     permanent_case,
 )
+from tests.support.processes import wait_for
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM would
 # otherwise refuse to be called from the test body after the browser starts.
@@ -188,7 +188,7 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
 
 
 def test_ambiguous_create_absent_at_the_destination_is_replayed_once(
-    page, users, ambiguous_case, sandbox
+    page, users, ambiguous_case, sandbox, qcluster_factory
 ):
     case = ambiguous_case("browser-absent", mode="fail_before_commit")
     assert sandbox.stats()["records"] == 0
@@ -203,9 +203,19 @@ def test_ambiguous_create_absent_at_the_destination_is_replayed_once(
     assert page.locator("text=is scheduled again with its original key").is_visible()
     assert page.locator(".badge:has-text('Resolved')").first.is_visible()
 
-    # The worker's turn (in-process: this test is about the console, not the broker).
-    assert operation_execute(operation_id=case.operation_id) == "succeeded"
-    assert sandbox.stats()["records"] == 1
+    # A real worker cluster runs the replayed operation and the steps it releases.
+    qcluster_factory()
+    wait_for(
+        lambda: (
+            not Operation.objects.filter(event_id=case.event_id)
+            .exclude(status="succeeded")
+            .exists()
+        ),
+        timeout=60,
+        what="the replayed enquiry and the steps after it",
+    )
+    stats = sandbox.stats()
+    assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 1)
     replay = AuditEntry.objects.get(action="replay", operation_id=case.operation_id)
     assert replay.details["destination_checked"] is True
 
@@ -233,7 +243,7 @@ def test_a_reviewer_without_replay_permission_sees_no_button_and_a_forged_post_i
     assert sandbox.stats()["records"] == 0
 
 
-def test_merging_suspected_duplicates_leaves_one_record(page, users, sandbox):
+def test_merging_suspected_duplicates_leaves_one_record(page, users, sandbox, qcluster_factory):
     case = duplicate_case(sandbox)
     assert sandbox.stats()["records"] == 2
     sign_in(page, "rita", next_url=f"/console/cases/{case.pk}/")
@@ -247,8 +257,8 @@ def test_merging_suspected_duplicates_leaves_one_record(page, users, sandbox):
     page.click("button:has-text('Merge the records')")
     assert page.locator(".messages >> text=is queued as its own operation").is_visible()
     assert sandbox.stats()["records"] == 2  # the request only queued the merge
-    # The worker's turn (in-process: this test is about the console, not the broker).
-    assert operation_execute(operation_id=merge_operation(case).pk) == "succeeded"
+    qcluster_factory()  # a real worker cluster runs the merge operation
+    wait_for(lambda: merge_operation(case).status == "succeeded", timeout=60, what="the merge")
     assert sandbox.stats()["records"] == 1
     page.reload()
     assert page.locator("h1 .badge:has-text('Resolved')").is_visible()
@@ -256,7 +266,9 @@ def test_merging_suspected_duplicates_leaves_one_record(page, users, sandbox):
     assert entries.count() == 2
 
 
-def test_bulk_replay_progress_updates_in_place_until_the_job_finishes(page, users, sandbox):
+def test_bulk_replay_progress_updates_in_place_until_the_job_finishes(
+    page, users, sandbox, qcluster_factory
+):
     cases = [permanent_case(f"browser-bulk-{i}") for i in range(3)]
     sign_in(page, "rex", next_url="/console/cases/")
     page.goto("/console/cases/?kind=permanent_failure")
@@ -267,13 +279,11 @@ def test_bulk_replay_progress_updates_in_place_until_the_job_finishes(page, user
     expect(page.locator("#progress-text")).to_contain_text("Waiting for a worker")
     page.evaluate("window.loadedOnce = true")  # gone if the page were reloaded
 
-    # The worker's turn (in-process: the cluster runs it in test_bulk_replay_cluster.py).
-    job = BulkReplayJob.objects.get()
-    while bulk_replay_run(job_id=job.pk, chunk_seconds=0.5) != "finished":
-        pass
-    expect(page.locator("#progress-text")).to_contain_text("3 of 3 done", timeout=10_000)
+    qcluster_factory()  # runs the job, then the operations it replays
+    expect(page.locator("#progress-text")).to_contain_text("3 of 3 done", timeout=60_000)
     expect(page.locator("h1 .badge")).to_have_text("Finished")
     assert page.evaluate("window.loadedOnce") is True  # swapped by htmx, not reloaded
     shot(page, "bulk-replay-finished")
-    statuses = Operation.objects.filter(pk__in=[c.operation_id for c in cases])
-    assert set(statuses.values_list("status", flat=True)) == {"retry_scheduled"}
+    wait_for(lambda: sandbox.stats()["records"] == 3, timeout=60, what="the replayed enquiries")
+    assert set(sandbox.stats()["records_by_external_ref"].values()) == {1}
+    assert BulkReplayJob.objects.get().items.filter(status="replayed").count() == len(cases)
