@@ -6,15 +6,15 @@ Read-only: findings are acted on through the review cases they opened.
 from __future__ import annotations
 
 import django_filters
-from django.contrib.admin.views.decorators import staff_member_required
-from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
 
 from idempotency_core.models import ReconciliationFinding, ReconciliationRun
 from idempotency_core.reconciliation import FINDING_KINDS
+from review_console.permissions import VIEW_CASES, console_permission
 
 
 def reconciliation_run_list_select() -> QuerySet[ReconciliationRun]:
@@ -40,8 +40,8 @@ class FindingFilter(django_filters.FilterSet):
         fields = ["kind", "is_new"]
 
 
-@staff_member_required
-@permission_required("idempotency_core.view_reviewcase", raise_exception=True)
+@require_GET
+@console_permission(VIEW_CASES)
 def reconciliation_runs(request: HttpRequest) -> HttpResponse:
     page = Paginator(reconciliation_run_list_select(), 50).get_page(request.GET.get("page"))
     rows = [
@@ -61,8 +61,8 @@ def reconciliation_runs(request: HttpRequest) -> HttpResponse:
     )
 
 
-@staff_member_required
-@permission_required("idempotency_core.view_reviewcase", raise_exception=True)
+@require_GET
+@console_permission(VIEW_CASES)
 def reconciliation_run(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(reconciliation_run_list_select(), pk=run_id)
     findings = FindingFilter(request.GET, queryset=reconciliation_finding_list_select(run=run))

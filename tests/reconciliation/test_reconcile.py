@@ -327,7 +327,7 @@ def test_the_console_lists_runs_and_drills_into_findings(planted, client, django
     outsider = django_user_model.objects.create_user("nora", password="pw")
 
     client.force_login(outsider)
-    assert client.get("/console/reconciliation/").status_code == 302  # to the login page
+    assert client.get("/console/reconciliation/").status_code == 403  # signed in, not staff
 
     client.force_login(reviewer)
     listing = client.get("/console/reconciliation/")

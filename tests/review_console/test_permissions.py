@@ -8,12 +8,16 @@ POST without a CSRF token.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
-from idempotency_core.models import AuditEntry, ReviewCase
+from idempotency_core.models import AuditEntry, Destination, ReconciliationRun, ReviewCase
+from review_console.models import BulkReplayJob
 from tests.review_console.conftest import ROLES, duplicate_case, permanent_case
 
 pytestmark = pytest.mark.django_db
@@ -28,6 +32,10 @@ PAGES = [
     ("console:audit-export", None, "view"),
     ("console:api-case-list", None, "view"),
     ("console:api-case-detail", "permanent", "view"),
+    ("console:bulk-replay-detail", "bulk_job", "view"),
+    ("console:api-bulk-replay-detail", "bulk_job", "view"),
+    ("console:reconciliation-runs", None, "view"),
+    ("console:reconciliation-run", "reconciliation_run", "view"),
 ]
 ACTIONS = [
     # POST without confirm: the confirmation page (200) or a redirect (302).
@@ -54,18 +62,35 @@ def client_for(users, role: str, **kwargs) -> Client:
     return client
 
 
-def url_for(name: str, case: ReviewCase | None) -> str:
-    if case is None:
+def url_for(name: str, obj: ReviewCase | BulkReplayJob | ReconciliationRun | None) -> str:
+    if obj is None:
         return reverse(name)
-    key = "pk" if name.startswith("console:api-") else "case_id"
-    return reverse(name, kwargs={key: case.pk})
+    if name.startswith("console:api-"):
+        key = "pk"
+    else:
+        key = {BulkReplayJob: "job_id", ReconciliationRun: "run_id"}.get(type(obj), "case_id")
+    return reverse(name, kwargs={key: obj.pk})
 
 
-def make_case(kind: str | None, sandbox) -> ReviewCase | None:
+def make_case(kind: str | None, sandbox) -> ReviewCase | BulkReplayJob | ReconciliationRun | None:
+    """The object a page or action is about (a case, mostly)."""
     if kind == "permanent":
         return permanent_case()
     if kind == "duplicate":
         return duplicate_case(sandbox)
+    if kind == "bulk_job":
+        admin = User.objects.create_user("job-owner", is_staff=True)
+        return BulkReplayJob.objects.create(created_by=admin, reason="CRM fixed")
+    if kind == "reconciliation_run":
+        now = timezone.now()
+        return ReconciliationRun.objects.create(
+            destination=Destination.objects.get(name="crm"),
+            since=now - timedelta(days=1),
+            until=now,
+            as_of=now,
+            listing_since=now - timedelta(days=1),
+            listing_until=now,
+        )
     return None
 
 
@@ -115,24 +140,51 @@ def test_get_on_an_action_is_405(users, sandbox, role, name, kind, needs, ok_sta
 
 API_ACTIONS = [
     ("take", {}, "change"),
+    ("lookup", {}, "change"),
     ("resolve", {"destination_ref": "x", "reason": "r"}, "change"),
     ("close", {"resolution_code": "other", "reason": "r"}, "change"),
+    ("not-duplicate", {"reason": "r"}, "change"),
+    ("merge", {"survivor": "rec_1", "duplicate": "rec_2", "reason": "r"}, "change"),
     ("replay", {"reason": "r"}, "replay"),
 ]
 
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize(("action", "body", "needs"), API_ACTIONS)
-def test_api_actions_by_role(users, role, action, body, needs):
+def test_api_actions_by_role(users, sandbox, role, action, body, needs):
     case = permanent_case()
+    before = AuditEntry.objects.count()
     response = client_for(users, role).post(
         f"/console/api/cases/{case.pk}/{action}/", body, content_type="application/json"
     )
     if role in ALLOWED[needs]:
-        # Allowed through; the service may still refuse (409) on the case's state.
-        assert response.status_code in (200, 409), response.content[:500]
+        # Allowed through; the service may still refuse the case's state (409) or the
+        # body (400: a permanent-failure case has no duplicates to merge).
+        assert response.status_code in (200, 400, 409), response.content[:500]
     else:
         assert response.status_code == 403
+        assert AuditEntry.objects.count() == before, "a refused request must decide nothing"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_api_bulk_replay_by_role(users, role):
+    permanent_case()
+    response = client_for(users, role).post(
+        "/console/api/bulk-replays/", {"reason": "CRM fixed"}, content_type="application/json"
+    )
+    if role in ALLOWED["replay"]:
+        assert response.status_code == 201, response.content[:500]
+        assert BulkReplayJob.objects.count() == 1
+    else:
+        assert response.status_code == 403
+        assert not BulkReplayJob.objects.exists()
+
+
+@pytest.mark.parametrize(("action", "body", "needs"), API_ACTIONS)
+def test_get_on_an_api_action_is_405(users, action, body, needs):
+    case = permanent_case()
+    response = client_for(users, "superuser").get(f"/console/api/cases/{case.pk}/{action}/")
+    assert response.status_code == 405
 
 
 def test_the_api_replay_goes_through_the_service_guards(users):
