@@ -166,20 +166,6 @@ def test_api_actions_by_role(users, sandbox, role, action, body, needs):
         assert AuditEntry.objects.count() == before, "a refused request must decide nothing"
 
 
-@pytest.mark.parametrize("role", ROLES)
-def test_api_bulk_replay_by_role(users, role):
-    permanent_case()
-    response = client_for(users, role).post(
-        "/console/api/bulk-replays/", {"reason": "CRM fixed"}, content_type="application/json"
-    )
-    if role in ALLOWED["replay"]:
-        assert response.status_code == 201, response.content[:500]
-        assert BulkReplayJob.objects.count() == 1
-    else:
-        assert response.status_code == 403
-        assert not BulkReplayJob.objects.exists()
-
-
 @pytest.mark.parametrize(("action", "body", "needs"), API_ACTIONS)
 def test_get_on_an_api_action_is_405(users, action, body, needs):
     case = permanent_case()
