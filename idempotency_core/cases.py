@@ -333,6 +333,19 @@ def latest_lookup(operation: Operation) -> AuditEntry | None:
     )
 
 
+def lookup_can_answer(operation: Operation) -> bool:
+    """Whether `operation_destination_lookup` can tell if this operation's effect exists:
+    by the destination's lookup, or (an enquiry in a CRM without one) its listing."""
+    destination = operation.destination
+    if destination.kind != destination.Kind.CRM_HTTP:
+        return False
+    try:
+        step = step_of(operation)
+    except KeyError:
+        return False
+    return (destination.lookup and step.find is not None) or operation.step == "create_enquiry"
+
+
 def _lookup(operation: Operation) -> LookupResult:
     try:
         step = step_of(operation)

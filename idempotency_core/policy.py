@@ -42,7 +42,8 @@ class RetryPolicy:
         retry_after: float | None = None,
         rng: random.Random | None = None,
     ) -> float:
-        """Exponential backoff with full jitter, never sooner than Retry-After asks."""
+        """Exponential backoff with full jitter, never sooner than Retry-After asks, up to
+        `max_seconds`: a longer Retry-After is cut there (the destination can ask again)."""
         jittered = (rng or random).uniform(0, self.ceiling(attempt_number))
         if retry_after is not None:
             return max(jittered, min(retry_after, self.max_seconds))

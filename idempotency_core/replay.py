@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from idempotency_core.audit import audit_record
+from idempotency_core.cases import latest_lookup, lookup_can_answer
 from idempotency_core.engine import operation_enqueue
 from idempotency_core.models import Operation, ReviewCase
 from idempotency_core.policy import Recovery
@@ -110,9 +111,33 @@ def _refuse_unless_replayable(operation: Operation, *, destination_checked: bool
         raise ReplayRefusedError(
             f"An earlier step ({unfinished.first().step}) has not succeeded; replay that first."
         )
-    if replay_requires_destination_check(operation) and not destination_checked:
+    if replay_requires_destination_check(operation):
+        _refuse_unless_checked_absent(operation, destination_checked=destination_checked)
+
+
+def _refuse_unless_checked_absent(operation: Operation, *, destination_checked: bool) -> None:
+    """The reviewer's word that the effect is absent, and, where the destination can be
+    asked, a recorded lookup since the last attempt that found nothing."""
+    unrecognisable = (
+        f"{operation.step} may already have been applied and the destination can no longer "
+        "recognise a repeat (no idempotency key within its window, no unique reference, no "
+        "lookup)."
+    )
+    if lookup_can_answer(operation):
+        lookup = latest_lookup(operation)
+        last_attempt = operation.attempts.order_by("-number").first()
+        if lookup is None or (last_attempt is not None and lookup.at < last_attempt.started_at):
+            raise ReplayRefusedError(
+                f"{unrecognisable} Look it up in the destination first (the case page's "
+                "lookup), then confirm it is absent."
+            )
+        if lookup.details.get("found") is True:
+            refs = ", ".join(lookup.details.get("refs", []))
+            raise ReplayRefusedError(
+                f"The lookup of {lookup.at:%Y-%m-%d %H:%M} UTC found the effect ({refs}): "
+                "mark the case resolved with that reference; a replay would duplicate it."
+            )
+    if not destination_checked:
         raise ReplayRefusedError(
-            f"{operation.step} may already have been applied and the destination can no longer "
-            "recognise a repeat (no idempotency key within its window, no unique reference, no "
-            "lookup). Look it up in the destination first, then confirm it is absent."
+            f"{unrecognisable} Look it up in the destination first, then confirm it is absent."
         )

@@ -26,6 +26,7 @@ from idempotency_core.cases import (
 from idempotency_core.engine import operation_execute
 from idempotency_core.merge import MergeRefusedError, duplicate_merge_request
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
+from idempotency_core.replay import ReplayRefusedError, operation_replay
 from review_console.bulk import bulk_replay_counts, bulk_replay_run, bulk_replay_start
 from review_console.models import BulkReplayJob
 from tests.review_console.conftest import duplicate_case, permanent_case
@@ -307,3 +308,57 @@ def test_an_action_without_a_reason_is_not_done(users):
     assert done.status_code == 302
     case.refresh_from_db()
     assert case.status == ReviewCase.Status.CLOSED
+
+
+# -- replay where the destination cannot recognise a repeat -----------------------
+
+
+def replay(case: ReviewCase, actor, **kwargs) -> Operation:
+    return operation_replay(
+        operation_id=case.operation_id, actor=actor, reason="Customer chased us", **kwargs
+    )
+
+
+def test_a_replay_the_destination_could_not_recognise_needs_a_recorded_lookup_first(
+    users, ambiguous_case, sandbox
+):
+    case = ambiguous_case("replay-unlooked", mode="fail_before_commit")
+    rex = users["replay_admin"]
+    # The reviewer's word alone is not enough where the CRM can be asked.
+    with pytest.raises(ReplayRefusedError, match="Look it up in the destination first"):
+        replay(case, rex, destination_checked=True)
+    lookup = operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=case)
+    assert lookup.found is False
+    with pytest.raises(ReplayRefusedError, match="confirm it is absent"):
+        replay(case, rex)  # looked up, but not confirmed
+    replay(case, rex, destination_checked=True)
+    assert operation_execute(operation_id=case.operation_id) == "succeeded"
+    assert sandbox.stats()["records"] == 1
+
+
+def test_a_replay_is_refused_when_the_lookup_found_the_effect(users, ambiguous_case, sandbox):
+    case = ambiguous_case("replay-found", mode="drop_response_after_commit")
+    rex = users["replay_admin"]
+    lookup = operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=case)
+    assert lookup.found is True
+    with pytest.raises(ReplayRefusedError, match="found the effect .*mark the case resolved"):
+        replay(case, rex, destination_checked=True)  # a wrong attestation changes nothing
+    assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
+    assert sandbox.stats()["records"] == 1
+
+
+def test_a_lookup_from_before_the_last_attempt_does_not_count(users, ambiguous_case, sandbox):
+    case = ambiguous_case("replay-stale", mode="fail_before_commit")
+    rex = users["replay_admin"]
+    operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=case)
+    replay(case, rex, destination_checked=True)
+    # The replayed attempt commits the record and loses the answer: ambiguous again.
+    sandbox.fault("create_record", "drop_response_after_commit")
+    assert operation_execute(operation_id=case.operation_id) == "ambiguous"
+    second = ReviewCase.objects.get(operation_id=case.operation_id, status="open")
+    with pytest.raises(ReplayRefusedError, match="Look it up in the destination first"):
+        replay(second, rex, destination_checked=True)  # the old "absent" is out of date
+    operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=second)
+    with pytest.raises(ReplayRefusedError, match="found the effect"):
+        replay(second, rex, destination_checked=True)
+    assert sandbox.stats()["records"] == 1
