@@ -341,7 +341,7 @@ def test_a_replay_is_refused_when_the_lookup_found_the_effect(users, ambiguous_c
     rex = users["replay_admin"]
     lookup = operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=case)
     assert lookup.found is True
-    with pytest.raises(ReplayRefusedError, match="found the effect .*mark the case resolved"):
+    with pytest.raises(ReplayRefusedError, match=r"found the effect .*mark the case resolved"):
         replay(case, rex, destination_checked=True)  # a wrong attestation changes nothing
     assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
     assert sandbox.stats()["records"] == 1
