@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
@@ -79,16 +78,12 @@ class AttemptResult:
     retry_after: float | None = None
 
 
-def operation_claim(
-    *,
-    operation_id: int,
-    trigger: str = Attempt.Trigger.WORKER,
-    actor: AbstractBaseUser | None = None,
-) -> Claim | None:
+def operation_claim(*, operation_id: int) -> Claim | None:
     """Takes the operation if it is due and nobody holds it; None otherwise.
 
     Committed before the destination is called, so a second worker (or a
-    redelivered task) finds it running and leaves it alone.
+    redelivered task) finds it running and leaves it alone. The attempt records
+    who or what scheduled it (worker, sweeper, a replaying admin).
     """
     now = timezone.now()
     token = uuid.uuid4()
@@ -114,22 +109,17 @@ def operation_claim(
             operation=operation,
             number=operation.attempt_count,
             claim_token=token,
-            trigger=trigger,
-            triggered_by=actor,
+            trigger=operation.next_trigger,
+            triggered_by_id=operation.next_triggered_by_id,
             recovery=operation.recovery,
             started_at=now,
         )
     return Claim(operation=operation, attempt=attempt, token=token)
 
 
-def operation_execute(
-    *,
-    operation_id: int,
-    trigger: str = Attempt.Trigger.WORKER,
-    actor: AbstractBaseUser | None = None,
-) -> str | None:
+def operation_execute(*, operation_id: int) -> str | None:
     """Runs one attempt if the operation can be claimed. Safe to call twice at once."""
-    claim = operation_claim(operation_id=operation_id, trigger=trigger, actor=actor)
+    claim = operation_claim(operation_id=operation_id)
     if claim is None:
         return None
     result = _perform(claim)
@@ -205,7 +195,11 @@ def _perform(claim: Claim) -> AttemptResult:
 
 
 def operation_record_outcome(
-    *, claim: Claim, result: AttemptResult, system: str = "worker", learned: bool = True
+    *,
+    claim: Claim,
+    result: AttemptResult,
+    system: str = Attempt.Trigger.WORKER,
+    learned: bool = True,
 ) -> bool:
     """Writes the outcome if this claim still owns the operation. Returns whether it did.
 
@@ -242,6 +236,8 @@ def operation_record_outcome(
             claim_token=None,
             lease_expires_at=None,
             next_attempt_at=decision.next_attempt_at,
+            next_trigger=system,  # a retry is the worker's doing, a recovery the sweeper's
+            next_triggered_by=None,
             enqueued_at=None,
             recovery=Recovery.NONE if succeeded else decision.recovery,
             destination_ref=result.destination_ref or F("destination_ref"),

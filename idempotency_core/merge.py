@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from idempotency_core.audit import audit_record
 from idempotency_core.engine import operation_enqueue
-from idempotency_core.models import Destination, Event, Operation, ReviewCase
+from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase
 from idempotency_core.pipeline import MERGE_STEP
 
 DUPLICATE_KINDS = (ReviewCase.Kind.SUSPECTED_DUPLICATE, ReviewCase.Kind.RECON_DUPLICATE)
@@ -133,6 +133,8 @@ def duplicate_merge_request(
                     key=key,
                     arguments=arguments,
                     next_attempt_at=now,
+                    next_trigger=Attempt.Trigger.REVIEWER,
+                    next_triggered_by=actor,
                     enqueued_at=now,
                 )
         except IntegrityError as exc:

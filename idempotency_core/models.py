@@ -176,6 +176,15 @@ class OperationStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class AttemptTrigger(models.TextChoices):
+    """Who or what made an attempt due: shown on the case page's timeline."""
+
+    WORKER = "worker", "Worker"  # the pipeline, or the worker's own retry
+    SWEEPER = "sweeper", "Sweeper"  # recovery after an expired lease
+    REPLAY = "replay", "Manual replay"
+    REVIEWER = "reviewer", "Reviewer's request"  # e.g. a merge
+
+
 class Operation(models.Model):
     """One business effect that must happen once: (event, step)."""
 
@@ -219,6 +228,17 @@ class Operation(models.Model):
     # What a step needs beyond the event (a merge: which records); null for
     # pipeline steps, which read the event.
     arguments = models.JSONField(null=True, blank=True)
+    # Who or what scheduled the next attempt; the claim copies it onto the attempt.
+    next_trigger = models.CharField(
+        max_length=20, choices=AttemptTrigger.choices, default=AttemptTrigger.WORKER
+    )
+    next_triggered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -278,10 +298,7 @@ class Attempt(models.Model):
 
     Outcome = AttemptOutcome
 
-    class Trigger(models.TextChoices):
-        WORKER = "worker", "Worker"
-        SWEEPER = "sweeper", "Sweeper"
-        REPLAY = "replay", "Manual replay"
+    Trigger = AttemptTrigger
 
     operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="attempts")
     number = models.PositiveIntegerField()

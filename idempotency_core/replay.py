@@ -16,7 +16,7 @@ from django.utils import timezone
 from idempotency_core.audit import audit_record
 from idempotency_core.cases import latest_lookup, lookup_can_answer
 from idempotency_core.engine import operation_enqueue
-from idempotency_core.models import Operation, ReviewCase
+from idempotency_core.models import Attempt, Operation, ReviewCase
 from idempotency_core.policy import Recovery
 from idempotency_core.reviews import review_cases_settle
 
@@ -59,6 +59,8 @@ def operation_replay(
         Operation.objects.filter(pk=operation.pk).update(
             status=Operation.Status.RETRY_SCHEDULED,
             next_attempt_at=now,
+            next_trigger=Attempt.Trigger.REPLAY,
+            next_triggered_by=actor,
             enqueued_at=now,
             recovery=recovery,
             updated_at=now,

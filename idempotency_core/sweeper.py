@@ -91,7 +91,9 @@ def _interrupt_expired_leases(operations: QuerySet[Operation], *, batch_size: in
             message=f"the lease expired at {operation.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC "
             "with no outcome recorded (worker died or hung)",
         )
-        if operation_record_outcome(claim=claim, result=result, system="sweeper", learned=False):
+        if operation_record_outcome(
+            claim=claim, result=result, system=Attempt.Trigger.SWEEPER, learned=False
+        ):
             interrupted += 1
     return interrupted
 

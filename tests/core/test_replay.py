@@ -79,9 +79,10 @@ def test_replay_after_a_permanent_failure_reuses_the_original_key(sandbox, admin
     stats = sandbox.stats()
     assert stats["records_by_external_ref"] == {enquiry.key: 1}
     attempts = list(op(event, "create_enquiry").attempts.order_by("number"))
-    assert [(a.trigger, a.outcome) for a in attempts] == [
-        ("worker", "permanent"),
-        ("worker", "succeeded"),
+    # The timeline says who made each attempt due: the pipeline, then the admin's replay.
+    assert [(a.trigger, a.triggered_by, a.outcome) for a in attempts] == [
+        ("worker", None, "permanent"),
+        ("replay", admin_user, "succeeded"),
     ]
     entry = AuditEntry.objects.get(action="replay")
     assert entry.actor == admin_user and entry.reason == "CRM field fixed"

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import OrmQ, Schedule
 
-from idempotency_core.engine import operation_claim
+from idempotency_core.engine import operation_claim, operation_execute
 from idempotency_core.models import Operation
 from idempotency_core.sweeper import operations_sweep, requeue_grace
 from tests.core.test_engine import ingest, op
@@ -79,6 +79,12 @@ def test_an_expired_lease_becomes_an_interrupted_attempt(sandbox):
     enquiry.refresh_from_db()
     assert enquiry.status == "retry_scheduled"
     assert enquiry.attempts.get().outcome == "interrupted"
+    # The recovery attempt is the sweeper's doing, and the timeline says so.
+    Operation.objects.filter(pk=enquiry.pk).update(next_attempt_at=timezone.now())  # backoff over
+    assert operation_execute(operation_id=enquiry.pk) == "succeeded"
+    recovered = enquiry.attempts.get(number=2)
+    assert (recovered.trigger, recovered.outcome) == ("sweeper", "succeeded")
+    assert sandbox.stats()["records"] == 1
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)  # sweepers race for real

@@ -113,6 +113,8 @@ def test_a_merge_is_an_operation_run_by_a_worker_and_leaves_one_record(users, sa
     assert sandbox.stats()["records"] == 2  # nothing happens in the request
     assert operation_execute(operation_id=operation.pk) == "succeeded"  # the worker's turn
     assert sandbox.stats()["records"] == 1
+    attempt = operation.attempts.get()
+    assert (attempt.trigger, attempt.triggered_by) == ("reviewer", users["reviewer"])
     actions = list(
         AuditEntry.objects.filter(case=case, action__in=["merge_requested", "merged"])
         .order_by("pk")
