@@ -13,6 +13,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from idempotency_core.api.throttling import SourceRateThrottle
+from idempotency_core.engine import operation_execute
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 from idempotency_core.sources import source_api_key_issue
 
@@ -275,6 +276,28 @@ def test_status_endpoint_reports_operations(api):
     ]
     assert {op["status"] for op in data["operations"]} == {"pending"}
     assert {op["attempts"] for op in data["operations"]} == {0}
+
+
+def test_status_endpoint_reports_references_and_the_event_status(api, sandbox):
+    event_id = post(api, submission()).json()["event_id"]
+    for operation in Operation.objects.filter(event_id=event_id).order_by("position"):
+        assert operation_execute(operation_id=operation.pk) == "succeeded"
+    data = api.get(f"{URL}{event_id}/").json()
+    assert data["status"] == "completed"
+    stats = sandbox.stats()
+    by_step = {op["step"]: op for op in data["operations"]}
+    assert set(by_step) == {"create_enquiry", "assign_task", "send_confirmation"}
+    assert {op["status"] for op in data["operations"]} == {"succeeded"}
+    assert {op["attempts"] for op in data["operations"]} == {1}
+    # The references the sender can quote to the CRM's staff: the record, its task, the email.
+    assert by_step["create_enquiry"]["destination_ref"].startswith("rec_")
+    assert by_step["assign_task"]["destination_ref"].startswith("task_")
+    assert by_step["send_confirmation"]["destination_ref"] in stats["messages_by_message_id"]
+
+    Operation.objects.filter(event_id=event_id, step="send_confirmation").update(
+        status="needs_review"
+    )
+    assert api.get(f"{URL}{event_id}/").json()["status"] == "needs_review"
 
 
 def test_status_endpoint_is_scoped_to_the_source(api):

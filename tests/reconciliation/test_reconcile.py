@@ -12,7 +12,7 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from idempotency_core.engine import operation_claim, operation_execute
@@ -305,6 +305,23 @@ def test_the_command_prints_one_json_object(planted):
         stderr=StringIO(),
     )
     assert "orphan" in table.getvalue() and "new cases" in table.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_command_names_its_destination_and_refuses_unknown_names(planted):
+    window = ["--since", period()["since"].isoformat(), "--until", period()["until"].isoformat()]
+    out = StringIO()
+    call_command(
+        "reconcile", *window, "--destination", "crm", "--json", stdout=out, stderr=StringIO()
+    )
+    result = json.loads(out.getvalue())
+    assert ReconciliationRun.objects.get(pk=result["run_id"]).destination.name == "crm"
+    assert sum(result["findings"].values()) == 7
+    for option, name in (("--destination", "nowhere"), ("--source", "nobody")):
+        with pytest.raises(CommandError, match=f"no {option[2:]} named {name}"):
+            call_command("reconcile", *window, option, name, stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(CommandError, match="--since and --until are required"):
+        call_command("reconcile", "--json", stdout=StringIO(), stderr=StringIO())
 
 
 @pytest.mark.django_db

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import timedelta
 
 import pytest
 from django.db import DatabaseError, transaction
 from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from idempotency_core.cases import (
     CaseActionRefusedError,
@@ -25,11 +27,13 @@ from idempotency_core.cases import (
 )
 from idempotency_core.engine import operation_execute
 from idempotency_core.merge import MergeRefusedError, duplicate_merge_request
-from idempotency_core.models import AuditEntry, Operation, ReviewCase
+from idempotency_core.models import AuditEntry, Destination, Event, Operation, ReviewCase
 from idempotency_core.replay import ReplayRefusedError, operation_replay
+from idempotency_core.sources import source_get_or_create
 from review_console.bulk import bulk_replay_counts, bulk_replay_run, bulk_replay_start
 from review_console.models import BulkReplayJob
-from tests.review_console.conftest import duplicate_case, permanent_case
+from review_console.selectors import dashboard_summary
+from tests.review_console.conftest import duplicate_case, ingest, permanent_case
 
 pytestmark = pytest.mark.django_db
 
@@ -275,6 +279,59 @@ def test_the_queue_filters_and_pages_by_keyset(users):
     assert client.get(url, {"kind": "ambiguous_outcome"}).context["page"].total == 0
     assert client.get(url, {"step": "create_enquiry"}).context["page"].total == 55
     assert client.get(url, {"status": "closed"}).context["page"].total == 0
+
+
+def test_the_queue_filters_by_source_destination_and_opening_date(users):
+    old, partner_case, email_case = (permanent_case(f"filters-{n}") for n in range(3))
+    partner, _ = source_get_or_create(name="partner-site")
+    Event.objects.filter(pk=partner_case.event_id).update(source=partner)
+    email_step = Operation.objects.get(event_id=email_case.event_id, step="send_confirmation")
+    ReviewCase.objects.filter(pk=email_case.pk).update(operation=email_step)
+    ReviewCase.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=10))
+    client = Client()
+    client.force_login(users["reviewer"])
+
+    def listed(**params) -> list[int]:
+        page = client.get(reverse("console:case-list"), params).context["page"]
+        return sorted(c.pk for c in page.items)
+
+    assert listed(source=partner.pk) == [partner_case.pk]
+    email = Destination.objects.get(name="email")
+    assert listed(destination=email.pk) == [email_case.pk]
+    crm = Destination.objects.get(name="crm")
+    assert listed(destination=crm.pk) == sorted([old.pk, partner_case.pk])
+    cut = (timezone.now() - timedelta(days=5)).date().isoformat()
+    assert listed(opened_before=cut) == [old.pk]
+    assert listed(opened_after=cut) == sorted([partner_case.pk, email_case.pk])
+    assert listed(opened_after=cut, source=partner.pk, destination=crm.pk) == [partner_case.pk]
+
+
+def test_the_dashboard_counts_open_cases_operations_and_failures_per_destination(users, sandbox):
+    for key in ("dash-1", "dash-2"):
+        enquiry = ingest(key, message=f"Message {key}").operations.get(step="create_enquiry")
+        assert operation_execute(operation_id=enquiry.pk) == "succeeded"
+    sandbox.fault("create_record", "http_400")
+    refused = ingest("dash-3", message="Message 3").operations.get(step="create_enquiry")
+    assert operation_execute(operation_id=refused.pk) == "permanent"
+    stale = permanent_case("dash-old")
+    ReviewCase.objects.filter(pk=stale.pk).update(created_at=timezone.now() - timedelta(days=3))
+
+    summary = dashboard_summary()
+    assert (summary["open_total"], summary["unowned_total"]) == (2, 2)
+    (row,) = summary["by_kind"]
+    assert (row["kind"], row["total"]) == ("permanent_failure", 2)
+    assert row["ages"] == [1, 0, 1, 0]  # under 1 h, 1-24 h, 1-7 days, older
+    assert summary["oldest"].pk == stale.pk
+    statuses = {value: n for value, _label, n in summary["operations"]}
+    assert statuses["succeeded"] == 2 and statuses["needs_review"] == 2
+    (crm,) = summary["throughput"]  # only the CRM had attempts
+    assert (crm["name"], crm["succeeded"], crm["failed"]) == ("crm", 2, 1)
+    assert round(crm["failure_rate"], 1) == 33.3
+
+    client = Client()
+    client.force_login(users["reviewer"])
+    page = client.get(reverse("console:dashboard")).content.decode()
+    assert "<svg" in page and "33.3" in page
 
 
 def test_the_audit_trail_filters_exports_and_cannot_be_changed(users):
