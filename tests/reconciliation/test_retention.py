@@ -8,13 +8,15 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from idempotency_core.engine import operation_execute
 from idempotency_core.ingest import KeyReusedError, event_ingest
 from idempotency_core.models import AuditEntry, Delivery, Event, ReviewCase
 from idempotency_core.retention import payloads_purge
-from idempotency_core.sources import source_get_or_create
+from idempotency_core.sources import source_create_with_key, source_get_or_create
 from tests.core.test_ingest_api import submission
+from tests.support.processes import free_port
 
 
 def age(event: Event, days: int) -> None:
@@ -110,3 +112,42 @@ def test_a_repeat_inside_key_retention_never_calls_the_destination(sandbox):
     event_ingest(source=event.source, key="fresh", payload=submission())
     assert sandbox.stats()["calls"]["lookup_record"] == calls
     assert not ReviewCase.objects.filter(kind="late_replay").exists()
+
+
+@pytest.mark.django_db
+def test_a_late_repeat_over_http_is_answered_from_the_stored_event(sandbox, settings):
+    source, _, api_key = source_create_with_key(name="late-site")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
+
+    def send():
+        return client.post(
+            "/api/v1/submissions/", submission(), format="json", HTTP_IDEMPOTENCY_KEY="late-http"
+        )
+
+    first = send()
+    assert first.status_code == 202
+    event = Event.objects.get(pk=first.json()["event_id"])
+    for operation in event.operations.order_by("position"):
+        assert operation_execute(operation_id=operation.pk) == "succeeded"
+    age(event, settings.ONEFOLD_KEY_RETENTION_DAYS + 1)
+
+    late = send()
+    assert late.status_code == 200 and late["Idempotent-Replayed"] == "true"
+    assert late.json()["event_id"] == str(event.pk)
+    assert ReviewCase.objects.filter(kind="late_replay", event=event).count() == 1
+    stats = sandbox.stats()
+    assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 1)
+
+
+@pytest.mark.django_db
+def test_a_late_repeat_whose_lookup_fails_opens_a_case_and_creates_nothing(sandbox, settings):
+    event = completed("unreachable")
+    age(event, settings.ONEFOLD_KEY_RETENTION_DAYS + 1)
+    settings.DESTINATION_URL = f"http://127.0.0.1:{free_port()}"  # the CRM is down
+    result = event_ingest(source=event.source, key="unreachable", payload=submission())
+    assert (result.created, result.event.pk) == (False, event.pk)
+    case = ReviewCase.objects.get(kind="late_replay")
+    assert case.evidence["record_id"] is None and case.evidence["lookup_error"]
+    assert "check the CRM by hand" in case.summary
+    assert sandbox.stats()["records"] == 1
