@@ -116,7 +116,7 @@ def test_a_repeat_inside_key_retention_never_calls_the_destination(sandbox):
 
 @pytest.mark.django_db
 def test_a_late_repeat_over_http_is_answered_from_the_stored_event(sandbox, settings):
-    source, _, api_key = source_create_with_key(name="late-site")
+    _, _, api_key = source_create_with_key(name="late-site")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
 
