@@ -50,7 +50,11 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py bench_console
 
+# The failure drill against the configured database (the quick start's SQLite file by default).
 drill: install
+	mkdir -p var
+	$(PY) manage.py ensure_database
+	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py drill
 
 clean:
