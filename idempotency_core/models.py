@@ -229,8 +229,12 @@ class Operation(models.Model):
     # pipeline steps, which read the event.
     arguments = models.JSONField(null=True, blank=True)
     # Who or what scheduled the next attempt; the claim copies it onto the attempt.
+    # (db_default too: rows that bulk loads insert with SQL start as the worker's.)
     next_trigger = models.CharField(
-        max_length=20, choices=AttemptTrigger.choices, default=AttemptTrigger.WORKER
+        max_length=20,
+        choices=AttemptTrigger.choices,
+        default=AttemptTrigger.WORKER,
+        db_default=AttemptTrigger.WORKER,
     )
     next_triggered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
