@@ -220,4 +220,8 @@ Q_CLUSTER = {
     "save_limit": 1000,
     "poll": env_float("ONEFOLD_Q_POLL", 0.2, minimum=0.01),
     "label": "Task queue",
+    # Clusters started with Q_CLUSTER_NAME=<queue> serve that queue instead (the
+    # drill's workers); they share the name above, which signs every task, and
+    # leave the shared schedules to the main cluster.
+    "ALT_CLUSTERS": {},
 }

@@ -11,20 +11,32 @@ is neither done nor visible for review, or on counts other than expected.
 
 The drill's tasks go to a queue of their own that no worker listens on, and its
 sweeps are scoped to its own operations, so it can run beside a live system.
+
+By default the drill runs the engine in its own process, one step at a time,
+so each interruption lands exactly where the case says. With `cluster=True`
+(`manage.py drill --cluster`) the interruptions are set up the same way, but
+the recovery after them is left to a real django-q2 cluster that the drill
+starts on a second private queue: the worker processes claim, retry, recover
+and release the next steps, as in production.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import httpx
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import connection
@@ -34,7 +46,12 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from idempotency_core.engine import _perform as perform_claimed
-from idempotency_core.engine import operation_claim, operation_execute, tasks_queued_to
+from idempotency_core.engine import (
+    operation_claim,
+    operation_enqueue,
+    operation_execute,
+    tasks_queued_to,
+)
 from idempotency_core.ingest import event_ingest
 from idempotency_core.models import Destination, Event, Operation, ReviewCase
 from idempotency_core.replay import ReplayRefusedError, operation_replay
@@ -43,6 +60,8 @@ from idempotency_core.sweeper import operations_sweep
 from integrations.sandbox import SandboxServer
 
 DRILL_QUEUE = "onefold-drill"
+# Where `cluster=True` hands due operations to the drill's own worker cluster.
+DRILL_WORKERS_QUEUE = "onefold-drill-workers"
 DRILL_USER = "onefold-drill"
 # Short enough that the drill finishes in about a minute; the rules are the same.
 DRILL_TIMINGS = {
@@ -96,6 +115,7 @@ class DrillContext:
     source_name: str
     crm: Destination
     profile: str
+    cluster: bool = False
     events: list[Event] = field(default_factory=list)
 
     def ingest(self, label: str, *, email: str = "") -> Event:
@@ -123,19 +143,28 @@ class DrillContext:
     def operations(self) -> Any:
         return Operation.objects.filter(event__in=self.events)
 
-    def settle(self, timeout: float = 30) -> None:
-        """Runs the engine and a scoped sweeper until nothing is left to do."""
+    def settle(self, timeout: float = 60) -> None:
+        """Runs a scoped sweeper, and the engine (here, or in the drill's cluster),
+        until nothing is left to do."""
         deadline = time.monotonic() + timeout
+        handed: dict[int, Any] = {}  # operation -> the due time it was queued for
         while time.monotonic() < deadline:
             operations_sweep(scope=self.operations())
             now = timezone.now()
             due = list(
                 self.operations()
                 .filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
-                .values_list("pk", flat=True)
+                .values_list("pk", "next_attempt_at")
             )
-            for operation_id in due:
-                operation_execute(operation_id=operation_id)
+            for operation_id, due_at in due:
+                if not self.cluster:
+                    operation_execute(operation_id=operation_id)
+                elif handed.get(operation_id) != due_at:
+                    # Once per due time: the cluster's workers claim it (or find it
+                    # taken) and queue the steps it releases on their own queue.
+                    handed[operation_id] = due_at
+                    with tasks_queued_to(DRILL_WORKERS_QUEUE):
+                        operation_enqueue(operation_id)
             busy = (
                 self.operations()
                 .filter(
@@ -350,6 +379,61 @@ def drill_user() -> Any:
     return User.objects.get(pk=user.pk)  # fresh permission cache
 
 
+def _database_url() -> str:
+    """This process's database as a URL, for the cluster the drill starts."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432
+    return f"postgres://{db.get('USER') or 'postgres'}{password}@{host}:{port}/{db['NAME']}"
+
+
+@contextmanager
+def _drill_cluster() -> Iterator[None]:
+    """A django-q2 cluster of the drill's own, on its private queue, for the run."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        # An alternative cluster of this site (django-q2): same signing name, its own
+        # queue, and none of the shared schedules.
+        "Q_CLUSTER_NAME": DRILL_WORKERS_QUEUE,
+        "ONEFOLD_Q_POLL": "0.05",
+        # The drill's retry timings; the HTTP and task timeouts stay the deployment's.
+        **{
+            name: str(value)
+            for name, value in DRILL_TIMINGS.items()
+            if name != "ONEFOLD_HTTP_TIMEOUT_SECONDS"
+        },
+    }
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(settings.BASE_DIR / "manage.py"), "qcluster"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                log.seek(0)
+                output = log.read()
+                if " running." in output:
+                    break
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the drill's worker cluster did not start:\n{output}")
+                time.sleep(0.1)
+            yield
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            OrmQ.objects.filter(key=DRILL_WORKERS_QUEUE).delete()
+
+
 @contextmanager
 def _private_sandbox() -> Iterator[SandboxServer]:
     server = SandboxServer(http_port=0, smtp_port=0)
@@ -395,6 +479,7 @@ def drill_run(
     cases: list[str] | None = None,
     profiles: list[str] | None = None,
     progress: Callable[[Cell], None] | None = None,
+    cluster: bool = False,
 ) -> list[Cell]:
     run = timezone.now().strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:4]
     cells: list[Cell] = []
@@ -403,6 +488,7 @@ def drill_run(
         httpx.Client(base_url=sandbox.http_url, timeout=30) as control,
         override_settings(**DRILL_TIMINGS),
         tasks_queued_to(DRILL_QUEUE),
+        _drill_cluster() if cluster else nullcontext(),
     ):
         crm = Destination.objects.create(
             name=f"drill-crm-{run}", kind=Destination.Kind.CRM_HTTP, base_url=sandbox.http_url
@@ -431,6 +517,7 @@ def drill_run(
                         case=case,
                         profile_name=profile_name,
                         flags=flags,
+                        cluster=cluster,
                     )
                     cells.append(cell)
                     if progress:
@@ -450,6 +537,7 @@ def _run_cell(
     case: Callable[[DrillContext], Counts],
     profile_name: str,
     flags: dict[str, bool],
+    cluster: bool,
 ) -> Cell:
     control.post("/_sandbox/reset").raise_for_status()
     window = SHORT_WINDOW_SECONDS if case is case_old_replay_after_window else 86400
@@ -466,6 +554,7 @@ def _run_cell(
         source_name=source_name,
         crm=crm,
         profile=profile_name,
+        cluster=cluster,
     )
     cell = Cell(case=case_name, profile=profile_name, expected=DONE)
     try:

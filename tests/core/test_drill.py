@@ -6,9 +6,10 @@ import io
 
 import pytest
 from django.core.management import call_command
+from django_q.models import OrmQ, Task
 
 from idempotency_core import engine, policy
-from idempotency_core.drill import CASES, PROFILES, drill_run
+from idempotency_core.drill import CASES, DRILL_WORKERS_QUEUE, PROFILES, drill_run
 
 
 @pytest.mark.slow
@@ -22,6 +23,21 @@ def test_every_cell_of_the_drill_holds():
     assert f"{cells} passed, 0 failed" in table
     for case in CASES:
         assert table.count(case) == len(PROFILES)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the cluster needs commits
+def test_every_cell_holds_when_a_real_worker_cluster_recovers(tmp_path):
+    # The same interruptions, but every claim, retry, recovery and release after
+    # them is done by a django-q2 cluster the drill starts on its own queue.
+    out = io.StringIO()
+    call_command("drill", cluster=True, stdout=out, stderr=io.StringIO())
+    table = out.getvalue()
+    print(table)
+    assert f"{len(CASES) * len(PROFILES)} passed, 0 failed" in table
+    # The cluster's workers did the work: django-q2 recorded their tasks on its queue.
+    assert Task.objects.filter(cluster=DRILL_WORKERS_QUEUE, success=True).count() >= len(CASES)
+    assert not OrmQ.objects.filter(key=DRILL_WORKERS_QUEUE).exists()  # cleaned up
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)

@@ -20,9 +20,20 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--case", action="append", choices=sorted(CASES), dest="cases")
         parser.add_argument("--profile", action="append", choices=sorted(PROFILES), dest="profiles")
+        parser.add_argument(
+            "--cluster",
+            action="store_true",
+            help="Leave the recovery after each interruption to a real django-q2 cluster "
+            "that the drill starts on a private queue (default: the engine in this process).",
+        )
 
     def handle(
-        self, *args: Any, cases: list[str] | None, profiles: list[str] | None, **options: Any
+        self,
+        *args: Any,
+        cases: list[str] | None,
+        profiles: list[str] | None,
+        cluster: bool = False,
+        **options: Any,
     ) -> None:
         total = len(cases or CASES) * len(profiles or PROFILES)
         done = 0
@@ -38,7 +49,7 @@ class Command(BaseCommand):
 
         # One "Enqueued" line per task would bury the progress line.
         logging.getLogger("django-q").setLevel(logging.WARNING)
-        cells = drill_run(cases=cases, profiles=profiles, progress=progress)
+        cells = drill_run(cases=cases, profiles=profiles, progress=progress, cluster=cluster)
         self.stderr.write("")
         self.stdout.write(drill_table(cells))
         failed = [cell for cell in cells if not cell.holds]
