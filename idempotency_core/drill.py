@@ -334,6 +334,25 @@ def case_record_removed_before_replay(ctx: DrillContext) -> Counts:
     return Counts(0, 0, 1, 0)
 
 
+def case_task_replayed_after_record_removed(ctx: DrillContext) -> Counts:
+    ctx.fault("create_task", "http_400")
+    event = ctx.ingest("task-after-removal")
+    ctx.settle()
+    task = event.operations.get(step="assign_task")
+    expect(task.status == Operation.Status.NEEDS_REVIEW, "a refused task was not put to review")
+    ctx.control.delete(f"/crm/records/{ctx.record_of(event)}").raise_for_status()
+    # The replay is allowed (the refusal was certain) and runs with the original key,
+    # but the record it belongs to is gone: the CRM refuses, and a person decides.
+    # Onefold never recreates the removed record to hang the task on.
+    operation_replay(operation_id=task.pk, actor=drill_user(), reason="drill: CRM fixed")
+    ctx.settle()
+    task.refresh_from_db()
+    expect(
+        task.status == Operation.Status.NEEDS_REVIEW, "the replayed task did not return to review"
+    )
+    return Counts(0, 0, 0, 1)
+
+
 def case_old_replay_after_window(ctx: DrillContext) -> Counts:
     ctx.fault("create_record", "drop_response_after_commit")
     event = ctx.ingest("after-window")
@@ -357,6 +376,7 @@ CASES: dict[str, Callable[[DrillContext], Counts]] = {
     "two genuine events, one customer": case_two_genuine_events,
     "record changed before replay": case_record_changed_before_replay,
     "record removed before replay": case_record_removed_before_replay,
+    "task replayed, its record removed": case_task_replayed_after_record_removed,
     "old replay after key window": case_old_replay_after_window,
 }
 
