@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -57,3 +58,13 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_url_of(db: dict[str, Any]) -> str:
+    """A DATABASES entry as the DATABASE_URL that names it, for a child process
+    (a worker cluster) that must use the same database."""
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432
+    return f"postgres://{db.get('USER') or 'postgres'}{password}@{host}:{port}/{db['NAME']}"

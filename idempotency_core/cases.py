@@ -359,6 +359,13 @@ def _lookup(operation: Operation) -> LookupResult:
             "Email cannot be looked up. Search the mailbox or the mail relay's log for "
             f"Message-ID <{operation.key}@onefold>, or ask the customer.",
         )
+    if not lookup_can_answer(operation):
+        return LookupResult(
+            None,
+            "none",
+            f"{destination.name} offers no lookup for {operation.step}. Check it by hand for "
+            f"external reference {operation.key}.",
+        )
     context = step_context(operation)
     adapter = adapter_for(destination)
     try:
@@ -371,16 +378,9 @@ def _lookup(operation: Operation) -> LookupResult:
             return LookupResult(
                 False, "lookup", f"No effect holds external reference {operation.key}."
             )
-        if operation.step == "create_enquiry" and isinstance(adapter, CrmClient):
-            return _scan_listing(operation, adapter)
+        return _scan_listing(operation, adapter)  # an enquiry, in a CRM without lookup
     except DestinationError as exc:
         return LookupResult(None, "error", f"The destination did not answer usefully: {exc}")
-    return LookupResult(
-        None,
-        "none",
-        f"{destination.name} offers no lookup for {operation.step}. Check it by hand for "
-        f"external reference {operation.key}.",
-    )
 
 
 def _scan_listing(operation: Operation, crm: CrmClient) -> LookupResult:

@@ -45,6 +45,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 from django_q.models import OrmQ
 
+from config.env import database_url_of
 from idempotency_core.engine import _perform as perform_claimed
 from idempotency_core.engine import (
     operation_claim,
@@ -399,22 +400,12 @@ def drill_user() -> Any:
     return User.objects.get(pk=user.pk)  # fresh permission cache
 
 
-def _database_url() -> str:
-    """This process's database as a URL, for the cluster the drill starts."""
-    db = settings.DATABASES["default"]
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432
-    return f"postgres://{db.get('USER') or 'postgres'}{password}@{host}:{port}/{db['NAME']}"
-
-
 @contextmanager
 def _drill_cluster() -> Iterator[None]:
     """A django-q2 cluster of the drill's own, on its private queue, for the run."""
     env = {
         **os.environ,
-        "DATABASE_URL": _database_url(),
+        "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
         # An alternative cluster of this site (django-q2): same signing name, its own
         # queue, and none of the shared schedules.
         "Q_CLUSTER_NAME": DRILL_WORKERS_QUEUE,

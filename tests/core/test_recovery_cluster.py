@@ -23,6 +23,7 @@ from idempotency_core.ingest import event_ingest
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from idempotency_core.sources import source_create_with_key, source_get_or_create
 from idempotency_core.sweeper import operations_sweep
+from integrations.sandbox.store import FAULT_MODES
 from tests.core.test_ingest_api import submission
 from tests.support.processes import wait_for
 
@@ -167,15 +168,7 @@ def test_two_clusters_and_two_sweepers_under_random_faults(sandbox, web_server, 
         json={
             "rate": 0.2,
             "seed": 20261129,
-            "modes": [
-                "fail_before_commit",
-                "drop_response_after_commit",
-                "http_500_after_commit",
-                "http_429",
-                "http_503",
-                "http_400",
-                "slow",
-            ],
+            "modes": list(FAULT_MODES),  # every one the sandbox has
         },
     ).raise_for_status()
     for name in ("cluster-a", "cluster-b"):

@@ -192,7 +192,12 @@ def test_ambiguous_create_absent_at_the_destination_is_replayed_once(
 ):
     case = ambiguous_case("browser-absent", mode="fail_before_commit")
     assert sandbox.stats()["records"] == 0
-    sign_in(page, "rex", next_url=f"/console/cases/{case.pk}/")
+    # The one flow: sign in, filter the queue, open the case, read the
+    # timeline, look up, replay as a Replay admin, one record in the CRM.
+    sign_in(page, "rex")
+    open_from_queue(page, case, "Ambiguous outcome")
+    timeline = page.locator(f"#operation-{case.operation_id} .timeline")
+    assert "Ambiguous" in timeline.inner_text()
     page.click("button:has-text('Look up in destination')")
     expect(page.locator("#lookup-result")).to_contain_text("absent")
     page.click("button:has-text('Replay…')")

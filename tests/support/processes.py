@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from config.env import database_url_of
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -28,11 +30,7 @@ def database_url() -> str:
     db = settings.DATABASES["default"]
     if db["ENGINE"] != "django.db.backends.postgresql":
         raise RuntimeError("process tests need PostgreSQL")
-    user = db.get("USER") or "postgres"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or 5432
-    return f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+    return database_url_of(db)
 
 
 @dataclass
