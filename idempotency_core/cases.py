@@ -222,8 +222,9 @@ def case_close(
     """Closes a case without the effect: the reviewer decided it will not happen.
 
     An operation still waiting for review is cancelled, and so are the later
-    steps of its event that have not run (a task or a confirmation cannot follow
-    an enquiry that was given up). Nothing already done is undone.
+    steps of its event that have not run, including those it held (a task or a
+    confirmation cannot follow an enquiry that was given up). Nothing already
+    done is undone.
     """
     reason = _require_reason(reason)
     if resolution_code not in RESOLUTION_CODES:
@@ -246,6 +247,7 @@ def case_close(
             cancelled = list(later.values_list("pk", flat=True))
             Operation.objects.filter(pk__in=cancelled).update(
                 status=Operation.Status.CANCELLED,
+                held_by=None,
                 next_attempt_at=None,
                 enqueued_at=None,
                 updated_at=now,

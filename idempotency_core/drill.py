@@ -455,6 +455,14 @@ def _private_sandbox() -> Iterator[SandboxServer]:
         server.stop()
 
 
+def _held_named_by_open_cases(open_cases: Any, operation_id: int) -> set[int]:
+    """The operations that the open cases of `operation_id` name as held behind it."""
+    named: set[int] = set()
+    for evidence in open_cases.filter(operation_id=operation_id).values_list("evidence", flat=True):
+        named.update(held["id"] for held in evidence.get("held_operations", []))
+    return named
+
+
 def _observe(ctx: DrillContext) -> tuple[Counts, list[str]]:
     stats = ctx.control.get("/_sandbox/stats").json()
     problems = []
@@ -465,22 +473,16 @@ def _observe(ctx: DrillContext) -> tuple[Counts, list[str]]:
     open_cases = ReviewCase.objects.filter(
         event__in=ctx.events, status__in=ReviewCase.OPEN_STATUSES
     )
-    for operation in ctx.operations().select_related("event"):
+    for operation in ctx.operations():
         if operation.status in Operation.DONE:
             continue
-        if operation.status == Operation.Status.NEEDS_REVIEW:
+        if operation.status != Operation.Status.NEEDS_REVIEW:
+            problems.append(f"{operation.step} left {operation.status}, not visible for review")
+        elif operation.held_by_id is None:
             if not open_cases.filter(operation=operation).exists():
                 problems.append(f"{operation.step} needs review but has no open case")
-            continue
-        blocked = (
-            operation.status == Operation.Status.PENDING
-            and operation.next_attempt_at is None
-            and operation.event.operations.filter(
-                position__lt=operation.position, status=Operation.Status.NEEDS_REVIEW
-            ).exists()
-        )
-        if not blocked:
-            problems.append(f"{operation.step} left {operation.status}, not visible for review")
+        elif operation.pk not in _held_named_by_open_cases(open_cases, operation.held_by_id):
+            problems.append(f"{operation.step} is held, but no open case names it")
     counts = Counts(stats["records"], stats["tasks"], stats["messages"], open_cases.count())
     return counts, problems
 

@@ -278,10 +278,17 @@ def operation_record_outcome(
                 step.on_success(operation, result.destination_ref)
             operation_release_next(operation, now=now)
         elif decision.case_kind:
+            held = operation_hold_later(operation, now=now)
+            summary = decision.summary
+            if held:
+                summary += (
+                    f" Held until this case is settled: {', '.join(step for _, step in held)} "
+                    "(they run after a replay or a resolution, and are cancelled if it is closed)."
+                )
             review_case_open(
                 kind=decision.case_kind,
                 subject=operation_subject(operation),
-                summary=decision.summary,
+                summary=summary,
                 operation=operation,
                 evidence={
                     "attempt": claim.attempt.number,
@@ -289,15 +296,49 @@ def operation_record_outcome(
                     "error_class": result.error_class,
                     "http_status": result.http_status,
                     "message": result.message,
+                    "held_operations": [{"id": pk, "step": step} for pk, step in held],
                 },
                 system=system,
             )
     return True
 
 
+def operation_hold_later(operation: Operation, *, now: datetime) -> list[tuple[int, str]]:
+    """Puts the steps waiting behind `operation` in review with it, as (id, step).
+
+    Call inside the transaction that puts `operation` in `needs_review`. The
+    steps that wait for it (pending, not yet due) cannot run until a person
+    settles its case, so they wait visibly, in `needs_review`, held by it.
+    """
+    waiting = Operation.objects.filter(
+        event_id=operation.event_id,
+        position__gt=operation.position,
+        status=Operation.Status.PENDING,
+        next_attempt_at__isnull=True,
+    )
+    held = list(waiting.order_by("position").values_list("pk", "step"))
+    Operation.objects.filter(pk__in=[pk for pk, _ in held]).update(
+        status=Operation.Status.NEEDS_REVIEW, held_by=operation, updated_at=now
+    )
+    return held
+
+
+def operation_unhold_later(operation: Operation, *, now: datetime) -> list[int]:
+    """Puts the steps held behind `operation` back to waiting (pending, not due).
+
+    Call when its case is settled with the step going on (a replay, a verified
+    reference); `operation_release_next` then makes the next one due as usual.
+    """
+    held = Operation.objects.filter(held_by=operation, status=Operation.Status.NEEDS_REVIEW)
+    ids = list(held.values_list("pk", flat=True))
+    held.update(status=Operation.Status.PENDING, held_by=None, next_attempt_at=None, updated_at=now)
+    return ids
+
+
 def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
     """Makes the step after `operation` due and queues it. Call inside the
     transaction that records `operation` as succeeded."""
+    operation_unhold_later(operation, now=now)
     following = Operation.objects.filter(
         event_id=operation.event_id,
         position=operation.position + 1,

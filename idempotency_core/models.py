@@ -243,6 +243,12 @@ class Operation(models.Model):
         blank=True,
         related_name="+",
     )
+    # Set while an earlier step of the event is under review: this step waits in
+    # `needs_review` behind it, named in that step's case, until the case is settled
+    # (replayed or resolved: back to pending; closed: cancelled).
+    held_by = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="holding"
+    )
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -251,6 +257,11 @@ class Operation(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["event", "step"], name="operation_unique_event_step"),
+            # Only a step that waits for a person can be held.
+            models.CheckConstraint(
+                condition=Q(held_by__isnull=True) | Q(status="needs_review"),
+                name="operation_held_needs_review",
+            ),
             models.CheckConstraint(
                 condition=Q(status__in=[c.value for c in OperationStatus]),
                 name="operation_status_valid",

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from idempotency_core.audit import audit_record
 from idempotency_core.cases import latest_lookup, lookup_can_answer
-from idempotency_core.engine import operation_enqueue
+from idempotency_core.engine import operation_enqueue, operation_unhold_later
 from idempotency_core.models import Attempt, Operation, ReviewCase
 from idempotency_core.policy import Recovery
 from idempotency_core.reviews import review_cases_settle
@@ -65,6 +65,9 @@ def operation_replay(
             recovery=recovery,
             updated_at=now,
         )
+        # The steps after it wait again as usual; if the replay ends in review
+        # again, its new case holds them again.
+        unheld = operation_unhold_later(operation, now=now)
         cases = list(
             ReviewCase.objects.filter(operation=operation, status__in=ReviewCase.OPEN_STATUSES)
         )
@@ -86,6 +89,7 @@ def operation_replay(
                 "recovery": recovery,
                 "destination_checked": destination_checked,
                 "cases_resolved": [c.pk for c in cases],
+                "unheld_operations": unheld,
             },
         )
         operation_enqueue(operation.pk)

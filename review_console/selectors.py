@@ -199,6 +199,7 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
         "operations": [
             (value, label, operations.get(value, 0)) for value, label in Operation.Status.choices
         ],
+        "held_total": Operation.objects.filter(held_by__isnull=False).count(),
         "throughput": throughput_24h(now=now),
     }
 
@@ -268,7 +269,7 @@ def event_operations(event: Event) -> list[Operation]:
     """The event's operations in pipeline order, each with its attempts (the timeline)."""
     attempts = Attempt.objects.select_related("triggered_by").order_by("number")
     return list(
-        event.operations.select_related("destination")
+        event.operations.select_related("destination", "held_by")
         .prefetch_related(Prefetch("attempts", queryset=attempts))
         .order_by("position")
     )

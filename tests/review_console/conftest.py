@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.utils import timezone
 
-from idempotency_core.engine import operation_execute
+from idempotency_core.engine import operation_execute, operation_hold_later
 from idempotency_core.ingest import event_ingest
 from idempotency_core.models import Destination, Event, Operation, ReviewCase
 from idempotency_core.reviews import operation_subject, review_case_open
@@ -80,12 +81,13 @@ def permanent_case(key: str = "perm-1") -> ReviewCase:
     event = ingest(key, message=f"Please quote for a kitchen refit ({key}).")
     operation = event.operations.get(step="create_enquiry")
     Operation.objects.filter(pk=operation.pk).update(status=Operation.Status.NEEDS_REVIEW)
+    held = operation_hold_later(operation, now=timezone.now())  # as the engine does
     case, _ = review_case_open(
         kind=ReviewCase.Kind.PERMANENT,
         subject=operation_subject(operation),
         summary="create_enquiry was refused: HTTP 400.",
         operation=operation,
-        evidence={"http_status": 400},
+        evidence={"http_status": 400, "held_operations": [{"id": i, "step": s} for i, s in held]},
         system="test",
     )
     return case

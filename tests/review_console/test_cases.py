@@ -323,7 +323,9 @@ def test_the_dashboard_counts_open_cases_operations_and_failures_per_destination
     assert row["ages"] == [1, 0, 1, 0]  # under 1 h, 1-24 h, 1-7 days, older
     assert summary["oldest"].pk == stale.pk
     statuses = {value: n for value, _label, n in summary["operations"]}
-    assert statuses["succeeded"] == 2 and statuses["needs_review"] == 2
+    # Each enquiry in review holds its task and confirmation: 2 x (1 + 2 held).
+    assert statuses["succeeded"] == 2 and statuses["needs_review"] == 6
+    assert summary["held_total"] == 4
     (crm,) = summary["throughput"]  # only the CRM had attempts
     assert (crm["name"], crm["succeeded"], crm["failed"]) == ("crm", 2, 1)
     assert round(crm["failure_rate"], 1) == 33.3
