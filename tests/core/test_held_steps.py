@@ -11,6 +11,8 @@ import pytest
 from django.apps import apps
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
+from django.test import Client
+from django.urls import reverse
 
 from idempotency_core.cases import case_close, case_mark_resolved
 from idempotency_core.engine import operation_execute
@@ -63,6 +65,11 @@ def test_a_step_in_review_holds_the_later_ones_and_its_case_names_them(sandbox, 
     ]
     assert "Held until this case is settled: assign_task, send_confirmation" in case.summary
     assert event_status(list(event.operations.values_list("status", flat=True))) == ("needs_review")
+    # The case page says so against each held step.
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
+    assert page.count("held behind") == 2
     # A held step cannot be replayed on its own: its enquiry comes first.
     with pytest.raises(ReplayRefusedError, match="earlier step"):
         operation_replay(operation_id=op(event, "assign_task").pk, actor=admin_user, reason="x")
