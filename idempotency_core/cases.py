@@ -176,7 +176,7 @@ def case_mark_resolved(
             # since the page was rendered; then the reference is only evidence.
             operation_completed = bool(
                 Operation.objects.filter(
-                    pk=operation.pk, status=Operation.Status.NEEDS_REVIEW
+                    pk=operation.pk, status=Operation.Status.NEEDS_REVIEW, held_by__isnull=True
                 ).update(
                     status=Operation.Status.SUCCEEDED,
                     destination_ref=destination_ref,

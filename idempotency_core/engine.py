@@ -317,7 +317,7 @@ def operation_hold_later(operation: Operation, *, now: datetime) -> list[tuple[i
         next_attempt_at__isnull=True,
     )
     held = list(waiting.order_by("position").values_list("pk", "step"))
-    Operation.objects.filter(pk__in=[pk for pk, _ in held]).update(
+    waiting.filter(pk__in=[pk for pk, _ in held]).update(
         status=Operation.Status.NEEDS_REVIEW, held_by=operation, updated_at=now
     )
     return held

@@ -40,7 +40,6 @@ from integrations.crm import CrmClient
 
 SYSTEM = "retention"
 ENQUIRY_STEP = "create_enquiry"
-IN_FLIGHT = (Operation.Status.PENDING, Operation.Status.RUNNING, Operation.Status.RETRY_SCHEDULED)
 
 
 def payload_cutoff(now: datetime | None = None) -> datetime:
@@ -68,10 +67,12 @@ class PurgeReport:
 
 
 def purgeable_events(*, cutoff: datetime) -> QuerySet[Event]:
-    in_flight = Operation.objects.filter(event=OuterRef("pk"), status__in=IN_FLIGHT)
+    """Old events whose every operation is done: a step still to run, or waiting for
+    a person (a replay, or the steps held behind it), needs the payload."""
+    unfinished = Operation.objects.filter(event=OuterRef("pk")).exclude(status__in=Operation.DONE)
     return Event.objects.filter(
         received_at__lt=cutoff, payload_purged_at__isnull=True, payload__isnull=False
-    ).filter(~Exists(in_flight))
+    ).filter(~Exists(unfinished))
 
 
 def payloads_purge(

@@ -19,12 +19,34 @@ def _blocker(Operation):
 
 
 def hold_steps_behind_review(apps, schema_editor):
-    """Steps left pending behind a step in review before this migration become held."""
+    """Steps left pending behind a step in review before this migration become held,
+    and the open case of the step holding them names them (as the engine now does)."""
     Operation = apps.get_model("idempotency_core", "Operation")
+    ReviewCase = apps.get_model("idempotency_core", "ReviewCase")
     blocker = _blocker(Operation)
     Operation.objects.filter(status="pending", next_attempt_at__isnull=True).filter(
         Exists(blocker)
     ).update(status="needs_review", held_by=Subquery(blocker))
+    blockers = Operation.objects.filter(holding__isnull=False).distinct()
+    for blocker_id in blockers.values_list("pk", flat=True).iterator():
+        held = list(
+            Operation.objects.filter(held_by_id=blocker_id)
+            .order_by("position")
+            .values_list("pk", "step")
+        )
+        cases = ReviewCase.objects.filter(
+            operation_id=blocker_id, status__in=["open", "in_progress"]
+        )
+        for case in cases:
+            case.evidence = {
+                **case.evidence,
+                "held_operations": [{"id": pk, "step": step} for pk, step in held],
+            }
+            case.summary += (
+                f" Held until this case is settled: {', '.join(step for _, step in held)} "
+                "(they run after a replay or a resolution, and are cancelled if it is closed)."
+            )
+            case.save(update_fields=["evidence", "summary"])
 
 
 def release_held_steps(apps, schema_editor):

@@ -19,6 +19,7 @@ from idempotency_core.engine import operation_execute
 from idempotency_core.ingest import event_status
 from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
 from idempotency_core.replay import ReplayRefusedError, operation_replay
+from idempotency_core.reviews import operation_subject, review_case_open
 from integrations.crm import CrmClient
 from tests.core.test_engine import ingest, op
 
@@ -166,7 +167,16 @@ def test_the_migration_holds_steps_left_pending_behind_review(sandbox):
     """Rows from before held steps existed: pending behind a step in review."""
     migration = importlib.import_module("idempotency_core.migrations.0010_operation_held_by")
     old = ingest("held-7")
-    Operation.objects.filter(pk=op(old, "create_enquiry").pk).update(status="needs_review")
+    enquiry = op(old, "create_enquiry")
+    Operation.objects.filter(pk=enquiry.pk).update(status="needs_review")
+    case, _ = review_case_open(
+        kind=ReviewCase.Kind.PERMANENT,
+        subject=operation_subject(enquiry),
+        summary="create_enquiry was refused: HTTP 400.",
+        operation=enquiry,
+        evidence={"http_status": 400},
+        system="test",
+    )
     running_fine = ingest("held-8")  # nothing in review: left alone
 
     migration.hold_steps_behind_review(apps, None)
@@ -177,6 +187,12 @@ def test_the_migration_holds_steps_left_pending_behind_review(sandbox):
         "send_confirmation": ("needs_review", "create_enquiry"),
     }
     assert {s for s, _ in statuses(running_fine).values()} == {"pending"}
+    case.refresh_from_db()
+    assert case.evidence == {
+        "http_status": 400,
+        "held_operations": [{"id": op(old, step).pk, "step": step} for step in LATER],
+    }
+    assert case.summary.startswith("create_enquiry was refused: HTTP 400. Held until this")
 
     migration.release_held_steps(apps, None)
     assert {step: s for step, (s, _) in statuses(old).items()} == {

@@ -36,8 +36,13 @@ def test_purge_nulls_old_payloads_and_keeps_key_and_fingerprint(sandbox, setting
     settings.ONEFOLD_PAYLOAD_RETENTION_DAYS = 30
     old, recent = completed("old"), completed("recent")
     in_flight = event_ingest(source=old.source, key="in-flight", payload=submission()).event
-    age(old, 31)
-    age(in_flight, 31)
+    sandbox.fault("create_record", "http_400")
+    in_review = event_ingest(
+        source=old.source, key="in-review", payload=submission(message="refused")
+    ).event
+    assert operation_execute(operation_id=in_review.operations.get(position=0).pk) == "permanent"
+    for event in (old, in_flight, in_review):
+        age(event, 31)
     fingerprint = Event.objects.get(pk=old.pk).fingerprint
 
     dry = StringIO()
@@ -51,8 +56,10 @@ def test_purge_nulls_old_payloads_and_keeps_key_and_fingerprint(sandbox, setting
     assert old.payload is None and old.payload_purged_at is not None
     assert (old.key, old.fingerprint) == ("old", fingerprint)
     assert Event.objects.get(pk=recent.pk).payload is not None
-    # An operation still in flight keeps the payload it needs.
+    # An operation still in flight keeps the payload it needs; so does one in review
+    # (with the steps it holds): a replay or a verified reference needs it.
     assert Event.objects.get(pk=in_flight.pk).payload is not None
+    assert Event.objects.get(pk=in_review.pk).payload is not None
     assert AuditEntry.objects.filter(action="payloads_purged").count() == 1
     assert payloads_purge().purged == 0
 
