@@ -455,14 +455,6 @@ def _private_sandbox() -> Iterator[SandboxServer]:
         server.stop()
 
 
-def _held_named_by_open_cases(open_cases: Any, operation_id: int) -> set[int]:
-    """The operations that the open cases of `operation_id` name as held behind it."""
-    named: set[int] = set()
-    for evidence in open_cases.filter(operation_id=operation_id).values_list("evidence", flat=True):
-        named.update(held["id"] for held in evidence.get("held_operations", []))
-    return named
-
-
 def _observe(ctx: DrillContext) -> tuple[Counts, list[str]]:
     stats = ctx.control.get("/_sandbox/stats").json()
     problems = []
@@ -481,7 +473,10 @@ def _observe(ctx: DrillContext) -> tuple[Counts, list[str]]:
         elif operation.held_by_id is None:
             if not open_cases.filter(operation=operation).exists():
                 problems.append(f"{operation.step} needs review but has no open case")
-        elif operation.pk not in _held_named_by_open_cases(open_cases, operation.held_by_id):
+        elif not any(
+            operation.pk in case.held_operation_ids
+            for case in open_cases.filter(operation_id=operation.held_by_id)
+        ):
             problems.append(f"{operation.step} is held, but no open case names it")
     counts = Counts(stats["records"], stats["tasks"], stats["messages"], open_cases.count())
     return counts, problems

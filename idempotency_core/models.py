@@ -457,6 +457,11 @@ class ReviewCase(models.Model):
     def __str__(self) -> str:
         return f"{self.get_kind_display()} ({self.subject})"
 
+    @property
+    def held_operation_ids(self) -> set[int]:
+        """The later steps this case's operation holds, as named when it opened."""
+        return {held["id"] for held in self.evidence.get("held_operations", [])}
+
 
 class AuditEntry(models.Model):
     """An append-only record of a human decision or a consequential automatic one.

@@ -76,7 +76,7 @@ def assert_everything_accounted_for(events: list[Event]) -> dict[str, int]:
             holder = ReviewCase.objects.get(
                 operation_id=operation.held_by_id, status__in=ReviewCase.OPEN_STATUSES
             )
-            assert operation.pk in {h["id"] for h in holder.evidence["held_operations"]}
+            assert operation.pk in holder.held_operation_ids
             assert operation.step in holder.summary.partition("Held until this case")[2]
             tally["held behind review"] += 1
     return dict(tally)
