@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from idempotency_core.audit import audit_record
-from idempotency_core.engine import operation_release_next
+from idempotency_core.engine import operation_release_next, operation_unhold_later
 from idempotency_core.merge import DUPLICATE_KINDS
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.pipeline import adapter_for, step_context, step_of
@@ -171,6 +171,7 @@ def case_mark_resolved(
         operation = case.operation
         operation_completed = False
         released: list[int] = []
+        unheld: list[int] = []
         if operation is not None:
             # Conditional: a replay or a worker may have moved the operation on
             # since the page was rendered; then the reference is only evidence.
@@ -188,7 +189,9 @@ def case_mark_resolved(
                 )
             )
             if operation_completed:
-                # The reviewer's verified reference is the success: the pipeline carries on.
+                # The reviewer's verified reference is the success: the steps it
+                # held go back in line and the pipeline carries on.
+                unheld = operation_unhold_later(operation, now=now)
                 released = operation_release_next(operation, now=now)
         review_cases_settle(
             ReviewCase.objects.filter(pk=case.pk),
@@ -209,6 +212,7 @@ def case_mark_resolved(
                 "destination_ref": destination_ref,
                 "verification": verification,
                 "operation_completed": operation_completed,
+                "unheld_operations": unheld,
                 "released_operations": released,
             },
         )

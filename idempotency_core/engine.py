@@ -327,10 +327,11 @@ def operation_unhold_later(operation: Operation, *, now: datetime) -> list[int]:
     """Puts the steps held behind `operation` back to waiting (pending, not due).
 
     Call when its case is settled with the step going on (a replay, a verified
-    reference); `operation_release_next` then makes the next one due as usual.
+    reference); after a verified reference, `operation_release_next` then makes
+    the next one due.
     """
     held = Operation.objects.filter(held_by=operation, status=Operation.Status.NEEDS_REVIEW)
-    ids = list(held.values_list("pk", flat=True))
+    ids = list(held.order_by("position").values_list("pk", flat=True))
     held.update(status=Operation.Status.PENDING, held_by=None, next_attempt_at=None, updated_at=now)
     return ids
 
@@ -338,7 +339,6 @@ def operation_unhold_later(operation: Operation, *, now: datetime) -> list[int]:
 def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
     """Makes the step after `operation` due and queues it. Call inside the
     transaction that records `operation` as succeeded."""
-    operation_unhold_later(operation, now=now)
     following = Operation.objects.filter(
         event_id=operation.event_id,
         position=operation.position + 1,

@@ -140,13 +140,9 @@ def late_replay_check(*, event: Event, fingerprint: str) -> ReviewCase | None:
         return None
     source = event.source
     operation = event.operations.filter(step=ENQUIRY_STEP).select_related("destination").first()
-    # The key the original run presented; derived the same way when the event has
-    # no enquiry operation (an edit), so a stray record would still be found.
-    reference = (
-        operation.key
-        if operation
-        else operation_key(source_salt=source.key_salt, event_key=event.key, step=ENQUIRY_STEP)
-    )
+    # The key the original run presented (derived, so an edit, which has no enquiry
+    # operation, still finds a stray record).
+    reference = operation_key(source_salt=source.key_salt, event_key=event.key, step=ENQUIRY_STEP)
     destination = operation.destination if operation else destination_for(source, "crm")
     record_id, lookup_error = None, ""
     adapter = adapter_for(destination)

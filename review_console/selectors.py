@@ -378,6 +378,7 @@ def replay_preview(operation: Operation) -> dict[str, Any]:
 
     Display only: `operation_replay` re-checks everything under a row lock.
     """
+    from idempotency_core.cases import lookup_can_answer
     from idempotency_core.replay import replay_requires_destination_check
 
     Status = Operation.Status
@@ -410,7 +411,7 @@ def replay_preview(operation: Operation) -> dict[str, Any]:
         "possible": not reason,
         "refusal": reason,
         "needs_check": replay_requires_destination_check(operation),
-        "can_lookup": destination.kind == destination.Kind.CRM_HTTP,
+        "can_lookup": lookup_can_answer(operation),
         "native_lookup": destination.lookup,
         "window": window,
     }

@@ -133,6 +133,9 @@ def test_a_verified_reference_releases_the_next_step(sandbox, admin_user):
     task, email = (op(event, step) for step in LATER)
     assert (task.status, task.held_by_id) == ("pending", None) and task.next_attempt_at
     assert (email.status, email.held_by_id, email.next_attempt_at) == ("pending", None, None)
+    resolved = AuditEntry.objects.get(action="case_resolved", case=case)
+    assert resolved.details["unheld_operations"] == [task.pk, email.pk]
+    assert resolved.details["released_operations"] == [task.pk]
     assert operation_execute(operation_id=task.pk) == "succeeded"
     assert operation_execute(operation_id=email.pk) == "succeeded"
     stats = sandbox.stats()
