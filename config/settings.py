@@ -139,7 +139,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "EXCEPTION_HANDLER": "idempotency_core.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "idempotency_core.intake.api.errors.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -1,11 +1,19 @@
-"""django-q2 task entry points. Thin: take an id, call a service, safe to run twice."""
+"""django-q2 entry points: the dotted paths queued tasks and schedules name.
+
+These paths are stored in queue rows and `Schedule.func`, so they are a wire
+format: they stay here, whatever moves behind them. Each one is thin: it takes
+an id (or nothing), calls a service and is safe to run twice.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
-from idempotency_core.engine import operation_execute
-from idempotency_core.sweeper import operations_sweep
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.execution.sweeper import operations_sweep
+from idempotency_core.reconciliation.compare import reconcile_daily as _reconcile_daily
+from idempotency_core.reconciliation.retention import payloads_purge
 
 
 def operation_run(operation_id: int) -> str | None:
@@ -16,3 +24,15 @@ def operation_run(operation_id: int) -> str | None:
 
 def sweep() -> dict[str, int]:
     return asdict(operations_sweep())
+
+
+def reconcile_daily() -> list[dict[str, Any]]:
+    """Daily schedule: yesterday (UTC), once per CRM destination."""
+    return _reconcile_daily()
+
+
+def purge_payloads() -> dict[str, object]:
+    """Daily schedule: erase payloads past their retention."""
+    report = asdict(payloads_purge())
+    report["cutoff"] = report["cutoff"].isoformat()
+    return report

@@ -21,7 +21,8 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from idempotency_core.cases import (
+from idempotency_core.models import Operation, ReviewCase
+from idempotency_core.review.cases import (
     RESOLUTION_CODES,
     CaseActionRefusedError,
     case_close,
@@ -30,9 +31,8 @@ from idempotency_core.cases import (
     case_take_ownership,
     operation_destination_lookup,
 )
-from idempotency_core.merge import MergeRefusedError, duplicate_merge_request
-from idempotency_core.models import Operation, ReviewCase
-from idempotency_core.replay import ReplayRefusedError, operation_replay
+from idempotency_core.review.merge import MergeRefusedError, duplicate_merge_request
+from idempotency_core.review.replay import ReplayRefusedError, operation_replay
 from review_console.bulk import BulkReplayRefusedError, bulk_replay_counts, bulk_replay_start
 from review_console.filters import CaseFilter
 from review_console.masking import contact_for

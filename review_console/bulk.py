@@ -24,8 +24,8 @@ from django.http import QueryDict
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from idempotency_core.audit import audit_record
-from idempotency_core.replay import REPLAY_PERMISSION, ReplayRefusedError, operation_replay
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.review.replay import REPLAY_PERMISSION, ReplayRefusedError, operation_replay
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.selectors import case_filterset
 

@@ -14,6 +14,7 @@ from django import forms
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from idempotency_core.execution.steps import STEPS
 from idempotency_core.models import (
     AuditEntry,
     CaseKind,
@@ -24,7 +25,6 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
-from idempotency_core.pipeline import STEPS
 
 DATE_WIDGET = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django import forms
 
-from idempotency_core.cases import RESOLUTION_CODES
+from idempotency_core.review.cases import RESOLUTION_CODES
 
 REASON_HELP = "Written to the audit trail. Say what you checked and why this is right."
 

@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from idempotency_core.models import ReconciliationFinding, ReconciliationRun
-from idempotency_core.reconciliation import FINDING_KINDS
+from idempotency_core.reconciliation.compare import FINDING_KINDS
 from review_console.permissions import VIEW_CASES, console_permission
 
 

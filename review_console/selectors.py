@@ -20,7 +20,7 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from idempotency_core.merge import duplicate_record_refs, merge_destination
+from idempotency_core.execution.steps import adapter_for
 from idempotency_core.models import (
     Attempt,
     AuditEntry,
@@ -30,9 +30,9 @@ from idempotency_core.models import (
     Operation,
     ReviewCase,
 )
-from idempotency_core.pipeline import adapter_for
+from idempotency_core.review.merge import duplicate_record_refs, merge_destination
 from integrations.base import DestinationError
-from integrations.crm import CrmClient
+from integrations.sandbox.adapter import CrmClient
 from review_console.filters import AuditFilter, CaseFilter
 from review_console.masking import record_for
 
@@ -378,8 +378,8 @@ def replay_preview(operation: Operation) -> dict[str, Any]:
 
     Display only: `operation_replay` re-checks everything under a row lock.
     """
-    from idempotency_core.cases import lookup_can_answer
-    from idempotency_core.replay import replay_requires_destination_check
+    from idempotency_core.review.cases import lookup_can_answer
+    from idempotency_core.review.replay import replay_requires_destination_check
 
     Status = Operation.Status
     blocked = {

@@ -28,7 +28,8 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from idempotency_core.cases import (
+from idempotency_core.models import ReviewCase
+from idempotency_core.review.cases import (
     RESOLUTION_CODES,
     CaseActionRefusedError,
     case_close,
@@ -38,9 +39,12 @@ from idempotency_core.cases import (
     latest_lookup,
     operation_destination_lookup,
 )
-from idempotency_core.merge import DUPLICATE_KINDS, MergeRefusedError, duplicate_merge_request
-from idempotency_core.models import ReviewCase
-from idempotency_core.replay import ReplayRefusedError, operation_replay
+from idempotency_core.review.merge import (
+    DUPLICATE_KINDS,
+    MergeRefusedError,
+    duplicate_merge_request,
+)
+from idempotency_core.review.replay import ReplayRefusedError, operation_replay
 from review_console import selectors
 from review_console.bulk import BulkReplayRefusedError, bulk_replay_counts, bulk_replay_start
 from review_console.forms import (

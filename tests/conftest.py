@@ -10,8 +10,8 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Source
-from idempotency_core.sources import source_create_with_key
 from tests.support.processes import (
     Child,
     Sandbox,

@@ -7,8 +7,8 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
+from idempotency_core.intake.sources import source_for_api_key
 from idempotency_core.models import Source
-from idempotency_core.sources import source_for_api_key
 
 pytestmark = pytest.mark.django_db
 

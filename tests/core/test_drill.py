@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 from django_q.models import OrmQ, Task
 
-from idempotency_core import engine, policy
-from idempotency_core.drill import CASES, DRILL_WORKERS_QUEUE, PROFILES, drill_run
+from idempotency_core.execution import engine, policy
+from idempotency_core.proofs.drill import CASES, DRILL_WORKERS_QUEUE, PROFILES, drill_run
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from idempotency_core.engine import operation_execute
+from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Delivery, Event, Operation
 from tests.core.test_engine import run_pipeline
 from tests.core.test_ingest_api import post, submission

@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from idempotency_core.ingest import event_status
+from idempotency_core.intake.ingest import event_status
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Operation, ReviewCase
-from idempotency_core.sources import source_create_with_key
 from tests.core.test_ingest_api import submission
 from tests.support.processes import wait_for
 

@@ -13,13 +13,17 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from idempotency_core.audit import audit_record
-from idempotency_core.engine import _perform as perform_attempt
-from idempotency_core.engine import operation_claim, operation_execute, operation_record_outcome
-from idempotency_core.ingest import event_ingest, event_status
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.engine import _perform as perform_attempt
+from idempotency_core.execution.engine import (
+    operation_claim,
+    operation_execute,
+    operation_record_outcome,
+)
+from idempotency_core.execution.sweeper import operations_sweep
+from idempotency_core.intake.ingest import event_ingest, event_status
+from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Attempt, AuditEntry, Event, Operation, ReviewCase
-from idempotency_core.sources import source_get_or_create
-from idempotency_core.sweeper import operations_sweep
 from tests.core.test_ingest_api import submission
 
 

@@ -14,13 +14,13 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 from django.urls import reverse
 
-from idempotency_core.cases import case_close, case_mark_resolved
-from idempotency_core.engine import operation_execute
-from idempotency_core.ingest import event_status
+from idempotency_core.audit.cases import operation_subject, review_case_open
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.ingest import event_status
 from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
-from idempotency_core.replay import ReplayRefusedError, operation_replay
-from idempotency_core.reviews import operation_subject, review_case_open
-from integrations.crm import CrmClient
+from idempotency_core.review.cases import case_close, case_mark_resolved
+from idempotency_core.review.replay import ReplayRefusedError, operation_replay
+from integrations.sandbox.adapter import CrmClient
 from tests.core.test_engine import ingest, op
 
 pytestmark = pytest.mark.django_db

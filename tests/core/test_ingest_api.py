@@ -12,10 +12,10 @@ from django.core.cache import cache
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from idempotency_core.api.throttling import SourceRateThrottle
-from idempotency_core.engine import operation_execute
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.api.throttling import SourceRateThrottle
+from idempotency_core.intake.sources import source_api_key_issue
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
-from idempotency_core.sources import source_api_key_issue
 
 URL = "/api/v1/submissions/"
 

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Delivery, Event, Operation
-from idempotency_core.sources import source_create_with_key
 from tests.core.test_ingest_api import submission
 
 PARALLEL = 50

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from idempotency_core.pipeline import InvalidPipelineError, pipeline_validate
-from idempotency_core.sources import source_pipeline_set
+from idempotency_core.execution.steps import InvalidPipelineError, pipeline_validate
+from idempotency_core.intake.sources import source_pipeline_set
 from tests.core.test_engine import ingest, run_pipeline
 
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from idempotency_core.execution.policy import Recovery, RetryPolicy, decide, recovery_for
 from idempotency_core.models import Operation, ReviewCase
-from idempotency_core.policy import Recovery, RetryPolicy, decide, recovery_for
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 POLICY = RetryPolicy(base_seconds=2, max_seconds=60, max_attempts=5)

@@ -19,9 +19,9 @@ import httpx
 import pytest
 import redis
 
-from idempotency_core.api.throttling import WINDOW_SECONDS
+from idempotency_core.intake.api.throttling import WINDOW_SECONDS
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Source
-from idempotency_core.sources import source_create_with_key
 from tests.core.test_ingest_api import submission
 from tests.support.processes import WebServer, start_web
 

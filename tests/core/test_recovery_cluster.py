@@ -19,10 +19,10 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from idempotency_core.ingest import event_ingest
+from idempotency_core.execution.sweeper import operations_sweep
+from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.sources import source_create_with_key, source_get_or_create
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
-from idempotency_core.sources import source_create_with_key, source_get_or_create
-from idempotency_core.sweeper import operations_sweep
 from integrations.sandbox.store import FAULT_MODES
 from tests.core.test_ingest_api import submission
 from tests.support.processes import wait_for

@@ -6,9 +6,9 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 
-from idempotency_core.engine import operation_execute
+from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import AuditEntry, Destination, ReviewCase
-from idempotency_core.replay import ReplayRefusedError, operation_replay
+from idempotency_core.review.replay import ReplayRefusedError, operation_replay
 from tests.core.test_engine import ingest, op, run_pipeline
 
 pytestmark = pytest.mark.django_db

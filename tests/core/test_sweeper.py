@@ -12,9 +12,9 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import OrmQ, Schedule
 
-from idempotency_core.engine import operation_claim, operation_execute
+from idempotency_core.execution.engine import operation_claim, operation_execute
+from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
 from idempotency_core.models import Operation
-from idempotency_core.sweeper import operations_sweep, requeue_grace
 from tests.core.test_engine import ingest, op
 
 

@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from integrations.base import Classification, DestinationError
-from integrations.crm import CrmClient
-from integrations.email import SmtpSender, message_id_for
+from integrations.sandbox.adapter import CrmClient
+from integrations.smtp.adapter import SmtpSender, message_id_for
 from tests.support.processes import free_port
 
 

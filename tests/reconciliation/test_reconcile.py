@@ -15,8 +15,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from idempotency_core.engine import operation_claim, operation_execute
-from idempotency_core.ingest import event_ingest
+from idempotency_core.execution.engine import operation_claim, operation_execute
+from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import (
     Event,
     Operation,
@@ -25,8 +26,7 @@ from idempotency_core.models import (
     ReconciliationRun,
     ReviewCase,
 )
-from idempotency_core.reconciliation import ReconciliationError, reconcile, run_summary
-from idempotency_core.sources import source_get_or_create
+from idempotency_core.reconciliation.compare import ReconciliationError, reconcile, run_summary
 from tests.core.test_ingest_api import submission
 
 NONE_NEW = dict.fromkeys(("missing", "duplicate", "orphan", "removed", "changed", "stuck"), 0)
@@ -330,7 +330,7 @@ def test_the_daily_schedule_exists_once():
 
     assert Schedule.objects.filter(name="onefold-reconcile-daily").count() == 1
     schedule = Schedule.objects.get(name="onefold-reconcile-daily")
-    assert schedule.func == "idempotency_core.reconciliation.reconcile_daily"
+    assert schedule.func == "idempotency_core.tasks.reconcile_daily"
     assert schedule.schedule_type == Schedule.DAILY
 
 
@@ -362,7 +362,7 @@ def test_the_console_lists_runs_and_drills_into_findings(planted, client, django
 
 @pytest.mark.django_db
 def test_the_daily_task_reconciles_yesterday_for_each_crm(sandbox):
-    from idempotency_core.reconciliation import reconcile_daily
+    from idempotency_core.reconciliation.compare import reconcile_daily
 
     event = completed("yesterday")
     yesterday = timezone.now().replace(hour=12, minute=0) - timedelta(days=1)

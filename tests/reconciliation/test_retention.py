@@ -10,11 +10,11 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from idempotency_core.engine import operation_execute
-from idempotency_core.ingest import KeyReusedError, event_ingest
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.ingest import KeyReusedError, event_ingest
+from idempotency_core.intake.sources import source_create_with_key, source_get_or_create
 from idempotency_core.models import AuditEntry, Delivery, Event, ReviewCase
-from idempotency_core.retention import payloads_purge
-from idempotency_core.sources import source_create_with_key, source_get_or_create
+from idempotency_core.reconciliation.retention import payloads_purge
 from tests.core.test_ingest_api import submission
 from tests.support.processes import free_port
 

@@ -13,11 +13,11 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
-from idempotency_core.engine import operation_execute, operation_hold_later
-from idempotency_core.ingest import event_ingest
+from idempotency_core.audit.cases import operation_subject, review_case_open
+from idempotency_core.execution.engine import operation_execute, operation_hold_later
+from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Event, Operation, ReviewCase
-from idempotency_core.reviews import operation_subject, review_case_open
-from idempotency_core.sources import source_get_or_create
 from tests.core.test_ingest_api import submission
 
 PASSWORD = "correct-horse-battery"

@@ -43,8 +43,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
+from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination
-from idempotency_core.sources import source_get_or_create
 
 REPO = Path(settings.BASE_DIR)
 # Mismatches planted at every size (absolute, so both sizes open the same cases).

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_core.pipeline import InvalidPipelineError, pipeline_validate
-from idempotency_core.sources import source_create_with_key, source_pipeline_set
+from idempotency_core.execution.steps import InvalidPipelineError, pipeline_validate
+from idempotency_core.intake.sources import source_create_with_key, source_pipeline_set
 
 
 class Command(BaseCommand):

@@ -12,8 +12,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Source
-from idempotency_core.sources import source_create_with_key
 
 DEMO_SOURCE = "demo-website"
 DEMO_USER = "demo-admin"

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from idempotency_core.drill import CASES, PROFILES, Cell, drill_run, drill_table
+from idempotency_core.proofs.drill import CASES, PROFILES, Cell, drill_run, drill_table
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from idempotency_core.retention import payloads_purge
+from idempotency_core.reconciliation.retention import payloads_purge
 
 
 class Command(BaseCommand):

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from idempotency_core.models import Destination, ReconciliationRun, Source
-from idempotency_core.reconciliation import (
+from idempotency_core.reconciliation.compare import (
     FINDING_KINDS,
     Progress,
     ReconciliationError,

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
-from idempotency_core.sweeper import operations_sweep
+from idempotency_core.execution.sweeper import operations_sweep
 
 
 class Command(BaseCommand):

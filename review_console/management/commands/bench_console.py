@@ -36,8 +36,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Event, ReviewCase
-from idempotency_core.sources import source_get_or_create
 
 EVENTS = 1_000_000
 OPEN_CASES = 100_000

@@ -61,7 +61,9 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from idempotency_core.audit import audit_record
+from idempotency_core.audit.cases import review_case_open
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.steps import destination_for
 from idempotency_core.models import (
     Destination,
     Event,
@@ -72,9 +74,7 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
-from idempotency_core.pipeline import destination_for
-from idempotency_core.reviews import review_case_open
-from integrations.crm import CrmClient
+from integrations.sandbox.adapter import CrmClient
 
 logger = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from idempotency_core.audit import audit_record
-from idempotency_core.cases import latest_lookup, lookup_can_answer
-from idempotency_core.engine import operation_enqueue, operation_unhold_later
+from idempotency_core.audit.cases import review_cases_settle
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.engine import operation_enqueue, operation_unhold_later
+from idempotency_core.execution.policy import Recovery
 from idempotency_core.models import Attempt, Operation, ReviewCase
-from idempotency_core.policy import Recovery
-from idempotency_core.reviews import review_cases_settle
+from idempotency_core.review.cases import latest_lookup, lookup_can_answer
 
 REPLAY_PERMISSION = "idempotency_core.replay_operation"
 

@@ -20,15 +20,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_core.api.authentication import SourceApiKeyAuthentication
-from idempotency_core.api.serializers import (
+from idempotency_core.intake.api.authentication import SourceApiKeyAuthentication
+from idempotency_core.intake.api.serializers import (
     ErrorSerializer,
     SubmissionAcceptedSerializer,
     SubmissionSerializer,
     SubmissionStatusSerializer,
 )
-from idempotency_core.api.throttling import SourceRateThrottle
-from idempotency_core.ingest import (
+from idempotency_core.intake.api.throttling import SourceRateThrottle
+from idempotency_core.intake.ingest import (
     InvalidRevisionError,
     KeyReusedError,
     delivery_refused,

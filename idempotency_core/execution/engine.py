@@ -24,11 +24,11 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from idempotency_core.audit import audit_record
+from idempotency_core.audit.cases import operation_subject, review_case_open
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.policy import Recovery, RetryPolicy, decide, recovery_for
+from idempotency_core.execution.steps import adapter_for, step_context, step_of
 from idempotency_core.models import Attempt, Operation
-from idempotency_core.pipeline import adapter_for, step_context, step_of
-from idempotency_core.policy import Recovery, RetryPolicy, decide, recovery_for
-from idempotency_core.reviews import operation_subject, review_case_open
 from integrations.base import DestinationError
 
 logger = logging.getLogger(__name__)

@@ -23,20 +23,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from idempotency_core.audit import audit_record
+from idempotency_core.audit.cases import review_case_open
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.steps import adapter_for, destination_for
 from idempotency_core.keys import operation_key
 from idempotency_core.models import Event, Operation, ReviewCase
-from idempotency_core.pipeline import adapter_for, destination_for
-from idempotency_core.reviews import review_case_open
 from integrations.base import DestinationError
-from integrations.crm import CrmClient
+from integrations.sandbox.adapter import CrmClient
 
 SYSTEM = "retention"
 ENQUIRY_STEP = "create_enquiry"
@@ -118,13 +118,6 @@ def payloads_purge(
                 details={"purged": purged, "cutoff": cutoff.isoformat()},
             )
     return PurgeReport(cutoff=cutoff, candidates=candidates, purged=purged, dry_run=dry_run)
-
-
-def purge_scheduled() -> dict[str, object]:
-    """django-q2 schedule entry point (daily)."""
-    report = asdict(payloads_purge())
-    report["cutoff"] = report["cutoff"].isoformat()
-    return report
 
 
 # -- late replay -------------------------------------------------------------------

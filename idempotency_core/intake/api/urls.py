@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from idempotency_core.api.views import SubmissionCreateView, SubmissionDetailView
+from idempotency_core.intake.api.views import SubmissionCreateView, SubmissionDetailView
 
 urlpatterns = [
     path("submissions/", SubmissionCreateView.as_view(), name="submission-create"),

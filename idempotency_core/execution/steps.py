@@ -15,12 +15,12 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from idempotency_core.audit import audit_record
+from idempotency_core.audit.cases import review_cases_settle
+from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import Destination, Event, Operation, ReviewCase, Source
-from idempotency_core.reviews import review_cases_settle
 from integrations.base import Classification, DestinationError, Effect
-from integrations.crm import CrmClient
-from integrations.email import SmtpSender
+from integrations.sandbox.adapter import CrmClient
+from integrations.smtp.adapter import SmtpSender
 
 Adapter = CrmClient | SmtpSender
 

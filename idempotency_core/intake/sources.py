@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from idempotency_core.execution.steps import pipeline_validate
 from idempotency_core.keys import api_key_digest, new_api_key, new_source_salt
 from idempotency_core.models import Source, SourceApiKey
-from idempotency_core.pipeline import pipeline_validate
 
 
 def source_get_or_create(*, name: str) -> tuple[Source, bool]:

@@ -17,10 +17,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from idempotency_core.audit import audit_record
-from idempotency_core.engine import operation_enqueue
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.execution.steps import MERGE_STEP
 from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase
-from idempotency_core.pipeline import MERGE_STEP
 
 DUPLICATE_KINDS = (ReviewCase.Kind.SUSPECTED_DUPLICATE, ReviewCase.Kind.RECON_DUPLICATE)
 # After every pipeline step, so that releasing "the next step" after a pipeline

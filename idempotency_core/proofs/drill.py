@@ -46,18 +46,18 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from config.env import database_url_of
-from idempotency_core.engine import _perform as perform_claimed
-from idempotency_core.engine import (
+from idempotency_core.execution.engine import _perform as perform_claimed
+from idempotency_core.execution.engine import (
     operation_claim,
     operation_enqueue,
     operation_execute,
     tasks_queued_to,
 )
-from idempotency_core.ingest import event_ingest
+from idempotency_core.execution.sweeper import operations_sweep
+from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Event, Operation, ReviewCase
-from idempotency_core.replay import ReplayRefusedError, operation_replay
-from idempotency_core.sources import source_get_or_create
-from idempotency_core.sweeper import operations_sweep
+from idempotency_core.review.replay import ReplayRefusedError, operation_replay
 from integrations.sandbox import SandboxServer
 
 DRILL_QUEUE = "onefold-drill"

@@ -18,7 +18,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django_q.brokers import get_broker
 
-from idempotency_core.engine import (
+from idempotency_core.execution.engine import (
     AttemptResult,
     Claim,
     operation_enqueue,

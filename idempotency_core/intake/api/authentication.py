@@ -7,8 +7,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from idempotency_core.intake.sources import source_for_api_key
 from idempotency_core.models import Source
-from idempotency_core.sources import source_for_api_key
 
 KEYWORD = "Api-Key"
 

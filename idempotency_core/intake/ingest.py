@@ -15,12 +15,12 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from idempotency_core.engine import operation_enqueue
+from idempotency_core.audit.cases import review_case_open
+from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, destination_for, pipeline_for
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
-from idempotency_core.pipeline import EDIT_PIPELINE, STEPS, destination_for, pipeline_for
-from idempotency_core.retention import late_replay_check
-from idempotency_core.reviews import review_case_open
+from idempotency_core.reconciliation.retention import late_replay_check
 
 
 class KeyReusedError(Exception):

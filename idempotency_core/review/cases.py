@@ -22,14 +22,14 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from idempotency_core.audit import audit_record
-from idempotency_core.engine import operation_release_next, operation_unhold_later
-from idempotency_core.merge import DUPLICATE_KINDS
+from idempotency_core.audit.cases import review_cases_settle
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.engine import operation_release_next, operation_unhold_later
+from idempotency_core.execution.steps import adapter_for, step_context, step_of
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
-from idempotency_core.pipeline import adapter_for, step_context, step_of
-from idempotency_core.reviews import review_cases_settle
+from idempotency_core.review.merge import DUPLICATE_KINDS
 from integrations.base import DestinationError
-from integrations.crm import CrmClient
+from integrations.sandbox.adapter import CrmClient
 
 logger = logging.getLogger(__name__)
 

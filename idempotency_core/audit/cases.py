@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
 
-from idempotency_core.audit import audit_record
+from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import Event, Operation, ReviewCase
 
 
