@@ -122,7 +122,7 @@ def operation_execute(*, operation_id: int) -> str | None:
     claim = operation_claim(operation_id=operation_id)
     if claim is None:
         return None
-    result = _perform(claim)
+    result = operation_perform(claim)
     operation_record_outcome(claim=claim, result=result)
     return result.outcome
 
@@ -149,7 +149,13 @@ def _effective_recovery(operation: Operation) -> str:
     )
 
 
-def _perform(claim: Claim) -> AttemptResult:
+def operation_perform(claim: Claim) -> AttemptResult:
+    """Calls the destination for a claimed operation and classifies the answer.
+
+    The claim must be committed first (`operation_claim`); the result is written
+    by `operation_record_outcome`. Split so the drill can stop a worker between
+    the call and the outcome, as a crash would.
+    """
     operation = claim.operation
     step = step_of(operation)
     context = step_context(operation)

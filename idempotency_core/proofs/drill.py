@@ -46,7 +46,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from config.env import database_url_of
-from idempotency_core.execution.engine import _perform as perform_claimed
+from idempotency_core.execution.engine import operation_perform as perform_claimed
 from idempotency_core.execution.engine import (
     operation_claim,
     operation_enqueue,

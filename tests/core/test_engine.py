@@ -14,7 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.engine import _perform as perform_attempt
+from idempotency_core.execution.engine import operation_perform as perform_attempt
 from idempotency_core.execution.engine import (
     operation_claim,
     operation_execute,
