@@ -14,12 +14,12 @@ from django.db import connection
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.engine import operation_perform as perform_attempt
 from idempotency_core.execution.engine import (
     operation_claim,
     operation_execute,
     operation_record_outcome,
 )
+from idempotency_core.execution.engine import operation_perform as perform_attempt
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_ingest, event_status
 from idempotency_core.intake.sources import source_get_or_create
