@@ -35,6 +35,7 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	DATABASE_URL=sqlite:///:memory: $(VENV)/bin/mypy
 	DATABASE_URL=sqlite:///:memory: $(PY) manage.py makemigrations --check --dry-run
 
 format: install
@@ -58,4 +59,4 @@ drill: install
 	$(PY) manage.py drill
 
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache
