@@ -41,7 +41,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.db.models import Q
-from django.test.utils import override_settings
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -57,6 +56,7 @@ from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Event, Operation, ReviewCase
+from idempotency_core.proofs.overrides import settings_overridden
 from idempotency_core.review.replay import ReplayRefusedError, operation_replay
 from integrations.sandbox import SandboxServer
 
@@ -65,6 +65,8 @@ DRILL_QUEUE = "onefold-drill"
 DRILL_WORKERS_QUEUE = "onefold-drill-workers"
 DRILL_USER = "onefold-drill"
 # Short enough that the drill finishes in about a minute; the rules are the same.
+# Set on this process's settings for the run, and handed to the --cluster workers
+# through their environment (see _drill_cluster).
 DRILL_TIMINGS = {
     "ONEFOLD_RETRY_BASE_SECONDS": 0.02,
     "ONEFOLD_RETRY_MAX_SECONDS": 0.1,
@@ -494,7 +496,7 @@ def drill_run(
     with (
         _private_sandbox() as sandbox,
         httpx.Client(base_url=sandbox.http_url, timeout=30) as control,
-        override_settings(**DRILL_TIMINGS),
+        settings_overridden(**DRILL_TIMINGS),
         tasks_queued_to(DRILL_QUEUE),
         _drill_cluster() if cluster else nullcontext(),
     ):
