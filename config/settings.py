@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TypedDict
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -204,7 +205,28 @@ _Q_TIMEOUT = env_int("ONEFOLD_Q_TIMEOUT", int(ONEFOLD_HTTP_TIMEOUT_SECONDS * 2) 
 # A prefetched task waits in the cluster's queue behind up to queue_limit+1
 # others; `retry` must outlast that wait or the broker hands it out twice.
 _Q_RETRY_FLOOR = _Q_TIMEOUT * (1 + math.ceil((_Q_WORKERS + 1) / _Q_WORKERS)) + 5
-Q_CLUSTER = {
+
+
+class QClusterOptions(TypedDict, total=False):
+    """The django-q2 options Onefold sets, typed for the system checks that read them."""
+
+    name: str
+    orm: str
+    workers: int
+    timeout: int
+    retry: int
+    queue_limit: int
+    bulk: int
+    max_attempts: int
+    ack_failures: bool
+    catch_up: bool
+    save_limit: int
+    poll: float
+    label: str
+    ALT_CLUSTERS: dict[str, QClusterOptions]
+
+
+Q_CLUSTER: QClusterOptions = {
     "name": env_str("ONEFOLD_Q_NAME", "onefold"),
     "orm": "default",
     "workers": _Q_WORKERS,

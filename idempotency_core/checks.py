@@ -7,16 +7,20 @@ longest wait plus run, and a claim's lease must outlast the task timeout.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 
 @register(Tags.compatibility)
-def check_task_queue_timings(app_configs: Any = None, **kwargs: Any) -> list:
+def check_task_queue_timings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
     q = settings.Q_CLUSTER
-    errors: list = []
+    errors: list[CheckMessage] = []
     workers = int(q.get("workers", 1))
     timeout = q.get("timeout")
     retry = q.get("retry")
