@@ -15,7 +15,7 @@ from psycopg import sql
 
 class Command(BaseCommand):
     help = "Create the configured PostgreSQL database if it does not exist."
-    requires_system_checks: list = []
+    requires_system_checks: list[str] = []
     requires_migrations_checks = False
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -23,14 +23,15 @@ class Command(BaseCommand):
         if db["ENGINE"] != "django.db.backends.postgresql":
             self.stdout.write(f"{db['ENGINE']}: nothing to create")
             return
-        params = {
-            "dbname": "postgres",
-            "user": db.get("USER") or None,
-            "password": db.get("PASSWORD") or None,
-            "host": db.get("HOST") or None,
-            "port": db.get("PORT") or None,
-        }
-        with psycopg.connect(**{k: v for k, v in params.items() if v}, autocommit=True) as conn:
+        # psycopg leaves out the parameters given as None (libpq's defaults apply).
+        with psycopg.connect(
+            dbname="postgres",
+            user=db.get("USER") or None,
+            password=db.get("PASSWORD") or None,
+            host=db.get("HOST") or None,
+            port=db.get("PORT") or None,
+            autocommit=True,
+        ) as conn:
             exists = conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]
             ).fetchone()

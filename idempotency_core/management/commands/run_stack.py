@@ -60,7 +60,7 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
-        children: dict[str, subprocess.Popen] = {}
+        children: dict[str, subprocess.Popen[bytes]] = {}
         for name, command in commands.items():
             children[name] = subprocess.Popen(command, env=env)
             if name == "sandbox":
