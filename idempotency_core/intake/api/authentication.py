@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
@@ -9,6 +11,9 @@ from rest_framework.request import Request
 
 from idempotency_core.intake.sources import source_for_api_key
 from idempotency_core.models import Source
+
+if TYPE_CHECKING:
+    from drf_spectacular.openapi import AutoSchema
 
 KEYWORD = "Api-Key"
 
@@ -38,7 +43,7 @@ class SourceApiKeyScheme(OpenApiAuthenticationExtension):
     target_class = SourceApiKeyAuthentication
     name = "ApiKey"
 
-    def get_security_definition(self, auto_schema: object) -> dict:
+    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
         return {
             "type": "apiKey",
             "in": "header",

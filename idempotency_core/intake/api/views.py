@@ -15,6 +15,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotAuthenticated, NotFound
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -54,10 +55,16 @@ class Refusal:
     response: Response
 
 
+def request_source(request: Request) -> Source:
+    """The source whose API key authenticated the request (DRF types `auth` loosely)."""
+    if not isinstance(request.auth, Source):
+        raise NotAuthenticated("Send `Authorization: Api-Key <key>`.")
+    return request.auth
+
+
 class IsSource(BasePermission):
     def has_permission(self, request: Request, view: APIView) -> bool:
-        if not isinstance(request.auth, Source):
-            raise NotAuthenticated("Send `Authorization: Api-Key <key>`.")
+        request_source(request)
         return True
 
 
@@ -74,7 +81,7 @@ class SourceAPIView(APIView):
 class SubmissionCreateView(SourceAPIView):
     # The body is read raw: size, media type and JSON are checked here so that
     # each refusal gets its own status code and nothing of it is stored.
-    parser_classes: list = []
+    parser_classes: list[type[BaseParser]] = []
 
     @extend_schema(
         operation_id="submissions_create",
@@ -100,7 +107,7 @@ class SubmissionCreateView(SourceAPIView):
         },
     )
     def post(self, request: Request) -> Response:
-        source: Source = request.auth
+        source = request_source(request)
         parsed = self._parse(request)
         if isinstance(parsed, Refusal):
             delivery_refused(
@@ -231,7 +238,7 @@ class SubmissionCreateView(SourceAPIView):
 class SubmissionDetailView(SourceAPIView):
     @extend_schema(operation_id="submissions_retrieve", responses={200: SubmissionStatusSerializer})
     def get(self, request: Request, event_id: uuid.UUID) -> Response:
-        event = Event.objects.filter(pk=event_id, source=request.auth).first()
+        event = Event.objects.filter(pk=event_id, source=request_source(request)).first()
         if event is None:
             raise NotFound("No such submission for this source.")
         operations = list(event.operations.order_by("position"))
