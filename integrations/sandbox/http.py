@@ -281,9 +281,10 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
     # -- CRM -----------------------------------------------------------------
 
     def records_get(self) -> Reply:
-        if "external_ref" in self.query:
+        ref = self._param("external_ref")
+        if ref is not None:
             self.store.count_call("lookup_record")
-            return Reply(200, {"results": self.store.find_records(self._param("external_ref"))})
+            return Reply(200, {"results": self.store.find_records(ref)})
         self.store.count_call("list_records")
         limit_param = self._param("limit")
         try:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import socket
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from integrations.sandbox.store import SandboxStore
+from integrations.sandbox.store import Fault, SandboxStore
 
 # Answers for the faults that do not store the message, or spoil the answer after storing.
 _REFUSALS = {
@@ -34,15 +35,21 @@ class SinkHandler:
 
     def __init__(self, store: SandboxStore) -> None:
         self.store = store
+        # One fault per message, taken at its first recipient and kept for DATA
+        # when it is not a refusal; aiosmtpd starts a new envelope per message.
+        self._faults: WeakKeyDictionary[Envelope, Fault | None] = WeakKeyDictionary()
 
     async def handle_RCPT(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        options: list[str],
     ) -> str:
-        # One fault per message, taken at its first recipient and kept on the
-        # envelope for DATA when it is not a refusal.
-        if not hasattr(envelope, "onefold_fault"):
-            envelope.onefold_fault = self.store.take_fault("send_email")
-        fault = envelope.onefold_fault
+        if envelope not in self._faults:
+            self._faults[envelope] = self.store.take_fault("send_email")
+        fault = self._faults[envelope]
         if fault is not None and fault.mode in _REFUSALS:
             self.store.count_call("send_email")
             return _REFUSALS[fault.mode]
@@ -51,7 +58,7 @@ class SinkHandler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         self.store.count_call("send_email")
-        fault = getattr(envelope, "onefold_fault", None)
+        fault = self._faults.get(envelope)
         mode = fault.mode if fault is not None else None
         if fault is not None and mode == "slow":
             await asyncio.sleep(fault.seconds)

@@ -210,6 +210,19 @@ def _parse_id(value: str, prefix: str) -> int | None:
     return seq if f"{prefix}_{seq:06d}" == value else None
 
 
+def _inserted(cursor: sqlite3.Cursor) -> int:
+    """The seq an INSERT just gave its row (sqlite3 types lastrowid as optional)."""
+    seq = cursor.lastrowid
+    assert seq is not None, "not an INSERT"
+    return seq
+
+
+def _written(row: sqlite3.Row | None) -> sqlite3.Row:
+    """A row read back in the transaction that wrote it, under the lock: it exists."""
+    assert row is not None, "a row vanished inside its own transaction"
+    return row
+
+
 def _encode_cursor(created_at: str, seq: int) -> str:
     raw = f"{created_at}|{seq}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -499,21 +512,23 @@ class SandboxStore:
             if caps["unique_external_ref"] and ref is not None:
                 self._refuse_duplicate_record_ref(db, ref)
             stamp = now_iso()
-            seq = db.execute(
-                "INSERT INTO records (external_ref, name, email, message, extra, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    ref,
-                    fields.get("name") or "",
-                    fields.get("email") or "",
-                    fields.get("message") or "",
-                    json.dumps(fields.get("extra") or {}),
-                    stamp,
-                    stamp,
-                ),
-            ).lastrowid
+            seq = _inserted(
+                db.execute(
+                    "INSERT INTO records (external_ref, name, email, message, extra, created_at, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        ref,
+                        fields.get("name") or "",
+                        fields.get("email") or "",
+                        fields.get("message") or "",
+                        json.dumps(fields.get("extra") or {}),
+                        stamp,
+                        stamp,
+                    ),
+                )
+            )
             self._remember(db, caps, "create_record", idempotency_key, seq)
-            return self._record_dict(self._record_row(db, seq)), False
+            return self._record_dict(_written(self._record_row(db, seq))), False
 
     def find_records(self, external_ref: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -604,7 +619,7 @@ class SandboxStore:
                     row["seq"],
                 ),
             )
-            return self._record_dict(self._record_row(db, row["seq"]))
+            return self._record_dict(_written(self._record_row(db, row["seq"])))
 
     def delete_record(self, record_id_: str) -> None:
         with self._transaction() as db:
@@ -654,7 +669,7 @@ class SandboxStore:
             )
             db.execute("UPDATE records SET updated_at = ? WHERE seq = ?", (stamp, survivor["seq"]))
             self._remember(db, caps, "merge", idempotency_key, survivor["seq"])
-            return self._record_dict(self._record_row(db, survivor["seq"])), False
+            return self._record_dict(_written(self._record_row(db, survivor["seq"]))), False
 
     # -- tasks ---------------------------------------------------------------
 
@@ -681,19 +696,21 @@ class SandboxStore:
                         code="duplicate_external_ref",
                         existing_id=task_id(existing["seq"]),
                     )
-            seq = db.execute(
-                "INSERT INTO tasks (record_seq, external_ref, title, assignee, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (
-                    record["seq"],
-                    ref,
-                    fields.get("title") or "",
-                    fields.get("assignee") or "",
-                    now_iso(),
-                ),
-            ).lastrowid
+            seq = _inserted(
+                db.execute(
+                    "INSERT INTO tasks (record_seq, external_ref, title, assignee, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (
+                        record["seq"],
+                        ref,
+                        fields.get("title") or "",
+                        fields.get("assignee") or "",
+                        now_iso(),
+                    ),
+                )
+            )
             self._remember(db, caps, "create_task", idempotency_key, seq)
-            return self._task_dict(self._task_row(db, seq)), False
+            return self._task_dict(_written(self._task_row(db, seq))), False
 
     def require_live_record(self, record_id_: str) -> None:
         """Raises unless tasks can be created on the record (checked before faults apply)."""
@@ -723,19 +740,21 @@ class SandboxStore:
     ) -> dict[str, Any]:
         parsed = parse_message(content)
         with self._transaction() as db:
-            seq = db.execute(
-                "INSERT INTO messages (mail_from, rcpt_to, message_id, subject, headers, body, "
-                "received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    mail_from,
-                    json.dumps(rcpt_to),
-                    parsed["message_id"],
-                    parsed["subject"],
-                    json.dumps(parsed["headers"]),
-                    parsed["body"],
-                    now_iso(),
-                ),
-            ).lastrowid
+            seq = _inserted(
+                db.execute(
+                    "INSERT INTO messages (mail_from, rcpt_to, message_id, subject, headers, "
+                    "body, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        mail_from,
+                        json.dumps(rcpt_to),
+                        parsed["message_id"],
+                        parsed["subject"],
+                        json.dumps(parsed["headers"]),
+                        parsed["body"],
+                        now_iso(),
+                    ),
+                )
+            )
             row = db.execute("SELECT * FROM messages WHERE seq = ?", (seq,)).fetchone()
         return self._message_dict(row)
 
@@ -874,11 +893,15 @@ class SandboxStore:
 
     @staticmethod
     def _record_row(db: sqlite3.Connection, seq: int) -> sqlite3.Row | None:
-        return db.execute("SELECT * FROM records WHERE seq = ?", (seq,)).fetchone()
+        row: sqlite3.Row | None = db.execute(
+            "SELECT * FROM records WHERE seq = ?", (seq,)
+        ).fetchone()
+        return row
 
     @staticmethod
     def _task_row(db: sqlite3.Connection, seq: int) -> sqlite3.Row | None:
-        return db.execute("SELECT * FROM tasks WHERE seq = ?", (seq,)).fetchone()
+        row: sqlite3.Row | None = db.execute("SELECT * FROM tasks WHERE seq = ?", (seq,)).fetchone()
+        return row
 
     def _existing_record(self, db: sqlite3.Connection, record_id_: str) -> sqlite3.Row:
         seq = _parse_id(record_id_, "rec")
