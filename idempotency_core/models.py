@@ -332,7 +332,10 @@ class Attempt(models.Model):
     )
     error_class = models.CharField(max_length=100, blank=True)
     error_message = models.TextField(blank=True)
+    # The destination's answer code, in its own protocol: an HTTP status for an
+    # API, an SMTP reply code for a mail relay (250 is SMTP's success).
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    smtp_code = models.PositiveSmallIntegerField(null=True, blank=True)
     destination_ref = models.CharField(max_length=200, blank=True)
     adopted = models.BooleanField(default=False, help_text="The effect existed and was adopted.")
     retry_after_seconds = models.FloatField(null=True, blank=True)
@@ -361,6 +364,15 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of operation {self.operation_id}"
+
+    @property
+    def reply(self) -> str:
+        """The answer code as a person reads it: "HTTP 409", "SMTP 250", or ""."""
+        if self.smtp_code is not None:
+            return f"SMTP {self.smtp_code}"
+        if self.http_status is not None:
+            return f"HTTP {self.http_status}"
+        return ""
 
 
 class CaseKind(models.TextChoices):

@@ -1,22 +1,32 @@
-"""The small vocabulary every destination adapter speaks.
+"""What every destination adapter offers and speaks: interfaces, capabilities, errors.
 
-An adapter call either returns an `Effect` (the destination holds the effect, and
-here is its reference) or raises `DestinationError` classified as one of:
+Onefold's engine talks to destinations only through the two protocols here,
+`CrmAdapter` and `EmailAdapter`; it never knows which CRM or mail service is
+behind them. An adapter call either returns an `Effect` (the destination holds
+the effect, and here is its reference) or raises `DestinationError` classified
+as one of:
 
 - RETRYABLE: certainly not applied (connection refused before sending, 429, 503);
 - PERMANENT: refused and will be refused again (400, 401, 403, 404, 422);
 - AMBIGUOUS: may have been applied (timeout after sending, connection dropped
   before the answer, 500).
 
-The engine decides what to do with each class; adapters only classify.
+The engine decides what to do with each class; adapters only classify. What
+an adapter can recognise of a repeat is its `Capabilities`, built by the
+adapter from its configuration: recovery after an unclear attempt is chosen
+from that value alone.
+
+Nothing here imports Onefold's models: integrations sit below the core.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
 
 
 class Classification(StrEnum):
@@ -25,19 +35,39 @@ class Classification(StrEnum):
     AMBIGUOUS = "ambiguous"
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A destination's answer code, named by the protocol that gave it: an HTTP
+    status and an SMTP reply code are different things (SMTP 250 is success)."""
+
+    protocol: str  # "http" or "smtp"
+    code: int
+
+    def __str__(self) -> str:
+        return f"{self.protocol.upper()} {self.code}"
+
+
+def http_reply(code: int | None) -> Reply | None:
+    return Reply("http", code) if code is not None else None
+
+
+def smtp_reply(code: int | None) -> Reply | None:
+    return Reply("smtp", code) if code is not None else None
+
+
 class DestinationError(Exception):
     def __init__(
         self,
         message: str,
         *,
         classification: Classification,
-        http_status: int | None = None,
+        reply: Reply | None = None,
         retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.classification = classification
-        self.http_status = http_status
+        self.reply = reply
         self.retry_after = retry_after
 
 
@@ -46,10 +76,75 @@ class Effect:
     """The destination holds the effect; `ref` names it there."""
 
     ref: str
-    http_status: int | None = None
+    reply: Reply | None = None
     # True when the effect already existed (409 on a unique reference, or found
     # by lookup) and was adopted rather than created by this call.
     adopted: bool = False
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a destination can recognise of a repeat (DESIGN.md, Flow 4).
+
+    Built by the adapter from its configuration, never assembled by a caller:
+    one value travels from the adapter to `policy.decide()`, so a capability
+    added here cannot be forgotten on the way.
+    """
+
+    # The destination honours an idempotency key, for `key_retention` (None: forever).
+    idempotency_keys: bool = False
+    key_retention: timedelta | None = None
+    # A second create with the same external reference is refused and names the first.
+    unique_external_ref: bool = False
+    # Effects can be found by their external reference.
+    lookup: bool = False
+    # Records can be merged (duplicates settled in the CRM).
+    merge: bool = False
+
+    def recognises_repeat_at(self, *, first_presented_at: datetime | None, at: datetime) -> bool:
+        """Whether a repeat presented at `at` is recognised by the idempotency key."""
+        if not self.idempotency_keys or first_presented_at is None:
+            return False
+        return self.key_retention is None or at < first_presented_at + self.key_retention
+
+
+@runtime_checkable
+class CrmAdapter(Protocol):
+    """A CRM: enquiries (records) and the tasks linked to them, keyed by our reference."""
+
+    capabilities: Capabilities
+
+    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect: ...
+
+    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect: ...
+
+    def get_record(self, record_id: str) -> dict[str, Any] | None: ...
+
+    def find_record(self, *, external_ref: str) -> str | None: ...
+
+    def create_task(
+        self, *, record_id: str, external_ref: str, title: str, assignee: str
+    ) -> Effect: ...
+
+    def find_task(self, *, record_id: str, external_ref: str) -> str | None: ...
+
+    def merge_records(self, *, survivor_id: str, duplicate_id: str, key: str) -> Effect: ...
+
+    def iter_records(
+        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+    ) -> Iterator[tuple[list[dict[str, Any]], str | None]]: ...
+
+
+@runtime_checkable
+class EmailAdapter(Protocol):
+    """A mail service: one message per operation key."""
+
+    capabilities: Capabilities
+
+    def send(self, *, operation_key: str, to: str, subject: str, body: str) -> Effect: ...
+
+
+Adapter = CrmAdapter | EmailAdapter
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -1,7 +1,9 @@
-"""HTTP client for a CRM with the sandbox's API: records, tasks, lookup, merge, listing.
+"""The sandbox CRM's adapter: records, tasks, lookup, merge, listing over HTTP.
 
 Every create carries the operation key twice: as `Idempotency-Key` (used when the
-CRM honours it) and as `external_ref` (used for uniqueness and lookup).
+CRM honours it) and as `external_ref` (used for uniqueness and lookup). The
+sandbox can be switched to behave like CRMs with fewer guarantees, so its
+capabilities come from the destination's configuration (the profile it runs).
 """
 
 from __future__ import annotations
@@ -11,16 +13,28 @@ from typing import Any
 
 import httpx
 
-from integrations.base import Classification, DestinationError, Effect, parse_retry_after
+from integrations.base import (
+    Capabilities,
+    Classification,
+    DestinationError,
+    Effect,
+    http_reply,
+    parse_retry_after,
+)
 
 # Answers that say the request was refused before anything was applied.
 _RETRYABLE_STATUSES = {408, 425, 429, 503}
 _PERMANENT_STATUSES = {400, 401, 403, 404, 405, 410, 413, 415, 422}
 
 
-class CrmClient:
-    def __init__(self, base_url: str, *, timeout: float) -> None:
+class SandboxCrm:
+    """`CrmAdapter` for the sandbox's CRM API (integrations/sandbox/__init__.py)."""
+
+    def __init__(
+        self, base_url: str, *, timeout: float, capabilities: Capabilities | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.capabilities = capabilities or Capabilities()
         # Connect failures happen before a byte is sent; read timeouts after.
         self.timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
 
@@ -45,7 +59,7 @@ class CrmClient:
         response = self._send("PATCH", f"/crm/records/{record_id}", json=fields)
         self._raise_for_status(response)
         return Effect(
-            ref=str(_json(response).get("id", record_id)), http_status=response.status_code
+            ref=str(_json(response).get("id", record_id)), reply=http_reply(response.status_code)
         )
 
     def iter_records(
@@ -96,14 +110,16 @@ class CrmClient:
             # (an earlier attempt, or its lost answer). Adopt it.
             existing = _json(response).get("existing_id")
             if existing:
-                return Effect(ref=str(existing), http_status=409, adopted=True)
+                return Effect(ref=str(existing), reply=http_reply(409), adopted=True)
             raise DestinationError(
-                "409 without existing_id", classification=Classification.PERMANENT, http_status=409
+                "409 without existing_id",
+                classification=Classification.PERMANENT,
+                reply=http_reply(409),
             )
         self._raise_for_status(response)
         replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
         return Effect(
-            ref=str(_json(response)["id"]), http_status=response.status_code, adopted=replayed
+            ref=str(_json(response)["id"]), reply=http_reply(response.status_code), adopted=replayed
         )
 
     def _find(self, path: str, external_ref: str) -> str | None:
@@ -112,7 +128,7 @@ class CrmClient:
             raise DestinationError(
                 f"lookup refused (404) at {path}: the destination does not offer lookup",
                 classification=Classification.PERMANENT,
-                http_status=404,
+                reply=http_reply(404),
             )
         self._raise_for_status(response)
         results = _json(response).get("results", [])
@@ -120,7 +136,7 @@ class CrmClient:
             raise DestinationError(
                 f"{len(results)} records hold external_ref {external_ref}",
                 classification=Classification.PERMANENT,
-                http_status=response.status_code,
+                reply=http_reply(response.status_code),
             )
         return str(results[0]["id"]) if results else None
 
@@ -153,12 +169,12 @@ class CrmClient:
             raise DestinationError(
                 message,
                 classification=Classification.RETRYABLE,
-                http_status=status,
+                reply=http_reply(status),
                 retry_after=parse_retry_after(response.headers.get("Retry-After")),
             )
         if status in _PERMANENT_STATUSES or 400 <= status < 500:
             raise DestinationError(
-                message, classification=Classification.PERMANENT, http_status=status
+                message, classification=Classification.PERMANENT, reply=http_reply(status)
             )
         # 500, 502, 504 and friends: the request may have been applied.
         raise DestinationError(
@@ -166,7 +182,7 @@ class CrmClient:
             classification=Classification.RETRYABLE
             if response.request.method == "GET"
             else Classification.AMBIGUOUS,
-            http_status=status,
+            reply=http_reply(status),
         )
 
 

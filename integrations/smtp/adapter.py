@@ -14,7 +14,7 @@ from email.utils import format_datetime
 
 from django.utils import timezone
 
-from integrations.base import Classification, DestinationError, Effect
+from integrations.base import Capabilities, Classification, DestinationError, Effect, smtp_reply
 
 
 def message_id_for(operation_key: str) -> str:
@@ -22,6 +22,10 @@ def message_id_for(operation_key: str) -> str:
 
 
 class SmtpSender:
+    """`EmailAdapter` over plain SMTP: it can recognise nothing of a repeat."""
+
+    capabilities = Capabilities()
+
     def __init__(self, host: str, port: int, *, timeout: float, sender: str) -> None:
         self.host = host
         self.port = port
@@ -66,7 +70,7 @@ class SmtpSender:
                     classification=Classification.PERMANENT
                     if exc.smtp_code >= 500
                     else Classification.RETRYABLE,
-                    http_status=exc.smtp_code,
+                    reply=smtp_reply(exc.smtp_code),
                 ) from exc
             except (OSError, smtplib.SMTPException) as exc:
                 # The body went out and the reply never came: it may be delivered.
@@ -78,7 +82,7 @@ class SmtpSender:
             raise DestinationError(
                 f"SMTP message rejected: {code} {reply.decode(errors='replace')}",
                 classification=Classification.PERMANENT,
-                http_status=code,
+                reply=smtp_reply(code),
             )
         if code >= 400:
             # RFC 5321 says a 4xx here means "not accepted", but servers that
@@ -89,9 +93,9 @@ class SmtpSender:
                 f"SMTP temporary failure after the body was sent: {code} "
                 f"{reply.decode(errors='replace')}",
                 classification=Classification.AMBIGUOUS,
-                http_status=code,
+                reply=smtp_reply(code),
             )
-        return Effect(ref=message_id_for(operation_key), http_status=code)
+        return Effect(ref=message_id_for(operation_key), reply=smtp_reply(code))
 
     @staticmethod
     def _check_envelope(code: int, reply: bytes, stage: str) -> None:
@@ -100,5 +104,5 @@ class SmtpSender:
         raise DestinationError(
             f"SMTP {stage} refused: {code} {reply.decode(errors='replace')}",
             classification=Classification.PERMANENT if code >= 500 else Classification.RETRYABLE,
-            http_status=code,
+            reply=smtp_reply(code),
         )

@@ -19,8 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from integrations.base import Classification, DestinationError
-from integrations.sandbox.adapter import CrmClient
+from integrations.base import Classification, DestinationError, Reply
+from integrations.sandbox.adapter import SandboxCrm
 from integrations.smtp.adapter import SmtpSender, message_id_for
 from tests.support.processes import free_port
 
@@ -73,7 +73,7 @@ def scripted() -> Iterator[tuple[Script, str]]:
     server.server_close()
 
 
-def create(crm: CrmClient) -> Callable[[], object]:
+def create(crm: SandboxCrm) -> Callable[[], object]:
     return lambda: crm.create_record(external_ref="opk_x", fields={"name": "Ada"})
 
 
@@ -87,23 +87,23 @@ def classify(call: Callable[[], object]) -> DestinationError:
 def test_refusals_that_need_correction_are_permanent(scripted, status):
     script, url = scripted
     script.status, script.body = status, {"detail": "no"}
-    error = classify(create(CrmClient(url, timeout=5)))
-    assert (error.classification, error.http_status) == (Classification.PERMANENT, status)
+    error = classify(create(SandboxCrm(url, timeout=5)))
+    assert (error.classification, error.reply) == (Classification.PERMANENT, Reply("http", status))
 
 
 @pytest.mark.parametrize("status", [429, 503])
 def test_refusals_before_processing_are_retryable_and_carry_retry_after(scripted, status):
     script, url = scripted
     script.status, script.headers = status, {"Retry-After": "7"}
-    error = classify(create(CrmClient(url, timeout=5)))
-    assert (error.classification, error.http_status) == (Classification.RETRYABLE, status)
+    error = classify(create(SandboxCrm(url, timeout=5)))
+    assert (error.classification, error.reply) == (Classification.RETRYABLE, Reply("http", status))
     assert error.retry_after == 7
 
 
 def test_a_500_on_a_create_is_ambiguous_but_on_a_lookup_retryable(scripted):
     script, url = scripted
     script.status = 500
-    crm = CrmClient(url, timeout=5)
+    crm = SandboxCrm(url, timeout=5)
     assert classify(create(crm)).classification == Classification.AMBIGUOUS
     assert classify(lambda: crm.find_record(external_ref="opk_x")).classification == (
         Classification.RETRYABLE
@@ -113,20 +113,20 @@ def test_a_500_on_a_create_is_ambiguous_but_on_a_lookup_retryable(scripted):
 def test_a_409_naming_the_existing_record_is_adopted_as_success(scripted):
     script, url = scripted
     script.status, script.body = 409, {"detail": "exists", "existing_id": "rec_41"}
-    effect = create(CrmClient(url, timeout=5))()
-    assert (effect.ref, effect.adopted, effect.http_status) == ("rec_41", True, 409)
+    effect = create(SandboxCrm(url, timeout=5))()
+    assert (effect.ref, effect.adopted, effect.reply) == ("rec_41", True, Reply("http", 409))
 
 
 def test_a_409_without_the_existing_record_is_permanent(scripted):
     script, url = scripted
     script.status, script.body = 409, {"detail": "exists"}
-    assert classify(create(CrmClient(url, timeout=5))).classification == Classification.PERMANENT
+    assert classify(create(SandboxCrm(url, timeout=5))).classification == Classification.PERMANENT
 
 
 def test_a_read_timeout_after_the_request_went_out_is_ambiguous(scripted):
     script, url = scripted
     script.sleep = 2.0
-    error = classify(create(CrmClient(url, timeout=0.5)))
+    error = classify(create(SandboxCrm(url, timeout=0.5)))
     assert error.classification == Classification.AMBIGUOUS
     assert script.requests == 1  # it did reach the server
 
@@ -134,13 +134,13 @@ def test_a_read_timeout_after_the_request_went_out_is_ambiguous(scripted):
 def test_a_connection_closed_before_the_answer_is_ambiguous(scripted):
     script, url = scripted
     script.hang_up = True
-    error = classify(create(CrmClient(url, timeout=5)))
+    error = classify(create(SandboxCrm(url, timeout=5)))
     assert error.classification == Classification.AMBIGUOUS
     assert script.requests == 1
 
 
 def test_a_refused_connection_is_retryable():
-    error = classify(create(CrmClient(f"http://127.0.0.1:{free_port()}", timeout=5)))
+    error = classify(create(SandboxCrm(f"http://127.0.0.1:{free_port()}", timeout=5)))
     assert error.classification == Classification.RETRYABLE
 
 
@@ -166,6 +166,7 @@ def test_smtp_answers_are_classified_by_whether_the_body_went_out(sandbox, mode,
     sandbox.fault("send_email", mode)
     error = classify(lambda: send(sandbox))
     assert error.classification == expected
+    assert error.reply is None or error.reply.protocol == "smtp"
     stored = sandbox.stats()["messages"]
     # Ambiguous means the sink may well hold it; the others mean it certainly does not.
     assert stored == (1 if expected == Classification.AMBIGUOUS else 0)
@@ -174,6 +175,8 @@ def test_smtp_answers_are_classified_by_whether_the_body_went_out(sandbox, mode,
 def test_smtp_success_names_the_message_by_its_operation_key(sandbox):
     effect = send(sandbox, key="opk_ok")
     assert effect.ref == message_id_for("opk_ok")
+    # A mail relay's answer is an SMTP reply code, never mistaken for an HTTP status.
+    assert effect.reply == Reply("smtp", 250)
     assert sandbox.stats()["messages_by_message_id"] == {message_id_for("opk_ok"): 1}
 
 
