@@ -1,4 +1,5 @@
-"""Opening review cases: at most one open case per subject and kind (invariant 5)."""
+"""Opening and settling review cases: at most one open case per subject and kind
+(invariant 5), and every settlement audited in the same transaction."""
 
 from __future__ import annotations
 
@@ -9,13 +10,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import Event, Operation, ReviewCase
-
-
-def operation_subject(operation: Operation) -> str:
-    return f"operation:{operation.pk}"
 
 
 def review_case_open(
@@ -73,7 +71,7 @@ def review_cases_settle(
 ) -> int:
     """Resolves or closes the open ones among `cases`; an unowned case becomes the
     actor's. Audit entries are the caller's: each decision names its own action."""
-    changes: dict = {
+    changes: dict[str, Any] = {
         "status": status,
         "resolution_code": code,
         "resolution_note": note,
@@ -83,3 +81,46 @@ def review_cases_settle(
     if actor is not None:
         changes["owner_id"] = Coalesce(F("owner_id"), Value(actor.pk))
     return cases.filter(status__in=ReviewCase.OPEN_STATUSES).update(**changes)
+
+
+def review_case_settle(
+    case: ReviewCase,
+    *,
+    status: str,
+    code: str,
+    note: str,
+    action: str,
+    actor: AbstractBaseUser | None = None,
+    system: str = "",
+    operation: Operation | None = None,
+    reason: str = "",
+    details: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Settles one case if it is still open, and audits the decision as `action`.
+
+    The decision is audited even when the case was settled meanwhile (the
+    entry then says so): what was done still happened. Returns whether this
+    call settled the case. Call inside the transaction of the change it records.
+    """
+    settled = review_cases_settle(
+        ReviewCase.objects.filter(pk=case.pk),
+        status=status,
+        code=code,
+        note=note,
+        now=now or timezone.now(),
+        actor=actor,
+    )
+    if not settled:
+        details = {**(details or {}), "case_already_settled": True}
+    audit_record(
+        action=action,
+        actor=actor,
+        system=system,
+        case=case,
+        event=case.event,
+        operation=operation if operation is not None else case.operation,
+        reason=reason,
+        details=details,
+    )
+    return bool(settled)

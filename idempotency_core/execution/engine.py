@@ -24,12 +24,22 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from idempotency_core.audit.cases import operation_subject, review_case_open
+from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.policy import Recovery, RetryPolicy, decide, recovery_for
-from idempotency_core.execution.steps import adapter_for, step_context, step_of
+from idempotency_core.audit.subjects import operation_subject
+from idempotency_core.execution.destinations import capabilities_of
+from idempotency_core.execution.policy import (
+    AttemptReport,
+    Decision,
+    OperationState,
+    Recovery,
+    RetryPolicy,
+    decide,
+    recovery_for,
+)
+from idempotency_core.execution.steps import step_context, step_of
 from idempotency_core.models import Attempt, Operation
-from integrations.base import DestinationError
+from integrations.base import DestinationError, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +82,7 @@ class AttemptResult:
     outcome: str
     message: str = ""
     error_class: str = ""
-    http_status: int | None = None
+    reply: Reply | None = None
     destination_ref: str = ""
     adopted: bool = False
     retry_after: float | None = None
@@ -127,6 +137,19 @@ def operation_execute(*, operation_id: int) -> str | None:
     return result.outcome
 
 
+def operation_state(operation: Operation, *, attempt_number: int | None = None) -> OperationState:
+    """The operation as `policy.decide()` sees it."""
+    step = step_of(operation)
+    return OperationState(
+        step=operation.step,
+        attempt_number=operation.attempt_count if attempt_number is None else attempt_number,
+        first_presented_at=operation.first_presented_at,
+        current_recovery=operation.recovery,
+        at_most_once=step.at_most_once,
+        idempotent_action=step.idempotent_action,
+    )
+
+
 def _effective_recovery(operation: Operation) -> str:
     """Re-checks, at call time, the rule chosen after an unclear attempt.
 
@@ -135,16 +158,9 @@ def _effective_recovery(operation: Operation) -> str:
     """
     if not operation.recovery:
         return Recovery.NONE
-    destination = operation.destination
-    step = step_of(operation)
     return recovery_for(
-        at_most_once=step.at_most_once,
-        idempotent_action=step.idempotent_action,
-        idempotency_keys=destination.idempotency_keys,
-        retention=destination.idempotency_key_retention,
-        unique_external_ref=destination.unique_external_ref,
-        lookup=destination.lookup,
-        first_presented_at=operation.first_presented_at,
+        state=operation_state(operation),
+        capabilities=capabilities_of(operation.destination),
         retry_at=timezone.now() + timedelta(seconds=settings.ONEFOLD_HTTP_TIMEOUT_SECONDS),
     )
 
@@ -157,8 +173,6 @@ def operation_perform(claim: Claim) -> AttemptResult:
     the call and the outcome, as a crash would.
     """
     operation = claim.operation
-    step = step_of(operation)
-    context = step_context(operation)
     rule = _effective_recovery(operation)
     if rule == Recovery.REVIEW:
         return AttemptResult(
@@ -168,20 +182,13 @@ def operation_perform(claim: Claim) -> AttemptResult:
             "longer recognise a repeat; not called",
         )
     try:
-        adapter = adapter_for(operation.destination)
-        if rule == Recovery.LOOKUP_FIRST and step.find is not None:
-            found = step.find(context, adapter)
-            if found:
-                return AttemptResult(
-                    outcome=Attempt.Outcome.SUCCEEDED, destination_ref=found, adopted=True
-                )
-        effect = step.perform(context, adapter)
+        return _call_destination(operation, rule=rule)
     except DestinationError as exc:
         return AttemptResult(
             outcome=str(exc.classification),
             message=exc.message,
             error_class=type(exc.__cause__ or exc).__name__,
-            http_status=exc.http_status,
+            reply=exc.reply,
             retry_after=exc.retry_after,
         )
     except Exception as exc:
@@ -192,10 +199,23 @@ def operation_perform(claim: Claim) -> AttemptResult:
             message=f"unexpected error: {exc}",
             error_class=type(exc).__name__,
         )
+
+
+def _call_destination(operation: Operation, *, rule: str) -> AttemptResult:
+    """Looks first where the rule says so, else performs the step's effect."""
+    step = step_of(operation)
+    context = step_context(operation)
+    if rule == Recovery.LOOKUP_FIRST and step.find is not None:
+        found = step.find(context)
+        if found:
+            return AttemptResult(
+                outcome=Attempt.Outcome.SUCCEEDED, destination_ref=found, adopted=True
+            )
+    effect = step.perform(context)
     return AttemptResult(
         outcome=Attempt.Outcome.SUCCEEDED,
         destination_ref=effect.ref,
-        http_status=effect.http_status,
+        reply=effect.reply,
         adopted=effect.adopted,
     )
 
@@ -209,104 +229,125 @@ def operation_record_outcome(
 ) -> bool:
     """Writes the outcome if this claim still owns the operation. Returns whether it did.
 
+    In one transaction: the outcome (invariant 4: only under the claim token),
+    then what it leads to: a success releases the next step, a decision for
+    review opens the case and holds the steps behind it.
     `learned=False` says the result carries no news from the destination (the
     sweeper's "interrupted"): if the claim was lost meanwhile, nothing is kept.
     """
     operation = claim.operation
-    destination = operation.destination
-    step = step_of(operation)
     now = timezone.now()
     decision = decide(
-        outcome=result.outcome,
-        step=operation.step,
-        attempt_number=claim.attempt.number,
-        message=result.message,
-        retry_after=result.retry_after,
-        at_most_once=step.at_most_once,
-        idempotent_action=step.idempotent_action,
-        idempotency_keys=destination.idempotency_keys,
-        retention=destination.idempotency_key_retention,
-        unique_external_ref=destination.unique_external_ref,
-        lookup=destination.lookup,
-        first_presented_at=operation.first_presented_at,
-        current_recovery=operation.recovery,
+        state=operation_state(operation, attempt_number=claim.attempt.number),
+        report=AttemptReport(
+            outcome=result.outcome, message=result.message, retry_after=result.retry_after
+        ),
+        capabilities=capabilities_of(operation.destination),
         now=now,
         policy=RetryPolicy.from_settings(),
     )
-    succeeded = decision.status == Operation.Status.SUCCEEDED
     with transaction.atomic():
-        owned = Operation.objects.filter(
-            pk=operation.pk, claim_token=claim.token, status=Operation.Status.RUNNING
-        ).update(
-            status=decision.status,
-            claim_token=None,
-            lease_expires_at=None,
-            next_attempt_at=decision.next_attempt_at,
-            next_trigger=system,  # a retry is the worker's doing, a recovery the sweeper's
-            next_triggered_by=None,
-            enqueued_at=None,
-            recovery=Recovery.NONE if succeeded else decision.recovery,
-            destination_ref=result.destination_ref or F("destination_ref"),
-            last_error="" if succeeded else result.message,
-            completed_at=now if succeeded else None,
-            updated_at=now,
-        )
-        if not owned:
-            if not learned:
-                return False
-            # The lease expired and the sweeper (or a replay) moved on. What this
-            # worker learned is still evidence, so it is kept, but not applied.
-            audit_record(
-                action="late_outcome_discarded",
-                system=system,
-                operation=operation,
-                details={
-                    "attempt": claim.attempt.number,
-                    "outcome": result.outcome,
-                    "destination_ref": result.destination_ref,
-                    "message": result.message,
-                },
-            )
-            logger.warning("operation %s: claim lost before the outcome was written", operation.pk)
+        if not _outcome_write(claim, result, decision, system=system, now=now):
+            if learned:
+                _late_outcome_keep(claim, result, system=system)
             return False
-        Attempt.objects.filter(pk=claim.attempt.pk, outcome__isnull=True).update(
-            outcome=result.outcome,
-            finished_at=now,
-            error_class=result.error_class[:100],
-            error_message=result.message,
-            http_status=result.http_status,
-            destination_ref=result.destination_ref,
-            adopted=result.adopted,
-            retry_after_seconds=result.retry_after,
-        )
-        if succeeded:
-            if step.on_success is not None:
-                step.on_success(operation, result.destination_ref)
-            operation_release_next(operation, now=now)
+        if decision.status == Operation.Status.SUCCEEDED:
+            _success_follow(operation, result, now=now)
         elif decision.case_kind:
-            held = operation_hold_later(operation, now=now)
-            summary = decision.summary
-            if held:
-                summary += (
-                    f" Held until this case is settled: {', '.join(step for _, step in held)} "
-                    "(they run after a replay or a resolution, and are cancelled if it is closed)."
-                )
-            review_case_open(
-                kind=decision.case_kind,
-                subject=operation_subject(operation),
-                summary=summary,
-                operation=operation,
-                evidence={
-                    "attempt": claim.attempt.number,
-                    "outcome": result.outcome,
-                    "error_class": result.error_class,
-                    "http_status": result.http_status,
-                    "message": result.message,
-                    "held_operations": [{"id": pk, "step": step} for pk, step in held],
-                },
-                system=system,
-            )
+            _review_open(claim, result, decision, system=system, now=now)
     return True
+
+
+def _outcome_write(
+    claim: Claim, result: AttemptResult, decision: Decision, *, system: str, now: datetime
+) -> bool:
+    """The conditional UPDATE of invariant 4, and the attempt's own outcome."""
+    succeeded = decision.status == Operation.Status.SUCCEEDED
+    owned = Operation.objects.filter(
+        pk=claim.operation.pk, claim_token=claim.token, status=Operation.Status.RUNNING
+    ).update(
+        status=decision.status,
+        claim_token=None,
+        lease_expires_at=None,
+        next_attempt_at=decision.next_attempt_at,
+        next_trigger=system,  # a retry is the worker's doing, a recovery the sweeper's
+        next_triggered_by=None,
+        enqueued_at=None,
+        recovery=Recovery.NONE if succeeded else decision.recovery,
+        destination_ref=result.destination_ref or F("destination_ref"),
+        last_error="" if succeeded else result.message,
+        completed_at=now if succeeded else None,
+        updated_at=now,
+    )
+    if not owned:
+        return False
+    reply = result.reply
+    Attempt.objects.filter(pk=claim.attempt.pk, outcome__isnull=True).update(
+        outcome=result.outcome,
+        finished_at=now,
+        error_class=result.error_class[:100],
+        error_message=result.message,
+        http_status=reply.code if reply and reply.protocol == "http" else None,
+        smtp_code=reply.code if reply and reply.protocol == "smtp" else None,
+        destination_ref=result.destination_ref,
+        adopted=result.adopted,
+        retry_after_seconds=result.retry_after,
+    )
+    return True
+
+
+def _late_outcome_keep(claim: Claim, result: AttemptResult, *, system: str) -> None:
+    """The lease expired and the sweeper (or a replay) moved on. What this
+    worker learned is still evidence, so it is kept, but not applied."""
+    audit_record(
+        action="late_outcome_discarded",
+        system=system,
+        operation=claim.operation,
+        details={
+            "attempt": claim.attempt.number,
+            "outcome": result.outcome,
+            "destination_ref": result.destination_ref,
+            "message": result.message,
+        },
+    )
+    logger.warning("operation %s: claim lost before the outcome was written", claim.operation.pk)
+
+
+def _success_follow(operation: Operation, result: AttemptResult, *, now: datetime) -> None:
+    """What a success releases: the step's own follow-up, then the next step."""
+    step = step_of(operation)
+    if step.on_success is not None:
+        step.on_success(operation, result.destination_ref)
+    operation_release_next(operation, now=now)
+
+
+def _review_open(
+    claim: Claim, result: AttemptResult, decision: Decision, *, system: str, now: datetime
+) -> None:
+    """What a decision for review opens: the case, naming the steps it holds."""
+    operation = claim.operation
+    held = operation_hold_later(operation, now=now)
+    summary = decision.summary
+    if held:
+        summary += (
+            f" Held until this case is settled: {', '.join(step for _, step in held)} "
+            "(they run after a replay or a resolution, and are cancelled if it is closed)."
+        )
+    review_case_open(
+        kind=decision.case_kind,
+        subject=operation_subject(operation.pk),
+        summary=summary,
+        operation=operation,
+        evidence={
+            "attempt": claim.attempt.number,
+            "outcome": result.outcome,
+            "error_class": result.error_class,
+            "reply": str(result.reply) if result.reply else "",
+            "message": result.message,
+            "held_operations": [{"id": pk, "step": step} for pk, step in held],
+        },
+        system=system,
+    )
 
 
 def operation_hold_later(operation: Operation, *, now: datetime) -> list[tuple[int, str]]:

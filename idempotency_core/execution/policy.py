@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 
 from idempotency_core.models import Attempt, Operation, ReviewCase
+from integrations.base import Capabilities
 
 Recovery = Operation.Recovery
 
@@ -50,17 +51,31 @@ class RetryPolicy:
         return jittered
 
 
-def recovery_for(
-    *,
-    at_most_once: bool,
-    idempotent_action: bool = False,
-    idempotency_keys: bool,
-    retention: timedelta | None,
-    unique_external_ref: bool,
-    lookup: bool,
-    first_presented_at: datetime | None,
-    retry_at: datetime,
-) -> str:
+@dataclass(frozen=True)
+class OperationState:
+    """What `decide()` needs to know of the operation, read from its row and its step."""
+
+    step: str
+    attempt_number: int
+    first_presented_at: datetime | None
+    # The rule an earlier unclear attempt chose ("" when none did).
+    current_recovery: str = Recovery.NONE
+    # No idempotency at the destination: an unclear send goes to review, never resent.
+    at_most_once: bool = False
+    # Doing it twice is the same as once at the destination (a merge, an update).
+    idempotent_action: bool = False
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    """What one attempt learned: its classified outcome and the destination's words."""
+
+    outcome: str
+    message: str = ""
+    retry_after: float | None = None
+
+
+def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at: datetime) -> str:
     """Chooses the recovery rule from what the destination offers (DESIGN.md, Flow 4).
 
     A native idempotency key only helps while the destination still remembers
@@ -68,18 +83,15 @@ def recovery_for(
     unique external reference makes a repeat safe at any age (409 names the
     existing record). Lookup alone is safe when done before creating.
     """
-    if at_most_once:
+    if state.at_most_once:
         return Recovery.REVIEW
-    if idempotent_action:
+    if state.idempotent_action:
         return Recovery.REPEAT
-    within_window = first_presented_at is not None and (
-        retention is None or retry_at < first_presented_at + retention
-    )
-    if idempotency_keys and within_window:
+    if capabilities.recognises_repeat_at(first_presented_at=state.first_presented_at, at=retry_at):
         return Recovery.REPEAT_WITH_KEY
-    if unique_external_ref:
+    if capabilities.unique_external_ref:
         return Recovery.REPEAT_UNIQUE_REF
-    if lookup:
+    if capabilities.lookup:
         return Recovery.LOOKUP_FIRST
     return Recovery.REVIEW
 
@@ -97,95 +109,93 @@ class Decision:
 
 def decide(
     *,
-    outcome: str,
-    step: str,
-    attempt_number: int,
-    message: str,
-    retry_after: float | None,
-    at_most_once: bool,
-    idempotency_keys: bool,
-    retention: timedelta | None,
-    unique_external_ref: bool,
-    lookup: bool,
-    first_presented_at: datetime | None,
-    current_recovery: str,
-    idempotent_action: bool = False,
+    state: OperationState,
+    report: AttemptReport,
+    capabilities: Capabilities,
     now: datetime,
     policy: RetryPolicy,
     rng: random.Random | None = None,
 ) -> Decision:
     """What follows an attempt's outcome. The operation never silently stops:
     every branch ends succeeded, scheduled for a retry, or with a review case."""
-    Status = Operation.Status
-    if outcome == Attempt.Outcome.SUCCEEDED:
-        return Decision(status=Status.SUCCEEDED)
-    if outcome == Attempt.Outcome.PERMANENT:
-        return Decision(
-            status=Status.NEEDS_REVIEW,
-            recovery=current_recovery,
-            case_kind=ReviewCase.Kind.PERMANENT,
-            summary=(
-                f"{step} was refused: {message}. It is not retried automatically because "
-                "the same request would be refused again. A reviewer should correct the cause "
-                "(data, credentials, configuration) and replay, or close the case."
-            ),
-        )
-    unclear = outcome in (Attempt.Outcome.AMBIGUOUS, Attempt.Outcome.INTERRUPTED)
+    if report.outcome == Attempt.Outcome.SUCCEEDED:
+        return Decision(status=Operation.Status.SUCCEEDED)
+    if report.outcome == Attempt.Outcome.PERMANENT:
+        return _refused(state, report)
+    unclear = report.outcome in (Attempt.Outcome.AMBIGUOUS, Attempt.Outcome.INTERRUPTED)
     retry_at = now + timedelta(
-        seconds=policy.delay(attempt_number, retry_after=retry_after, rng=rng)
+        seconds=policy.delay(state.attempt_number, retry_after=report.retry_after, rng=rng)
     )
     # Retryable: nothing was applied by this attempt, so keep the rule of an
     # earlier unclear attempt, whose effect may still exist.
-    rule = current_recovery
+    rule = state.current_recovery
     if unclear:
-        rule = recovery_for(
-            at_most_once=at_most_once,
-            idempotent_action=idempotent_action,
-            idempotency_keys=idempotency_keys,
-            retention=retention,
-            unique_external_ref=unique_external_ref,
-            lookup=lookup,
-            first_presented_at=first_presented_at,
-            retry_at=retry_at,
-        )
-    if attempt_number >= policy.max_attempts:
-        may_exist = unclear or bool(current_recovery)
-        return Decision(
-            status=Status.NEEDS_REVIEW,
-            recovery=rule,
-            case_kind=ReviewCase.Kind.RETRIES_EXHAUSTED,
-            summary=(
-                f"{step} failed {attempt_number} times (last: {outcome}, {message}). "
-                + (
-                    "An attempt may have been applied: look the effect up in the destination "
-                    "before replaying (a replay follows the same recovery rule)."
-                    if may_exist
-                    else "No attempt reached the destination's commit, so a replay is safe "
-                    "once the destination is healthy."
-                )
-            ),
-        )
+        rule = recovery_for(state=state, capabilities=capabilities, retry_at=retry_at)
+    if state.attempt_number >= policy.max_attempts:
+        return _exhausted(state, report, rule=rule, may_exist=unclear or bool(rule))
     if not unclear or rule != Recovery.REVIEW:
-        return Decision(status=Status.RETRY_SCHEDULED, next_attempt_at=retry_at, recovery=rule)
-    if at_most_once:
         return Decision(
-            status=Status.NEEDS_REVIEW,
+            status=Operation.Status.RETRY_SCHEDULED, next_attempt_at=retry_at, recovery=rule
+        )
+    return _unrecognisable(state, report, rule=rule)
+
+
+def _refused(state: OperationState, report: AttemptReport) -> Decision:
+    return Decision(
+        status=Operation.Status.NEEDS_REVIEW,
+        recovery=state.current_recovery,
+        case_kind=ReviewCase.Kind.PERMANENT,
+        summary=(
+            f"{state.step} was refused: {report.message}. It is not retried automatically "
+            "because the same request would be refused again. A reviewer should correct the "
+            "cause (data, credentials, configuration) and replay, or close the case."
+        ),
+    )
+
+
+def _exhausted(
+    state: OperationState, report: AttemptReport, *, rule: str, may_exist: bool
+) -> Decision:
+    return Decision(
+        status=Operation.Status.NEEDS_REVIEW,
+        recovery=rule,
+        case_kind=ReviewCase.Kind.RETRIES_EXHAUSTED,
+        summary=(
+            f"{state.step} failed {state.attempt_number} times (last: {report.outcome}, "
+            f"{report.message}). "
+            + (
+                "An attempt may have been applied: look the effect up in the destination "
+                "before replaying (a replay follows the same recovery rule)."
+                if may_exist
+                else "No attempt reached the destination's commit, so a replay is safe "
+                "once the destination is healthy."
+            )
+        ),
+    )
+
+
+def _unrecognisable(state: OperationState, report: AttemptReport, *, rule: str) -> Decision:
+    """An unclear attempt the destination could not recognise if repeated: review."""
+    what = f"{report.outcome}: {report.message}"
+    if state.at_most_once:
+        return Decision(
+            status=Operation.Status.NEEDS_REVIEW,
             recovery=rule,
             case_kind=ReviewCase.Kind.INTERRUPTED_SEND,
             summary=(
-                f"{step} may have been sent ({outcome}: {message}). Email has no idempotency, "
-                "so Onefold does not resend. A reviewer should check the mailbox or ask the "
+                f"{state.step} may have been sent ({what}). Email has no idempotency, so "
+                "Onefold does not resend. A reviewer should check the mailbox or ask the "
                 "customer, then mark resolved, or replay if it certainly was not sent."
             ),
         )
     return Decision(
-        status=Status.NEEDS_REVIEW,
+        status=Operation.Status.NEEDS_REVIEW,
         recovery=rule,
         case_kind=ReviewCase.Kind.AMBIGUOUS,
         summary=(
-            f"{step} may have been applied ({outcome}: {message}), and the destination offers "
-            "no way to tell (no idempotency key within its window, no unique reference, no "
-            "lookup). A reviewer should look for the effect in the destination, then mark "
-            "resolved with its reference, or replay if it is certainly absent."
+            f"{state.step} may have been applied ({what}), and the destination offers no way "
+            "to tell (no idempotency key within its window, no unique reference, no lookup). "
+            "A reviewer should look for the effect in the destination, then mark resolved "
+            "with its reference, or replay if it is certainly absent."
         ),
     )

@@ -12,17 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.utils import timezone
-
-from idempotency_core.audit.cases import review_cases_settle
-from idempotency_core.audit.entries import audit_record
-from idempotency_core.models import Destination, Event, Operation, ReviewCase, Source
-from integrations.base import Classification, DestinationError, Effect
-from integrations.sandbox.adapter import CrmClient
-from integrations.smtp.adapter import SmtpSender
-
-Adapter = CrmClient | SmtpSender
+from idempotency_core.audit.cases import review_case_settle
+from idempotency_core.execution.destinations import adapter_for
+from idempotency_core.models import Event, Operation, ReviewCase, Source
+from integrations.base import (
+    Adapter,
+    Classification,
+    CrmAdapter,
+    DestinationError,
+    Effect,
+    EmailAdapter,
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,25 @@ class StepContext:
     event: Event
     # destination_ref of the event's earlier, succeeded steps, by step name.
     refs: dict[str, str]
+    adapter: Adapter
+
+    @property
+    def crm(self) -> CrmAdapter:
+        if not isinstance(self.adapter, CrmAdapter):
+            raise DestinationError(
+                f"{self.operation.step} needs a CRM, and its destination is not one",
+                classification=Classification.PERMANENT,
+            )
+        return self.adapter
+
+    @property
+    def mail(self) -> EmailAdapter:
+        if not isinstance(self.adapter, EmailAdapter):
+            raise DestinationError(
+                f"{self.operation.step} needs a mail service, and its destination is not one",
+                classification=Classification.PERMANENT,
+            )
+        return self.adapter
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -60,9 +79,9 @@ class Step:
     name: str
     # The role of the destination: "crm" or "email" (see destination_for).
     destination: str
-    perform: Callable[[StepContext, Any], Effect]
+    perform: Callable[[StepContext], Effect]
     # Finds the effect by its external reference; None where the step has no lookup.
-    find: Callable[[StepContext, Any], str | None] | None = None
+    find: Callable[[StepContext], str | None] | None = None
     # No idempotency at the destination: an unclear send goes to review, never resent.
     at_most_once: bool = False
     # Doing it twice is the same as once at the destination (a merge): an unclear
@@ -89,11 +108,11 @@ def _enquiry_fields(ctx: StepContext) -> dict[str, Any]:
     }
 
 
-def _create_enquiry(ctx: StepContext, crm: CrmClient) -> Effect:
-    return crm.create_record(external_ref=ctx.operation.key, fields=_enquiry_fields(ctx))
+def _create_enquiry(ctx: StepContext) -> Effect:
+    return ctx.crm.create_record(external_ref=ctx.operation.key, fields=_enquiry_fields(ctx))
 
 
-def _update_enquiry(ctx: StepContext, crm: CrmClient) -> Effect:
+def _update_enquiry(ctx: StepContext) -> Effect:
     """An edit: the revised event's enquiry takes this event's content."""
     original = Operation.objects.filter(
         event_id=ctx.event.revises_id, step="create_enquiry"
@@ -104,15 +123,15 @@ def _update_enquiry(ctx: StepContext, crm: CrmClient) -> Effect:
             "the revised submission's enquiry is not created yet",
             classification=Classification.RETRYABLE,
         )
-    return crm.update_record(record_id=original.destination_ref, fields=_enquiry_fields(ctx))
+    return ctx.crm.update_record(record_id=original.destination_ref, fields=_enquiry_fields(ctx))
 
 
-def _find_enquiry(ctx: StepContext, crm: CrmClient) -> str | None:
-    return crm.find_record(external_ref=ctx.operation.key)
+def _find_enquiry(ctx: StepContext) -> str | None:
+    return ctx.crm.find_record(external_ref=ctx.operation.key)
 
 
-def _assign_task(ctx: StepContext, crm: CrmClient) -> Effect:
-    return crm.create_task(
+def _assign_task(ctx: StepContext) -> Effect:
+    return ctx.crm.create_task(
         record_id=ctx.ref_of("create_enquiry"),
         external_ref=ctx.operation.key,
         title=f"Follow up {ctx.payload.get('form', 'website')} enquiry",
@@ -120,11 +139,11 @@ def _assign_task(ctx: StepContext, crm: CrmClient) -> Effect:
     )
 
 
-def _find_task(ctx: StepContext, crm: CrmClient) -> str | None:
-    return crm.find_task(record_id=ctx.ref_of("create_enquiry"), external_ref=ctx.operation.key)
+def _find_task(ctx: StepContext) -> str | None:
+    return ctx.crm.find_task(record_id=ctx.ref_of("create_enquiry"), external_ref=ctx.operation.key)
 
 
-def _send_confirmation(ctx: StepContext, mail: SmtpSender) -> Effect:
+def _send_confirmation(ctx: StepContext) -> Effect:
     contact = ctx.contact
     name = contact.get("name") or "there"
     body = (
@@ -132,7 +151,7 @@ def _send_confirmation(ctx: StepContext, mail: SmtpSender) -> Effect:
         "Thank you for your enquiry. We have received it and someone will be in touch.\n\n"
         f"Your reference: {ctx.ref_of('create_enquiry')}\n"
     )
-    return mail.send(
+    return ctx.mail.send(
         operation_key=ctx.operation.key,
         to=contact.get("email", ""),
         subject="We received your enquiry",
@@ -140,9 +159,9 @@ def _send_confirmation(ctx: StepContext, mail: SmtpSender) -> Effect:
     )
 
 
-def _merge_duplicate(ctx: StepContext, crm: CrmClient) -> Effect:
+def _merge_duplicate(ctx: StepContext) -> Effect:
     arguments = ctx.operation.arguments or {}
-    return crm.merge_records(
+    return ctx.crm.merge_records(
         survivor_id=arguments["survivor_ref"],
         duplicate_id=arguments["duplicate_ref"],
         key=ctx.operation.key,
@@ -152,22 +171,19 @@ def _merge_duplicate(ctx: StepContext, crm: CrmClient) -> Effect:
 def _merge_done(operation: Operation, survivor_ref: str) -> None:
     """Resolves the suspected-duplicate case the merge was decided on."""
     arguments = operation.arguments or {}
-    now = timezone.now()
     case = ReviewCase.objects.filter(pk=arguments.get("case_id")).first()
-    review_cases_settle(
-        ReviewCase.objects.filter(pk=arguments.get("case_id")),
+    if case is None:
+        return
+    review_case_settle(
+        case,
         status=ReviewCase.Status.RESOLVED,
         code="merged",
         note=(
             f"{arguments['duplicate_ref']} merged into {arguments['survivor_ref']} "
             f"by operation {operation.pk}"
         ),
-        now=now,
-    )
-    audit_record(
         action="merged",
         system="worker",
-        case=case,
         operation=operation,
         details={**arguments, "survivor": survivor_ref, "operation_key": operation.key},
     )
@@ -238,7 +254,12 @@ def step_context(operation: Operation) -> StepContext:
             status=Operation.Status.SUCCEEDED,
         ).values_list("step", "destination_ref")
     )
-    return StepContext(operation=operation, event=operation.event, refs=refs)
+    return StepContext(
+        operation=operation,
+        event=operation.event,
+        refs=refs,
+        adapter=adapter_for(operation.destination),
+    )
 
 
 def step_of(operation: Operation) -> Step:
@@ -250,22 +271,3 @@ DEFAULT_PIPELINE: tuple[str, ...] = ("create_enquiry", "assign_task", "send_conf
 # An edit (a submission that `revises` an earlier one) updates that enquiry and
 # creates nothing: no second record, task or confirmation.
 EDIT_PIPELINE: tuple[str, ...] = ("update_enquiry",)
-
-
-def destination_for(source: Source, role: str) -> Destination:
-    """The source's own destination for a role, else the default one of that name."""
-    override = {"crm": source.crm, "email": source.mailer}.get(role)
-    return override or Destination.objects.get(name=role)
-
-
-def adapter_for(destination: Destination) -> Adapter:
-    timeout = settings.ONEFOLD_HTTP_TIMEOUT_SECONDS
-    if destination.kind == Destination.Kind.SMTP:
-        host, _, port = destination.base_url.partition(":")
-        return SmtpSender(
-            host or settings.EMAIL_HOST,
-            int(port or settings.EMAIL_PORT),
-            timeout=timeout,
-            sender=settings.DEFAULT_FROM_EMAIL,
-        )
-    return CrmClient(destination.base_url or settings.DESTINATION_URL, timeout=timeout)

@@ -13,8 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idempotency_core.execution.policy import Recovery, RetryPolicy, decide, recovery_for
+from idempotency_core.execution.policy import (
+    AttemptReport,
+    OperationState,
+    Recovery,
+    RetryPolicy,
+    decide,
+    recovery_for,
+)
 from idempotency_core.models import Operation, ReviewCase
+from integrations.base import Capabilities
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 POLICY = RetryPolicy(base_seconds=2, max_seconds=60, max_attempts=5)
@@ -44,6 +52,25 @@ def test_jitter_spreads_delays_rather_than_synchronising_them():
     assert 6 < sum(delays) / len(delays) < 10  # mean of U(0, 16) is 8
 
 
+def split(flags: dict) -> tuple[OperationState, Capabilities]:
+    """The flat flags of a test case as the operation's state and the destination's
+    capabilities, the two values the policy takes."""
+    state = OperationState(
+        step=flags.get("step", "create_enquiry"),
+        attempt_number=flags.get("attempt_number", 1),
+        first_presented_at=flags["first_presented_at"],
+        current_recovery=flags.get("current_recovery", ""),
+        at_most_once=flags["at_most_once"],
+    )
+    capabilities = Capabilities(
+        idempotency_keys=flags["idempotency_keys"],
+        key_retention=flags["retention"],
+        unique_external_ref=flags["unique_external_ref"],
+        lookup=flags["lookup"],
+    )
+    return state, capabilities
+
+
 def rule(**overrides):
     flags = {
         "at_most_once": False,
@@ -53,8 +80,9 @@ def rule(**overrides):
         "lookup": False,
         "first_presented_at": NOW,
         "retry_at": NOW + timedelta(minutes=1),
-    }
-    return recovery_for(**(flags | overrides))
+    } | overrides
+    state, capabilities = split(flags)
+    return recovery_for(state=state, capabilities=capabilities, retry_at=flags["retry_at"])
 
 
 @pytest.mark.parametrize(
@@ -99,7 +127,21 @@ def decision(outcome: str, attempt: int = 1, **overrides):
         "policy": POLICY,
         "rng": random.Random(0),
     }
-    return decide(**(arguments | overrides))
+    arguments |= overrides
+    state, capabilities = split(arguments)
+    report = AttemptReport(
+        outcome=arguments["outcome"],
+        message=arguments["message"],
+        retry_after=arguments["retry_after"],
+    )
+    return decide(
+        state=state,
+        report=report,
+        capabilities=capabilities,
+        now=arguments["now"],
+        policy=arguments["policy"],
+        rng=arguments["rng"],
+    )
 
 
 def test_success_clears_everything():
