@@ -6,9 +6,11 @@ import hashlib
 import hmac
 import json
 import secrets
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 API_KEY_PREFIX = "ofk_"
 
@@ -54,3 +56,13 @@ def contact_digest(email: str) -> str:
         return ""
     key = f"onefold-contact:{settings.SECRET_KEY}".encode()
     return hmac.new(key, normalised.encode(), hashlib.sha256).hexdigest()
+
+
+def key_expiry_cutoff(now: datetime | None = None) -> datetime:
+    """Events received before this have expired keys (ONEFOLD_KEY_RETENTION_DAYS)."""
+    return (now or timezone.now()) - timedelta(days=settings.ONEFOLD_KEY_RETENTION_DAYS)
+
+
+def key_expired(received_at: datetime, *, now: datetime | None = None) -> bool:
+    """True once an event received at `received_at` is older than the key retention."""
+    return received_at < key_expiry_cutoff(now)

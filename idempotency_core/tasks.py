@@ -13,6 +13,7 @@ from typing import Any
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.reconciliation.compare import reconcile_daily as _reconcile_daily
+from idempotency_core.reconciliation.late_repeats import late_repeat_check as _late_repeat_check
 from idempotency_core.reconciliation.retention import payloads_purge
 
 
@@ -24,6 +25,12 @@ def operation_run(operation_id: int) -> str | None:
 
 def sweep() -> dict[str, int]:
     return asdict(operations_sweep())
+
+
+def late_repeat_check(delivery_id: int) -> int | None:
+    """A delivery for an expired key: look the destination up (late_repeats.py)."""
+    case = _late_repeat_check(delivery_id=delivery_id)
+    return case.pk if case is not None else None
 
 
 def reconcile_daily() -> list[dict[str, Any]]:

@@ -3,8 +3,9 @@
 Same services, same permissions and same filters as the HTML console; only the
 transport differs. Session authentication (settings) plus the console's own
 permission classes: staff with the Reviewers permissions see and change cases,
-replay needs the replay permission. A refusal by a service answers 409 with the
-service's explanation.
+replay needs the replay permission. A refusal by a service (`ActionRefusedError`)
+answers 409 with the service's explanation (`RefusalsAsConflict`); Django's
+PermissionDenied answers 403 through DRF's own handler.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ from rest_framework.response import Response
 from idempotency_core.models import Operation, ReviewCase
 from idempotency_core.review.cases import (
     RESOLUTION_CODES,
-    CaseActionRefusedError,
     case_close,
     case_mark_not_duplicate,
     case_mark_resolved,
     case_take_ownership,
-    operation_destination_lookup,
 )
-from idempotency_core.review.merge import MergeRefusedError, duplicate_merge_request
-from idempotency_core.review.replay import ReplayRefusedError, operation_replay
-from review_console.bulk import BulkReplayRefusedError, bulk_replay_counts, bulk_replay_start
+from idempotency_core.review.lookup import operation_destination_lookup
+from idempotency_core.review.merge import duplicate_merge_request
+from idempotency_core.review.refusals import (
+    ActionRefusedError,
+    CaseActionRefusedError,
+    ReplayRefusedError,
+)
+from idempotency_core.review.replay import operation_replay
+from review_console.bulk import bulk_replay_counts, bulk_replay_start
 from review_console.filters import CaseFilter
 from review_console.masking import contact_for
 from review_console.models import BulkReplayJob
@@ -131,7 +136,22 @@ class CasePagination(CursorPagination):
     page_size = 50
 
 
-class CaseViewSet(viewsets.ReadOnlyModelViewSet):
+class RefusalsAsConflict:
+    """Answers a review service's refusal (`ActionRefusedError`) with 409 Conflict and
+    the service's explanation: the one place the staff API maps the family. A
+    service's PermissionDenied keeps its message and DRF's `permission_denied` code."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, ActionRefusedError):
+            return Response(
+                {"code": "refused", "detail": str(exc)}, status=status.HTTP_409_CONFLICT
+            )
+        if isinstance(exc, DjangoPermissionDenied):
+            exc = PermissionDenied(str(exc))
+        return super().handle_exception(exc)  # type: ignore[misc]  # the view's own
+
+
+class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
     """Review cases. With no `status` filter the list shows open cases only."""
 
     permission_classes = [CanViewCases]
@@ -165,9 +185,6 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
         case = self.get_queryset().get(pk=case.pk)
         return Response(CaseDetailSerializer(case, context={"request": self.request}).data)
 
-    def _refused(self, exc: Exception) -> Response:
-        return Response({"code": "refused", "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def take(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
@@ -177,14 +194,14 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
             case_ids=[case.pk], actor=request.user, take_over=body.validated_data["take_over"]
         )
         if not result.taken:
-            return self._refused(Exception("Already yours, owned by someone else, or not open."))
+            raise CaseActionRefusedError("Already yours, owned by someone else, or not open.")
         return self._done(case)
 
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def lookup(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
         if case.operation_id is None:
-            return self._refused(Exception("This case has no operation to look up."))
+            raise CaseActionRefusedError("This case has no operation to look up.")
         result = operation_destination_lookup(
             operation_id=case.operation_id, actor=request.user, case=case
         )
@@ -196,18 +213,13 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
         body = ReplaySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         if case.operation_id is None:
-            return self._refused(Exception("This case has no operation to replay."))
-        try:
-            operation_replay(
-                operation_id=case.operation_id,
-                actor=request.user,
-                reason=body.validated_data["reason"],
-                destination_checked=body.validated_data["destination_checked"],
-            )
-        except ReplayRefusedError as exc:
-            return self._refused(exc)
-        except DjangoPermissionDenied as exc:
-            raise PermissionDenied(str(exc)) from exc
+            raise ReplayRefusedError("This case has no operation to replay.")
+        operation_replay(
+            operation_id=case.operation_id,
+            actor=request.user,
+            reason=body.validated_data["reason"],
+            destination_checked=body.validated_data["destination_checked"],
+        )
         return self._done(case)
 
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
@@ -215,10 +227,7 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
         case = self.get_object()
         body = ResolveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            case_mark_resolved(case_id=case.pk, actor=request.user, **body.validated_data)
-        except CaseActionRefusedError as exc:
-            return self._refused(exc)
+        case_mark_resolved(case_id=case.pk, actor=request.user, **body.validated_data)
         return self._done(case)
 
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
@@ -226,10 +235,7 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
         case = self.get_object()
         body = CloseSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            case_close(case_id=case.pk, actor=request.user, **body.validated_data)
-        except CaseActionRefusedError as exc:
-            return self._refused(exc)
+        case_close(case_id=case.pk, actor=request.user, **body.validated_data)
         return self._done(case)
 
     @action(
@@ -242,10 +248,7 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
         case = self.get_object()
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            case_mark_not_duplicate(case_id=case.pk, actor=request.user, **body.validated_data)
-        except CaseActionRefusedError as exc:
-            return self._refused(exc)
+        case_mark_not_duplicate(case_id=case.pk, actor=request.user, **body.validated_data)
         return self._done(case)
 
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
@@ -254,16 +257,13 @@ class CaseViewSet(viewsets.ReadOnlyModelViewSet):
         body = MergeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        try:
-            duplicate_merge_request(
-                case_id=case.pk,
-                survivor_ref=data["survivor"],
-                duplicate_ref=data["duplicate"],
-                actor=request.user,
-                reason=data["reason"],
-            )
-        except MergeRefusedError as exc:
-            return self._refused(exc)
+        duplicate_merge_request(
+            case_id=case.pk,
+            survivor_ref=data["survivor"],
+            duplicate_ref=data["duplicate"],
+            actor=request.user,
+            reason=data["reason"],
+        )
         return self._done(case)
 
 
@@ -298,7 +298,7 @@ class BulkReplayJobSerializer(serializers.ModelSerializer):
         return bulk_replay_counts(job)
 
 
-class BulkReplayViewSet(viewsets.GenericViewSet):
+class BulkReplayViewSet(RefusalsAsConflict, viewsets.GenericViewSet):
     """Bulk replay of every case a filter matches, in the background, item by item
     through the same replay service. POST starts a job; GET follows its progress."""
 
@@ -320,16 +320,9 @@ class BulkReplayViewSet(viewsets.GenericViewSet):
         filterset = case_filterset(params, request=request)
         if not filterset.is_valid():
             raise serializers.ValidationError({"filter": filterset.errors})
-        try:
-            job = bulk_replay_start(
-                actor=request.user, params=params, reason=body.validated_data["reason"]
-            )
-        except BulkReplayRefusedError as exc:
-            return Response(
-                {"code": "refused", "detail": str(exc)}, status=status.HTTP_409_CONFLICT
-            )
-        except DjangoPermissionDenied as exc:
-            raise PermissionDenied(str(exc)) from exc
+        job = bulk_replay_start(
+            actor=request.user, params=params, reason=body.validated_data["reason"]
+        )
         return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 

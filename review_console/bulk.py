@@ -25,7 +25,8 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.review.replay import REPLAY_PERMISSION, ReplayRefusedError, operation_replay
+from idempotency_core.review.refusals import ActionRefusedError, ReplayRefusedError
+from idempotency_core.review.replay import REPLAY_PERMISSION, operation_replay
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.selectors import case_filterset
 
@@ -36,7 +37,7 @@ CHUNK_SECONDS = 2.0
 SNAPSHOT_BATCH = 2000
 
 
-class BulkReplayRefusedError(Exception):
+class BulkReplayRefusedError(ActionRefusedError):
     """The job cannot start; the message says why."""
 
 

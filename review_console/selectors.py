@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,19 +20,17 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from idempotency_core.execution.steps import adapter_for
+from idempotency_core.execution.destinations import capabilities_of
 from idempotency_core.models import (
     Attempt,
     AuditEntry,
     Delivery,
-    Destination,
     Event,
     Operation,
     ReviewCase,
 )
-from idempotency_core.review.merge import duplicate_record_refs, merge_destination
-from integrations.base import DestinationError
-from integrations.sandbox.adapter import CrmClient
+from idempotency_core.review.comparison import FetchedRecord
+from idempotency_core.review.replay import replay_facts, replay_refusal
 from review_console.filters import AuditFilter, CaseFilter
 from review_console.masking import record_for
 
@@ -310,56 +308,21 @@ def audit_filterset(params: QueryDict) -> AuditFilter:
 COMPARED_FIELDS = ("name", "email", "message", "external_ref", "created_at")
 
 
-@dataclass
-class ComparedRecord:
-    ref: str
-    record: dict[str, Any] | None
-    error: str = ""
-    operation: Operation | None = None
-
-
-def duplicate_comparison(case: ReviewCase, *, unmasked: bool) -> dict[str, Any]:
-    """Both (or all) records side by side, each with the event it came from, and
-    the fields that differ between them."""
-    refs = duplicate_record_refs(case)
-    try:
-        crm = adapter_for(merge_destination(case))
-    except Destination.DoesNotExist:
-        crm = None
-    compared: list[ComparedRecord] = []
-    for ref in refs:
-        if not isinstance(crm, CrmClient):
-            compared.append(ComparedRecord(ref, None, "no CRM destination is configured"))
-            continue
-        try:
-            record = crm.get_record(ref)
-        except DestinationError as exc:
-            compared.append(ComparedRecord(ref, None, f"the CRM did not answer: {exc}"))
-            continue
-        if record is None:
-            compared.append(ComparedRecord(ref, None, "not found in the CRM (deleted?)"))
-            continue
-        operation = None
-        if record.get("external_ref"):
-            operation = (
-                Operation.objects.select_related("event__source")
-                .filter(key=record["external_ref"])
-                .first()
-            )
-        compared.append(
-            ComparedRecord(ref, record_for(record, unmasked=unmasked), operation=operation)
-        )
-    rows = []
+def duplicate_comparison(
+    case: ReviewCase, records: list[FetchedRecord], *, unmasked: bool
+) -> dict[str, Any]:
+    """The records (fetched by the review service `duplicate_records_fetch`) side by
+    side, masked for the viewer, each with the event it came from, and the fields
+    that differ between them. No network: the records are given."""
+    compared = [
+        replace(r, record=record_for(r.record, unmasked=unmasked)) if r.record else r
+        for r in records
+    ]
     present = [c for c in compared if c.record is not None]
-    extra_keys = sorted({k for c in present for k in (c.record.get("extra") or {})})
+    rows = []
+    extra_keys = sorted({k for c in present for k in ((c.record or {}).get("extra") or {})})
     for name in (*COMPARED_FIELDS, *(f"extra.{k}" for k in extra_keys)):
-        values = []
-        for c in present:
-            if name.startswith("extra."):
-                value = (c.record.get("extra") or {}).get(name[6:], "")
-            else:
-                value = c.record.get(name, "")
-            values.append("" if value is None else str(value))
+        values = [_field_text(c.record or {}, name) for c in present]
         differs = len(set(values)) > 1
         rows.append({"field": name.removeprefix("extra."), "values": values, "differs": differs})
     return {
@@ -370,48 +333,42 @@ def duplicate_comparison(case: ReviewCase, *, unmasked: bool) -> dict[str, Any]:
     }
 
 
+def _field_text(record: dict[str, Any], name: str) -> str:
+    if name.startswith("extra."):
+        value = (record.get("extra") or {}).get(name[6:], "")
+    else:
+        value = record.get(name, "")
+    return "" if value is None else str(value)
+
+
 # -- replay ---------------------------------------------------------------------
 
 
-def replay_preview(operation: Operation) -> dict[str, Any]:
+def replay_preview(operation: Operation, *, destination_checked: bool = True) -> dict[str, Any]:
     """What the replay button would meet, in words, before anyone presses it.
 
-    Display only: `operation_replay` re-checks everything under a row lock.
+    The same rule as the replay (`replay_refusal` over `replay_facts`), read
+    without the row lock and from stored state only: the destination's
+    capabilities come from its adapter's configuration, nothing is called.
+    `operation_replay` checks again under the lock. `refusal` assumes the
+    reviewer ticks "I checked the destination" where that is asked (`needs_check`).
     """
-    from idempotency_core.review.cases import lookup_can_answer
-    from idempotency_core.review.replay import replay_requires_destination_check
-
-    Status = Operation.Status
-    blocked = {
-        Status.SUCCEEDED: f"already succeeded (reference {operation.destination_ref or '?'}); "
-        "a replay would create a second effect",
-        Status.RUNNING: "running now; wait for its outcome",
-        Status.PENDING: "already scheduled to run",
-        Status.RETRY_SCHEDULED: "already scheduled to run",
-        Status.CANCELLED: "cancelled",
-    }
-    reason = blocked.get(operation.status, "")
-    if not reason:
-        earlier = (
-            Operation.objects.filter(event_id=operation.event_id, position__lt=operation.position)
-            .exclude(status=Status.SUCCEEDED)
-            .order_by("position")
-            .first()
-        )
-        if earlier is not None:
-            reason = f"an earlier step ({earlier.step}) has not succeeded; replay that first"
+    facts = replay_facts(operation)
     destination = operation.destination
+    capabilities = capabilities_of(destination)
     window = ""
-    if destination.idempotency_keys and operation.first_presented_at:
-        retention = destination.idempotency_key_retention
-        if retention is not None:
-            window = f"{destination.name} remembers idempotency keys for {retention}; this key "
-            window += f"was first presented {operation.first_presented_at:%Y-%m-%d %H:%M} UTC."
+    presented = operation.first_presented_at
+    if capabilities.idempotency_keys and presented and capabilities.key_retention is not None:
+        window = (
+            f"{destination.name} remembers idempotency keys for {capabilities.key_retention}; "
+            f"this key was first presented {presented:%Y-%m-%d %H:%M} UTC."
+        )
+    refusal = replay_refusal(facts, destination_checked=destination_checked)
     return {
-        "possible": not reason,
-        "refusal": reason,
-        "needs_check": replay_requires_destination_check(operation),
-        "can_lookup": lookup_can_answer(operation),
-        "native_lookup": destination.lookup,
+        "possible": refusal is None,
+        "refusal": refusal or "",
+        "needs_check": facts.needs_check,
+        "can_lookup": facts.lookup_can_answer,
+        "native_lookup": capabilities.lookup,
         "window": window,
     }

@@ -11,11 +11,11 @@ redirects back to the case. Every decision is taken by a service in
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from django import forms
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
     HttpRequest,
@@ -31,22 +31,18 @@ from django.views.decorators.http import require_GET, require_POST
 from idempotency_core.models import ReviewCase
 from idempotency_core.review.cases import (
     RESOLUTION_CODES,
-    CaseActionRefusedError,
     case_close,
     case_mark_not_duplicate,
     case_mark_resolved,
     case_take_ownership,
-    latest_lookup,
-    operation_destination_lookup,
 )
-from idempotency_core.review.merge import (
-    DUPLICATE_KINDS,
-    MergeRefusedError,
-    duplicate_merge_request,
-)
-from idempotency_core.review.replay import ReplayRefusedError, operation_replay
+from idempotency_core.review.comparison import duplicate_records_fetch
+from idempotency_core.review.lookup import latest_lookup, operation_destination_lookup
+from idempotency_core.review.merge import DUPLICATE_KINDS, duplicate_merge_request
+from idempotency_core.review.refusals import ActionRefusedError
+from idempotency_core.review.replay import operation_replay
 from review_console import selectors
-from review_console.bulk import BulkReplayRefusedError, bulk_replay_counts, bulk_replay_start
+from review_console.bulk import bulk_replay_counts, bulk_replay_start
 from review_console.forms import (
     CloseForm,
     MergeForm,
@@ -169,7 +165,10 @@ def case_compare(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     if case.kind not in DUPLICATE_KINDS:
         raise Http404("Only suspected duplicates have a comparison.")
-    comparison = selectors.duplicate_comparison(case, unmasked=request.user.has_perm(VIEW_CONTACT))
+    records = duplicate_records_fetch(case)  # the reviewer asked: reads the CRM
+    comparison = selectors.duplicate_comparison(
+        case, records, unmasked=request.user.has_perm(VIEW_CONTACT)
+    )
     refs = [c.ref for c in comparison["present"]]
     form = MergeForm(
         initial={"survivor": refs[0] if refs else "", "duplicate": refs[1] if len(refs) > 1 else ""}
@@ -275,6 +274,29 @@ def bulk_replay_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 # -- actions (POST only) ----------------------------------------------------------
 
 
+def _confirm_action(
+    request: HttpRequest,
+    form: forms.Form,
+    *,
+    act: Callable[[dict[str, Any]], object],
+    success: str | Callable[[dict[str, Any]], str],
+    done_url: str,
+) -> HttpResponse | None:
+    """Runs a confirmed action: a valid form calls the service, then a message and a
+    redirect to `done_url`. The console's one mapping of a service's refusal
+    (`ActionRefusedError`): it becomes the form's error, and None tells the view to
+    render the page again with it (the typed reason kept)."""
+    if not (form.is_bound and form.is_valid()):
+        return None
+    try:
+        act(form.cleaned_data)
+    except ActionRefusedError as exc:
+        form.add_error(None, str(exc))
+        return None
+    messages.success(request, success if isinstance(success, str) else success(form.cleaned_data))
+    return redirect(done_url)
+
+
 def _confirm_page(
     request: HttpRequest,
     *,
@@ -366,23 +388,21 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
     if not preview["needs_check"]:
         # The destination recognises a repeat: there is nothing to confirm.
         del form.fields["destination_checked"]
-    if form.is_bound and form.is_valid():
-        try:
-            operation_replay(
-                operation_id=operation.pk,
-                actor=request.user,
-                reason=form.cleaned_data["reason"],
-                destination_checked=form.cleaned_data.get("destination_checked", False),
-            )
-        except ReplayRefusedError as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(
-                request,
-                f"{operation.step} is scheduled again with its original key {operation.key}. "
-                "A worker will run it shortly; the case is resolved as replayed.",
-            )
-            return redirect(_case_url(case))
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: operation_replay(
+            operation_id=operation.pk,
+            actor=request.user,
+            reason=data["reason"],
+            destination_checked=data.get("destination_checked", False),
+        ),
+        success=f"{operation.step} is scheduled again with its original key {operation.key}. "
+        "A worker will run it shortly; the case is resolved as replayed.",
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
     return _confirm_page(
         request,
         case=case,
@@ -408,22 +428,20 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
         lookup = latest_lookup(case.operation) if case.operation else None
         found = (lookup.details.get("refs") or [""])[0] if lookup else ""
         form = ResolveForm(initial={"destination_ref": request.POST.get("destination_ref", found)})
-    if form.is_bound and form.is_valid():
-        try:
-            case_mark_resolved(
-                case_id=case.pk,
-                actor=request.user,
-                destination_ref=form.cleaned_data["destination_ref"],
-                reason=form.cleaned_data["reason"],
-            )
-        except CaseActionRefusedError as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(
-                request,
-                f"Case {case.pk} resolved with reference {form.cleaned_data['destination_ref']}.",
-            )
-            return redirect(_case_url(case))
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: case_mark_resolved(
+            case_id=case.pk,
+            actor=request.user,
+            destination_ref=data["destination_ref"],
+            reason=data["reason"],
+        ),
+        success=lambda data: f"Case {case.pk} resolved with reference {data['destination_ref']}.",
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
     step = case.operation.step if case.operation else "the effect"
     return _confirm_page(
         request,
@@ -445,19 +463,20 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
 def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     form = CloseForm(request.POST if _confirmed(request) else None)
-    if form.is_bound and form.is_valid():
-        try:
-            case_close(
-                case_id=case.pk,
-                actor=request.user,
-                resolution_code=form.cleaned_data["resolution_code"],
-                reason=form.cleaned_data["reason"],
-            )
-        except CaseActionRefusedError as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(request, f"Case {case.pk} closed.")
-            return redirect(_case_url(case))
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: case_close(
+            case_id=case.pk,
+            actor=request.user,
+            resolution_code=data["resolution_code"],
+            reason=data["reason"],
+        ),
+        success=f"Case {case.pk} closed.",
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
     explanation = "Closing ends the case without the effect being proven."
     if case.operation is not None and case.operation.status == "needs_review":
         explanation += (
@@ -480,16 +499,17 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
 def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     form = ReasonForm(request.POST if _confirmed(request) else None)
-    if form.is_bound and form.is_valid():
-        try:
-            case_mark_not_duplicate(
-                case_id=case.pk, actor=request.user, reason=form.cleaned_data["reason"]
-            )
-        except CaseActionRefusedError as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(request, f"Case {case.pk} resolved: not a duplicate.")
-            return redirect(_case_url(case))
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: case_mark_not_duplicate(
+            case_id=case.pk, actor=request.user, reason=data["reason"]
+        ),
+        success=f"Case {case.pk} resolved: not a duplicate.",
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
     return _confirm_page(
         request,
         case=case,
@@ -506,28 +526,30 @@ def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
 def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     form = MergeForm(request.POST)
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            duplicate_merge_request(
-                case_id=case.pk,
-                survivor_ref=data["survivor"],
-                duplicate_ref=data["duplicate"],
-                actor=request.user,
-                reason=data["reason"],
-            )
-        except MergeRefusedError as exc:
-            messages.error(request, str(exc))
-        else:
-            messages.success(
-                request,
-                f"Merge of {data['duplicate']} into {data['survivor']} is queued as its own "
-                "operation; a worker performs it within seconds and the case resolves when "
-                "the CRM confirms.",
-            )
-            return redirect(_case_url(case))
-    else:
-        messages.error(request, "Choose the survivor and give a reason before merging.")
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: duplicate_merge_request(
+            case_id=case.pk,
+            survivor_ref=data["survivor"],
+            duplicate_ref=data["duplicate"],
+            actor=request.user,
+            reason=data["reason"],
+        ),
+        success=lambda data: (
+            f"Merge of {data['duplicate']} into {data['survivor']} is queued "
+            "as its own operation; a worker performs it within seconds and the case resolves "
+            "when the CRM confirms."
+        ),
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
+    refusal = form.non_field_errors()
+    messages.error(
+        request,
+        refusal[0] if refusal else "Choose the survivor and give a reason before merging.",
+    )
     return redirect(reverse("console:case-compare", args=[case.pk]))
 
 
@@ -551,10 +573,8 @@ def bulk_replay_new(request: HttpRequest) -> HttpResponse:
                 reason=form.cleaned_data["reason"],
                 description=params.urlencode(),
             )
-        except BulkReplayRefusedError as exc:
+        except ActionRefusedError as exc:
             form.add_error(None, str(exc))
-        except PermissionDenied:
-            raise
         else:
             messages.success(request, f"Bulk replay #{job.pk} started.")
             return redirect(reverse("console:bulk-replay-detail", args=[job.pk]))

@@ -14,13 +14,17 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from idempotency_core.audit.cases import review_case_open
+from idempotency_core.audit.subjects import event_pair_subject
+from idempotency_core.execution.destinations import destination_for
 from idempotency_core.execution.engine import operation_enqueue
-from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, destination_for, pipeline_for
-from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
+from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, pipeline_for
+from idempotency_core.keys import contact_digest, key_expired, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
-from idempotency_core.reconciliation.retention import late_replay_check
+
+LATE_REPEAT_TASK = "idempotency_core.tasks.late_repeat_check"
 
 
 class KeyReusedError(Exception):
@@ -73,8 +77,6 @@ def event_ingest(
         except IntegrityError:
             # Another request inserted the same (source, key) first and committed.
             existing = Event.objects.get(source=source, key=key)
-    # An expired key: look the destination up before answering (retention.py).
-    late_replay_check(event=existing, fingerprint=fingerprint)
     return _repeat_delivery(event=existing, fingerprint=fingerprint)
 
 
@@ -175,7 +177,7 @@ def _flag_suspected_duplicate(event: Event, *, now: datetime) -> None:
         return
     review_case_open(
         kind=ReviewCase.Kind.SUSPECTED_DUPLICATE,
-        subject=f"events:{earlier.pk}:{event.pk}",
+        subject=event_pair_subject(earlier.pk, event.pk),
         summary=(
             f"The same contact sent the same {event.form or 'form'} message twice within "
             f"{window.total_seconds() / 60:.0f} minutes under different keys ({earlier.key!r}, "
@@ -189,15 +191,20 @@ def _flag_suspected_duplicate(event: Event, *, now: datetime) -> None:
 
 
 def _repeat_delivery(*, event: Event, fingerprint: str) -> IngestResult:
+    """Records a repeat, answered from the stored event. For an expired key, a
+    worker then checks the destination (late_repeats.py): nothing is called here."""
     matched = event.fingerprint == fingerprint
-    Delivery.objects.create(
-        source_id=event.source_id,
-        event=event,
-        outcome=Delivery.Outcome.REPLAYED if matched else Delivery.Outcome.KEY_REUSED,
-        status_code=200 if matched else 422,
-        fingerprint=fingerprint,
-        payload_matched=matched,
-    )
+    with transaction.atomic():
+        delivery = Delivery.objects.create(
+            source_id=event.source_id,
+            event=event,
+            outcome=Delivery.Outcome.REPLAYED if matched else Delivery.Outcome.KEY_REUSED,
+            status_code=200 if matched else 422,
+            fingerprint=fingerprint,
+            payload_matched=matched,
+        )
+        if key_expired(event.received_at):
+            async_task(LATE_REPEAT_TASK, delivery.pk, task_name=f"late-repeat-{delivery.pk}")
     if not matched:
         raise KeyReusedError(event)
     return IngestResult(event=event, created=False)

@@ -63,7 +63,12 @@ from django.utils.dateparse import parse_datetime
 
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.steps import destination_for
+from idempotency_core.audit.subjects import (
+    external_ref_subject_sql,
+    operation_subject_sql,
+    record_subject_prefix,
+)
+from idempotency_core.execution.destinations import crm_adapter_for, destination_for
 from idempotency_core.models import (
     Destination,
     Event,
@@ -74,7 +79,6 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
-from integrations.sandbox.adapter import CrmClient
 
 logger = logging.getLogger(__name__)
 
@@ -287,8 +291,8 @@ def run_summary(run: ReconciliationRun) -> dict[str, Any]:
 
 
 def _list_and_stage(run: ReconciliationRun, progress: ProgressCallback | None) -> None:
-    client = CrmClient(
-        run.destination.base_url or settings.DESTINATION_URL,
+    client = crm_adapter_for(
+        run.destination,
         timeout=max(settings.ONEFOLD_HTTP_TIMEOUT_SECONDS, LISTING_TIMEOUT_SECONDS),
     )
     window = (run.listing_until - run.listing_since).total_seconds() or 1.0
@@ -465,7 +469,7 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
         "until_events": min(run.until, run.as_of),
         "as_of": run.as_of,
         "stuck_before": run.as_of - timedelta(seconds=settings.ONEFOLD_STUCK_AFTER_SECONDS),
-        "orphan_prefix": f"record:{run.destination.name}:",
+        "orphan_prefix": record_subject_prefix(run.destination.name),
     }
     source_clause = ""
     if run.source_id is not None:
@@ -494,7 +498,7 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
                     THEN CASE WHEN MAX(own.record_id) IS NULL AND COUNT(br.record_id) = 0
                               THEN 'removed' ELSE 'changed' END
                     ELSE 'missing' END,
-               'operation:' || c.id, c.event_id, c.id, c.key,
+               {operation_subject_sql("c.id")}, c.event_id, c.id, c.key,
                CASE WHEN MAX(own.record_id) IS NULL
                     THEN COALESCE({agg.format(col="br.record_id", order="br.record_id")}, '')
                     WHEN COUNT(br.record_id) = 0 THEN MAX(own.record_id)
@@ -518,7 +522,7 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
         # stuck: few rows, found through the status index; every step counts.
         insert
         + f"""
-        SELECT %(run)s, 'stuck', 'operation:' || o.id, o.event_id, o.id, o.key,
+        SELECT %(run)s, 'stuck', {operation_subject_sql("o.id")}, o.event_id, o.id, o.key,
                COALESCE({agg.format(col="r.record_id", order="r.created_at, r.record_id")}, '')
         FROM {t["operation"]} o
         JOIN {t["event"]} e ON e.id = o.event_id
@@ -534,7 +538,7 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
         # duplicate: references held by more than one staged record.
         insert
         + f"""
-        SELECT %(run)s, 'duplicate', 'external_ref:' || d.external_ref, o.event_id, o.id,
+        SELECT %(run)s, 'duplicate', {external_ref_subject_sql("d.external_ref")}, o.event_id, o.id,
                d.external_ref, d.ids
         FROM (
             SELECT r.external_ref, MIN(r.created_at) AS first_at,

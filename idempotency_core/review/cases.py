@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import timedelta
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from idempotency_core.audit.cases import review_cases_settle
+from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_release_next, operation_unhold_later
-from idempotency_core.execution.steps import adapter_for, step_context, step_of
-from idempotency_core.models import AuditEntry, Operation, ReviewCase
+from idempotency_core.models import Operation, ReviewCase
+from idempotency_core.review.lookup import reference_verify
 from idempotency_core.review.merge import DUPLICATE_KINDS
-from integrations.base import DestinationError
-from integrations.sandbox.adapter import CrmClient
+from idempotency_core.review.refusals import CaseActionRefusedError
 
 logger = logging.getLogger(__name__)
 
@@ -44,37 +42,10 @@ RESOLUTION_CODES: dict[str, str] = {
 }
 
 
-# How far back from the first presentation the listing scan starts: clocks of
-# Onefold and the destination may disagree a little.
-_LISTING_SLACK = timedelta(minutes=10)
-_LISTING_MAX_PAGES = 20
-
-
-class CaseActionRefusedError(Exception):
-    """The action cannot be done on this case now; the message says why, for a person."""
-
-
 @dataclass(frozen=True)
 class OwnershipResult:
     taken: list[int]
     skipped: list[int]
-
-
-@dataclass(frozen=True)
-class LookupResult:
-    """What the destination said about an operation's effect.
-
-    `found` is True (the effect exists, `refs` names it), False (looked and it is
-    absent) or None (the destination cannot say; the reviewer must check by hand).
-    """
-
-    found: bool | None
-    method: str
-    message: str
-    refs: list[str] = field(default_factory=list)
-
-    def as_details(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _require_reason(reason: str) -> str:
@@ -164,60 +135,60 @@ def case_mark_resolved(
     case = ReviewCase.objects.select_related("operation__destination").get(pk=case_id)
     if case.status not in ReviewCase.OPEN_STATUSES:
         raise CaseActionRefusedError(f"Case {case.pk} is no longer open.")
-    verification = _verify_reference(case.operation, destination_ref)  # network: before the lock
+    verification = reference_verify(case.operation, destination_ref)  # network: before the lock
     now = timezone.now()
     with transaction.atomic():
         case = _locked_open_case(case_id)
         operation = case.operation
-        operation_completed = False
-        released: list[int] = []
-        unheld: list[int] = []
-        if operation is not None:
-            # Conditional: a replay or a worker may have moved the operation on
-            # since the page was rendered; then the reference is only evidence.
-            operation_completed = bool(
-                Operation.objects.filter(
-                    pk=operation.pk, status=Operation.Status.NEEDS_REVIEW, held_by__isnull=True
-                ).update(
-                    status=Operation.Status.SUCCEEDED,
-                    destination_ref=destination_ref,
-                    recovery=Operation.Recovery.NONE,
-                    last_error="",
-                    next_attempt_at=None,
-                    completed_at=now,
-                    updated_at=now,
-                )
-            )
-            if operation_completed:
-                # The reviewer's verified reference is the success: the steps it
-                # held go back in line and the pipeline carries on.
-                unheld = operation_unhold_later(operation, now=now)
-                released = operation_release_next(operation, now=now)
-        review_cases_settle(
-            ReviewCase.objects.filter(pk=case.pk),
+        completed, unheld, released = (
+            _operation_complete(operation, destination_ref=destination_ref, now=now)
+            if operation is not None
+            else (False, [], [])
+        )
+        review_case_settle(
+            case,
             status=ReviewCase.Status.RESOLVED,
             code="verified_in_destination",
             note=f"{destination_ref}: {reason}",
-            now=now,
-            actor=actor,
-        )
-        audit_record(
             action="case_resolved",
             actor=actor,
-            case=case,
-            event=case.event,
-            operation=operation,
             reason=reason,
+            now=now,
             details={
                 "destination_ref": destination_ref,
                 "verification": verification,
-                "operation_completed": operation_completed,
+                "operation_completed": completed,
                 "unheld_operations": unheld,
                 "released_operations": released,
             },
         )
     case.refresh_from_db()
     return case
+
+
+def _operation_complete(
+    operation: Operation, *, destination_ref: str, now: datetime
+) -> tuple[bool, list[int], list[int]]:
+    """The reviewer's verified reference is the operation's success: (completed,
+    unheld step ids, released step ids). Conditional: a replay or a worker may
+    have moved the operation on since the page was rendered; then the reference
+    is only evidence."""
+    completed = Operation.objects.filter(
+        pk=operation.pk, status=Operation.Status.NEEDS_REVIEW, held_by__isnull=True
+    ).update(
+        status=Operation.Status.SUCCEEDED,
+        destination_ref=destination_ref,
+        recovery=Operation.Recovery.NONE,
+        last_error="",
+        next_attempt_at=None,
+        completed_at=now,
+        updated_at=now,
+    )
+    if not completed:
+        return False, [], []
+    # The steps it held go back in line and the pipeline carries on.
+    unheld = operation_unhold_later(operation, now=now)
+    return True, unheld, operation_release_next(operation, now=now)
 
 
 def case_close(
@@ -256,21 +227,15 @@ def case_close(
                 enqueued_at=None,
                 updated_at=now,
             )
-        review_cases_settle(
-            ReviewCase.objects.filter(pk=case.pk),
+        review_case_settle(
+            case,
             status=ReviewCase.Status.CLOSED,
             code=resolution_code,
             note=reason,
-            now=now,
-            actor=actor,
-        )
-        audit_record(
             action="case_closed",
             actor=actor,
-            case=case,
-            event=case.event,
-            operation=operation,
             reason=reason,
+            now=now,
             details={"resolution_code": resolution_code, "cancelled_operations": cancelled},
         )
     case.refresh_from_db()
@@ -285,161 +250,16 @@ def case_mark_not_duplicate(*, case_id: int, actor: AbstractBaseUser, reason: st
         case = _locked_open_case(case_id)
         if case.kind not in DUPLICATE_KINDS:
             raise CaseActionRefusedError("Only a suspected duplicate can be 'not a duplicate'.")
-        review_cases_settle(
-            ReviewCase.objects.filter(pk=case.pk),
+        review_case_settle(
+            case,
             status=ReviewCase.Status.RESOLVED,
             code="not_duplicate",
             note=reason,
-            now=now,
-            actor=actor,
-        )
-        audit_record(
             action="not_duplicate",
             actor=actor,
-            case=case,
-            event=case.event,
-            operation=case.operation,
             reason=reason,
+            now=now,
             details={"evidence": case.evidence},
         )
     case.refresh_from_db()
     return case
-
-
-def operation_destination_lookup(
-    *, operation_id: int, actor: AbstractBaseUser, case: ReviewCase | None = None
-) -> LookupResult:
-    """Asks the destination whether the operation's effect exists, and audits the answer.
-
-    Uses the destination's lookup by external reference where it has one. A CRM
-    without lookup still exports its records, so for an enquiry the listing is
-    scanned from just before the key was first presented. Email cannot be
-    looked up: the result says what to check by hand.
-    """
-    operation = Operation.objects.select_related("event__source", "destination").get(
-        pk=operation_id
-    )
-    result = _lookup(operation)
-    audit_record(
-        action="destination_lookup",
-        actor=actor,
-        case=case,
-        operation=operation,
-        details=result.as_details(),
-    )
-    return result
-
-
-def latest_lookup(operation: Operation) -> AuditEntry | None:
-    """The last recorded lookup of this operation's effect, shown on the case page."""
-    return (
-        AuditEntry.objects.filter(operation=operation, action="destination_lookup")
-        .order_by("-at", "-pk")
-        .first()
-    )
-
-
-def lookup_can_answer(operation: Operation) -> bool:
-    """Whether `operation_destination_lookup` can tell if this operation's effect exists:
-    by the destination's lookup, or (an enquiry in a CRM without one) its listing."""
-    destination = operation.destination
-    if destination.kind != destination.Kind.CRM_HTTP:
-        return False
-    try:
-        step = step_of(operation)
-    except KeyError:
-        return False
-    return (destination.lookup and step.find is not None) or operation.step == "create_enquiry"
-
-
-def _lookup(operation: Operation) -> LookupResult:
-    try:
-        step = step_of(operation)
-    except KeyError:
-        return LookupResult(None, "none", f"Unknown step {operation.step}; check by hand.")
-    destination = operation.destination
-    if destination.kind == destination.Kind.SMTP:
-        return LookupResult(
-            None,
-            "none",
-            "Email cannot be looked up. Search the mailbox or the mail relay's log for "
-            f"Message-ID <{operation.key}@onefold>, or ask the customer.",
-        )
-    if not lookup_can_answer(operation):
-        return LookupResult(
-            None,
-            "none",
-            f"{destination.name} offers no lookup for {operation.step}. Check it by hand for "
-            f"external reference {operation.key}.",
-        )
-    context = step_context(operation)
-    adapter = adapter_for(destination)
-    try:
-        if destination.lookup and step.find is not None:
-            found = step.find(context, adapter)
-            if found:
-                return LookupResult(
-                    True, "lookup", f"Found by external reference {operation.key}.", [found]
-                )
-            return LookupResult(
-                False, "lookup", f"No effect holds external reference {operation.key}."
-            )
-        return _scan_listing(operation, adapter)  # an enquiry, in a CRM without lookup
-    except DestinationError as exc:
-        return LookupResult(None, "error", f"The destination did not answer usefully: {exc}")
-
-
-def _scan_listing(operation: Operation, crm: CrmClient) -> LookupResult:
-    started = operation.first_presented_at or operation.created_at
-    since = (started - _LISTING_SLACK).isoformat()
-    found: list[str] = []
-    for pages, (page, _cursor) in enumerate(crm.iter_records(since=since, limit=2000), 1):
-        found.extend(str(r["id"]) for r in page if r.get("external_ref") == operation.key)
-        if pages >= _LISTING_MAX_PAGES:
-            return LookupResult(
-                bool(found) or None,
-                "listing",
-                f"Scanned {pages} pages of records since {since} and stopped; "
-                "check the rest by hand.",
-                found,
-            )
-    if found:
-        return LookupResult(
-            True,
-            "listing",
-            f"The CRM has no lookup; its record listing since {since} holds "
-            f"{len(found)} record(s) with external reference {operation.key}.",
-            found,
-        )
-    return LookupResult(
-        False,
-        "listing",
-        f"The CRM has no lookup; its record listing since {since} holds no record with "
-        f"external reference {operation.key}.",
-    )
-
-
-def _verify_reference(operation: Operation | None, destination_ref: str) -> str:
-    """Checks a CRM record reference exists; other references are the reviewer's word."""
-    if operation is None or operation.step != "create_enquiry":
-        return "reviewer"
-    adapter = adapter_for(operation.destination)
-    if not isinstance(adapter, CrmClient):
-        return "reviewer"
-    try:
-        record = adapter.get_record(destination_ref)
-    except DestinationError as exc:
-        raise CaseActionRefusedError(
-            f"Could not check {destination_ref} in {operation.destination.name}: {exc}"
-        ) from exc
-    if record is None:
-        raise CaseActionRefusedError(
-            f"{operation.destination.name} has no record {destination_ref}; check the reference."
-        )
-    if record.get("merged_into"):
-        raise CaseActionRefusedError(
-            f"{destination_ref} was merged into {record['merged_into']}; use that reference."
-        )
-    if record.get("external_ref") not in (None, "", operation.key):
-        return "exists_with_other_external_ref"
-    return "exists"

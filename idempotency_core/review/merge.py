@@ -1,7 +1,7 @@
 """Investigated merge of suspected duplicate records (DESIGN.md, Flow 7).
 
 A reviewer's merge decision becomes an operation of its own (step
-`merge_duplicate:<duplicate ref>`, see pipeline.py) with its own stable key,
+`merge_duplicate:<duplicate ref>`, see execution/steps.py) with its own stable key,
 claimed and executed by the workers like any effect: recorded attempts, retries,
 recovery (merging twice is the same as once, so an unclear attempt is simply
 repeated) and, on success, the case resolved in the same transaction as the
@@ -21,15 +21,12 @@ from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.steps import MERGE_STEP
 from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase
+from idempotency_core.review.refusals import MergeRefusedError
 
 DUPLICATE_KINDS = (ReviewCase.Kind.SUSPECTED_DUPLICATE, ReviewCase.Kind.RECON_DUPLICATE)
 # After every pipeline step, so that releasing "the next step" after a pipeline
 # success never picks a merge, and a merge never waits for a pipeline step.
 MERGE_POSITION = 100
-
-
-class MergeRefusedError(Exception):
-    """The merge cannot be done; the message says why, for a person."""
 
 
 def merge_key(*, case_id: int, survivor_ref: str, duplicate_ref: str) -> str:

@@ -8,6 +8,9 @@ replay can never create an effect that an automatic retry would not.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -15,16 +18,14 @@ from django.utils import timezone
 
 from idempotency_core.audit.cases import review_cases_settle
 from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.destinations import capabilities_of
 from idempotency_core.execution.engine import operation_enqueue, operation_unhold_later
 from idempotency_core.execution.policy import Recovery
 from idempotency_core.models import Attempt, Operation, ReviewCase
-from idempotency_core.review.cases import latest_lookup, lookup_can_answer
+from idempotency_core.review.lookup import latest_lookup, lookup_can_answer
+from idempotency_core.review.refusals import ReplayRefusedError
 
 REPLAY_PERMISSION = "idempotency_core.replay_operation"
-
-
-class ReplayRefusedError(Exception):
-    """The operation cannot be replayed now; the message says why, for a person."""
 
 
 def replay_requires_destination_check(operation: Operation) -> bool:
@@ -51,26 +52,14 @@ def operation_replay(
         operation = (
             Operation.objects.select_for_update().select_related("event").get(pk=operation_id)
         )
-        _refuse_unless_replayable(operation, destination_checked=destination_checked)
-        recovery = operation.recovery
-        if recovery == Recovery.REVIEW:
-            # The reviewer looked the effect up and found it absent.
-            recovery = Recovery.LOOKUP_FIRST if operation.destination.lookup else Recovery.NONE
-        Operation.objects.filter(pk=operation.pk).update(
-            status=Operation.Status.RETRY_SCHEDULED,
-            next_attempt_at=now,
-            next_trigger=Attempt.Trigger.REPLAY,
-            next_triggered_by=actor,
-            enqueued_at=now,
-            recovery=recovery,
-            updated_at=now,
-        )
-        # The steps after it wait again as usual; if the replay ends in review
-        # again, its new case holds them again.
-        unheld = operation_unhold_later(operation, now=now)
+        refusal = replay_refusal(replay_facts(operation), destination_checked=destination_checked)
+        if refusal is not None:
+            raise ReplayRefusedError(refusal)
+        recovery, unheld = _replay_schedule(operation, actor=actor, now=now)
         cases = list(
             ReviewCase.objects.filter(operation=operation, status__in=ReviewCase.OPEN_STATUSES)
         )
+        # One decision, one audit entry, however many open cases it settles.
         review_cases_settle(
             ReviewCase.objects.filter(pk__in=[c.pk for c in cases]),
             status=ReviewCase.Status.RESOLVED,
@@ -97,53 +86,120 @@ def operation_replay(
     return operation
 
 
-def _refuse_unless_replayable(operation: Operation, *, destination_checked: bool) -> None:
-    Status = Operation.Status
-    if operation.status == Status.SUCCEEDED:
-        raise ReplayRefusedError(
-            f"{operation.step} already succeeded (destination reference "
-            f"{operation.destination_ref or 'unknown'}); a replay would create a second effect."
-        )
-    if operation.status == Status.RUNNING:
-        raise ReplayRefusedError(f"{operation.step} is running now; wait for its outcome.")
-    if operation.status in (Status.PENDING, Status.RETRY_SCHEDULED):
-        raise ReplayRefusedError(f"{operation.step} is already scheduled to run.")
-    if operation.status == Status.CANCELLED:
-        raise ReplayRefusedError(f"{operation.step} was cancelled.")
-    unfinished = operation.event.operations.filter(position__lt=operation.position).exclude(
-        status=Status.SUCCEEDED
+def _replay_schedule(
+    operation: Operation, *, actor: AbstractBaseUser, now: datetime
+) -> tuple[str, list[int]]:
+    """Makes the operation due now under the same rules as a retry: (recovery, unheld)."""
+    recovery = operation.recovery
+    if recovery == Recovery.REVIEW:
+        # The reviewer looked the effect up and found it absent.
+        lookup = capabilities_of(operation.destination).lookup
+        recovery = Recovery.LOOKUP_FIRST if lookup else Recovery.NONE
+    Operation.objects.filter(pk=operation.pk).update(
+        status=Operation.Status.RETRY_SCHEDULED,
+        next_attempt_at=now,
+        next_trigger=Attempt.Trigger.REPLAY,
+        next_triggered_by=actor,
+        enqueued_at=now,
+        recovery=recovery,
+        updated_at=now,
     )
-    if unfinished.exists():
-        raise ReplayRefusedError(
-            f"An earlier step ({unfinished.first().step}) has not succeeded; replay that first."
-        )
-    if replay_requires_destination_check(operation):
-        _refuse_unless_checked_absent(operation, destination_checked=destination_checked)
+    # The steps after it wait again as usual; if the replay ends in review
+    # again, its new case holds them again.
+    return recovery, operation_unhold_later(operation, now=now)
 
 
-def _refuse_unless_checked_absent(operation: Operation, *, destination_checked: bool) -> None:
+@dataclass(frozen=True)
+class ReplayFacts:
+    """What the replay rule looks at, read from stored state only (no destination call)."""
+
+    step: str
+    status: str
+    destination_ref: str
+    # The first earlier step of the event that has not succeeded, if any.
+    earlier_unfinished: str | None
+    # An earlier attempt may have applied the effect and nothing can recognise a repeat.
+    needs_check: bool
+    # Onefold itself can ask the destination (its lookup, or a CRM's listing).
+    lookup_can_answer: bool
+    # The last recorded lookup: when, and whether it found the effect (and where).
+    lookup_at: datetime | None
+    lookup_found: bool | None
+    lookup_refs: tuple[str, ...]
+    last_attempt_started_at: datetime | None
+
+
+def replay_facts(operation: Operation) -> ReplayFacts:
+    """Reads the facts of the replay rule. The replay calls it under the row lock;
+    the console's preview calls it without one (and is re-checked on replay)."""
+    earlier = (
+        Operation.objects.filter(event_id=operation.event_id, position__lt=operation.position)
+        .exclude(status=Operation.Status.SUCCEEDED)
+        .order_by("position")
+        .values_list("step", flat=True)
+        .first()
+    )
+    lookup = latest_lookup(operation)
+    last_attempt = operation.attempts.order_by("-number").values_list("started_at", flat=True)
+    return ReplayFacts(
+        step=operation.step,
+        status=operation.status,
+        destination_ref=operation.destination_ref,
+        earlier_unfinished=earlier,
+        needs_check=replay_requires_destination_check(operation),
+        lookup_can_answer=lookup_can_answer(operation),
+        lookup_at=lookup.at if lookup is not None else None,
+        lookup_found=lookup.details.get("found") if lookup is not None else None,
+        lookup_refs=tuple(lookup.details.get("refs", [])) if lookup is not None else (),
+        last_attempt_started_at=last_attempt.first(),
+    )
+
+
+def replay_refusal(facts: ReplayFacts, *, destination_checked: bool) -> str | None:
+    """Why a replay is refused, for a person; None when it may go ahead. Pure."""
+    Status = Operation.Status
+    step = facts.step
+    by_status = {
+        Status.SUCCEEDED: f"{step} already succeeded (destination reference "
+        f"{facts.destination_ref or 'unknown'}); a replay would create a second effect.",
+        Status.RUNNING: f"{step} is running now; wait for its outcome.",
+        Status.PENDING: f"{step} is already scheduled to run.",
+        Status.RETRY_SCHEDULED: f"{step} is already scheduled to run.",
+        Status.CANCELLED: f"{step} was cancelled.",
+    }
+    if facts.status in by_status:
+        return by_status[facts.status]
+    if facts.earlier_unfinished is not None:
+        return f"An earlier step ({facts.earlier_unfinished}) has not succeeded; replay that first."
+    if facts.needs_check:
+        return _unless_checked_absent(facts, destination_checked=destination_checked)
+    return None
+
+
+def _unless_checked_absent(facts: ReplayFacts, *, destination_checked: bool) -> str | None:
     """The reviewer's word that the effect is absent, and, where the destination can be
     asked, a recorded lookup since the last attempt that found nothing."""
     unrecognisable = (
-        f"{operation.step} may already have been applied and the destination can no longer "
+        f"{facts.step} may already have been applied and the destination can no longer "
         "recognise a repeat (no idempotency key within its window, no unique reference, no "
         "lookup)."
     )
-    if lookup_can_answer(operation):
-        lookup = latest_lookup(operation)
-        last_attempt = operation.attempts.order_by("-number").first()
-        if lookup is None or (last_attempt is not None and lookup.at < last_attempt.started_at):
-            raise ReplayRefusedError(
+    if facts.lookup_can_answer:
+        stale = facts.lookup_at is None or (
+            facts.last_attempt_started_at is not None
+            and facts.lookup_at < facts.last_attempt_started_at
+        )
+        if stale:
+            return (
                 f"{unrecognisable} Look it up in the destination first (the case page's "
                 "lookup), then confirm it is absent."
             )
-        if lookup.details.get("found") is True:
-            refs = ", ".join(lookup.details.get("refs", []))
-            raise ReplayRefusedError(
-                f"The lookup of {lookup.at:%Y-%m-%d %H:%M} UTC found the effect ({refs}): "
-                "mark the case resolved with that reference; a replay would duplicate it."
+        if facts.lookup_found is True and facts.lookup_at is not None:
+            return (
+                f"The lookup of {facts.lookup_at:%Y-%m-%d %H:%M} UTC found the effect "
+                f"({', '.join(facts.lookup_refs)}): mark the case resolved with that "
+                "reference; a replay would duplicate it."
             )
     if not destination_checked:
-        raise ReplayRefusedError(
-            f"{unrecognisable} Look it up in the destination first, then confirm it is absent."
-        )
+        return f"{unrecognisable} Look it up in the destination first, then confirm it is absent."
+    return None

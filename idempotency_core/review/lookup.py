@@ -1,0 +1,189 @@
+"""A reviewer's look at the destination: does this operation's effect exist there?
+
+The one place where the review layer reaches a destination, and only on a
+person's deliberate action (the case page's lookup, verifying a reference they
+typed). Every lookup is audited, so the replay guard can ask what the last one
+found. `lookup_can_answer` decides from the destination's capabilities alone,
+without calling it, so the page and the guard agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.destinations import (
+    NotACrmError,
+    capabilities_of,
+    crm_adapter_for,
+)
+from idempotency_core.execution.steps import step_context, step_of
+from idempotency_core.models import AuditEntry, Destination, Operation, ReviewCase
+from idempotency_core.review.refusals import CaseActionRefusedError
+from integrations.base import CrmAdapter, DestinationError
+
+# How far back from the first presentation the listing scan starts: clocks of
+# Onefold and the destination may disagree a little.
+_LISTING_SLACK = timedelta(minutes=10)
+_LISTING_MAX_PAGES = 20
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What the destination said about an operation's effect.
+
+    `found` is True (the effect exists, `refs` names it), False (looked and it is
+    absent) or None (the destination cannot say; the reviewer must check by hand).
+    """
+
+    found: bool | None
+    method: str
+    message: str
+    refs: list[str] = field(default_factory=list)
+
+    def as_details(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def operation_destination_lookup(
+    *, operation_id: int, actor: AbstractBaseUser, case: ReviewCase | None = None
+) -> LookupResult:
+    """Asks the destination whether the operation's effect exists, and audits the answer.
+
+    Uses the destination's lookup by external reference where it has one. A CRM
+    without lookup still exports its records, so for an enquiry the listing is
+    scanned from just before the key was first presented. Email cannot be
+    looked up: the result says what to check by hand.
+    """
+    operation = Operation.objects.select_related("event__source", "destination").get(
+        pk=operation_id
+    )
+    result = _lookup(operation)
+    audit_record(
+        action="destination_lookup",
+        actor=actor,
+        case=case,
+        operation=operation,
+        details=result.as_details(),
+    )
+    return result
+
+
+def latest_lookup(operation: Operation) -> AuditEntry | None:
+    """The last recorded lookup of this operation's effect, shown on the case page."""
+    return (
+        AuditEntry.objects.filter(operation=operation, action="destination_lookup")
+        .order_by("-at", "-pk")
+        .first()
+    )
+
+
+def lookup_can_answer(operation: Operation) -> bool:
+    """Whether `operation_destination_lookup` can tell if this operation's effect exists:
+    by the destination's lookup, or (an enquiry in a CRM without one) its listing."""
+    destination = operation.destination
+    if destination.kind != Destination.Kind.CRM_HTTP:
+        return False
+    try:
+        step = step_of(operation)
+    except KeyError:
+        return False
+    native = capabilities_of(destination).lookup and step.find is not None
+    return native or operation.step == "create_enquiry"
+
+
+def _lookup(operation: Operation) -> LookupResult:
+    try:
+        step = step_of(operation)
+    except KeyError:
+        return LookupResult(None, "none", f"Unknown step {operation.step}; check by hand.")
+    destination = operation.destination
+    if destination.kind == Destination.Kind.SMTP:
+        return LookupResult(
+            None,
+            "none",
+            "Email cannot be looked up. Search the mailbox or the mail relay's log for "
+            f"Message-ID <{operation.key}@onefold>, or ask the customer.",
+        )
+    if not lookup_can_answer(operation):
+        return LookupResult(
+            None,
+            "none",
+            f"{destination.name} offers no lookup for {operation.step}. Check it by hand for "
+            f"external reference {operation.key}.",
+        )
+    context = step_context(operation)
+    try:
+        if context.adapter.capabilities.lookup and step.find is not None:
+            found = step.find(context)
+            if found:
+                return LookupResult(
+                    True, "lookup", f"Found by external reference {operation.key}.", [found]
+                )
+            return LookupResult(
+                False, "lookup", f"No effect holds external reference {operation.key}."
+            )
+        return _scan_listing(operation, context.crm)  # an enquiry, in a CRM without lookup
+    except DestinationError as exc:
+        return LookupResult(None, "error", f"The destination did not answer usefully: {exc}")
+
+
+def _scan_listing(operation: Operation, crm: CrmAdapter) -> LookupResult:
+    started = operation.first_presented_at or operation.created_at
+    since = (started - _LISTING_SLACK).isoformat()
+    found: list[str] = []
+    for pages, (page, _cursor) in enumerate(crm.iter_records(since=since, limit=2000), 1):
+        found.extend(str(r["id"]) for r in page if r.get("external_ref") == operation.key)
+        if pages >= _LISTING_MAX_PAGES:
+            return LookupResult(
+                bool(found) or None,
+                "listing",
+                f"Scanned {pages} pages of records since {since} and stopped; "
+                "check the rest by hand.",
+                found,
+            )
+    if found:
+        return LookupResult(
+            True,
+            "listing",
+            f"The CRM has no lookup; its record listing since {since} holds "
+            f"{len(found)} record(s) with external reference {operation.key}.",
+            found,
+        )
+    return LookupResult(
+        False,
+        "listing",
+        f"The CRM has no lookup; its record listing since {since} holds no record with "
+        f"external reference {operation.key}.",
+    )
+
+
+def reference_verify(operation: Operation | None, destination_ref: str) -> str:
+    """Checks a CRM record reference exists; other references are the reviewer's word."""
+    if operation is None or operation.step != "create_enquiry":
+        return "reviewer"
+    try:
+        crm = crm_adapter_for(operation.destination)
+    except NotACrmError:
+        return "reviewer"
+    try:
+        record = crm.get_record(destination_ref)
+    except DestinationError as exc:
+        raise CaseActionRefusedError(
+            f"Could not check {destination_ref} in {operation.destination.name}: {exc}"
+        ) from exc
+    if record is None:
+        raise CaseActionRefusedError(
+            f"{operation.destination.name} has no record {destination_ref}; check the reference."
+        )
+    if record.get("merged_into"):
+        raise CaseActionRefusedError(
+            f"{destination_ref} was merged into {record['merged_into']}; use that reference."
+        )
+    if record.get("external_ref") not in (None, "", operation.key):
+        return "exists_with_other_external_ref"
+    return "exists"
