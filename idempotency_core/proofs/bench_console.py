@@ -62,6 +62,9 @@ CONSOLE_HOST = "127.0.0.1"
 BASELINE_URL = "/accounts/login/"
 # How deep the keyset-cursor page is (page 41), where the seed has that many pages.
 DEEP_PAGES = 40
+# The queue's "Next" link. Not the first "after=" on the page: from page 2 on, the
+# "take ownership" form's hidden "next" field carries the page's own cursor first.
+NEXT_LINK = re.compile(r'href="\?(?:[^"]*&amp;)?after=([A-Za-z0-9_-]+)">Next')
 SAMPLE_CASE = 5000
 
 
@@ -364,7 +367,7 @@ def _cursor_at_depth(client: httpx.Client, *, pages: int) -> tuple[str, int]:
     for _ in range(pages):
         response = client.get("/console/cases/", params={"after": cursor} if cursor else {})
         _ok(response)
-        found = re.search(r"after=([A-Za-z0-9_-]+)", response.text)
+        found = NEXT_LINK.search(response.text)
         if found is None:
             break
         cursor = found.group(1)
