@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -60,7 +61,7 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def database_url_of(db: dict[str, Any]) -> str:
+def database_url_of(db: Mapping[str, Any]) -> str:
     """A DATABASES entry as the DATABASE_URL that names it, for a child process
     (a worker cluster) that must use the same database."""
     if db["ENGINE"] == "django.db.backends.sqlite3":
