@@ -131,6 +131,95 @@ def _step(label: str, sql: str, params: list[Any], out: Callable[[str], None]) -
     out(f"  {label}: {count:,} rows in {time.monotonic() - started:.1f} s")
 
 
+# The seed's statements: every row is generated inside PostgreSQL.
+SEED_EVENTS = """
+INSERT INTO idempotency_core_event
+    (id, source_id, key, fingerprint, payload, form, contact_digest,
+     submitted_at, received_at)
+SELECT md5('event' || i)::uuid,
+       (%s::bigint[])[1 + i %% 4],
+       'bench-' || i,
+       md5('fp' || i),
+       jsonb_build_object(
+           'form', 'contact',
+           'contact', jsonb_build_object(
+               'name', 'Person ' || (i %% 300000),
+               'email', 'p' || (i %% 300000) || '@example.com',
+               'phone', '+44 20 7946 ' || lpad((i %% 10000)::text, 4, '0')),
+           'message', 'Please quote for a kitchen refit.'),
+       'contact',
+       md5('contact' || (i %% 300000)),
+       now() - (i || ' seconds')::interval,
+       now() - (i || ' seconds')::interval
+FROM generate_series(1, %s) AS i
+"""
+
+SEED_OPERATIONS = """
+INSERT INTO idempotency_core_operation
+    (event_id, step, position, destination_id, key, status, recovery,
+     attempt_count, destination_ref, last_error, created_at, updated_at,
+     completed_at, first_presented_at, next_attempt_at)
+SELECT md5('event' || i)::uuid, 'create_enquiry', 0, %s,
+       'opk_bench_' || md5('op' || i),
+       CASE WHEN i <= %s THEN 'needs_review' ELSE 'succeeded' END,
+       CASE WHEN i <= %s THEN 'review' ELSE '' END,
+       1,
+       CASE WHEN i <= %s THEN '' ELSE 'rec_' || i END,
+       '',
+       now() - (i || ' seconds')::interval,
+       now() - (i || ' seconds')::interval,
+       CASE WHEN i <= %s THEN NULL ELSE now() - (i || ' seconds')::interval END,
+       now() - (i || ' seconds')::interval,
+       NULL
+FROM generate_series(1, %s) AS i
+"""
+
+SEED_ATTEMPTS = """
+INSERT INTO idempotency_core_attempt
+    (operation_id, number, claim_token, trigger, recovery, started_at,
+     finished_at, outcome, error_class, error_message, destination_ref, adopted)
+SELECT o.id, 1, md5('claim' || o.id)::uuid, 'worker', '',
+       o.created_at, o.created_at, 'ambiguous', 'RemoteProtocolError',
+       'Server disconnected without sending a response.', '', false
+FROM idempotency_core_operation o
+WHERE o.status = 'needs_review'
+"""
+
+# One open case per needs-review operation, ages spread over 60 days, a tenth owned.
+SEED_OPEN_CASES = """
+INSERT INTO idempotency_core_reviewcase
+    (kind, status, subject, event_id, operation_id, summary, evidence,
+     owner_id, resolution_code, resolution_note, created_at, updated_at)
+SELECT (%s::text[])[1 + o.id %% 6],
+       CASE WHEN o.id %% 10 = 0 THEN 'in_progress' ELSE 'open' END,
+       'operation:' || o.id, o.event_id, o.id,
+       'create_enquiry may have been applied and the destination cannot tell.',
+       '{}'::jsonb,
+       CASE WHEN o.id %% 10 = 0 THEN %s ELSE NULL END,
+       '', '',
+       now() - ((o.id * 51) %% 5184000 || ' seconds')::interval,
+       now()
+FROM idempotency_core_operation o
+WHERE o.status = 'needs_review'
+"""
+
+# Resolved and closed cases on succeeded operations.
+SEED_DONE_CASES = """
+INSERT INTO idempotency_core_reviewcase
+    (kind, status, subject, event_id, operation_id, summary, evidence,
+     owner_id, resolution_code, resolution_note, created_at, updated_at,
+     resolved_at)
+SELECT (%s::text[])[1 + o.id %% 6],
+       CASE WHEN o.id %% 2 = 0 THEN 'resolved' ELSE 'closed' END,
+       'operation:' || o.id, o.event_id, o.id, 'Handled.', '{}'::jsonb,
+       %s, 'other', 'bench', o.created_at, now(), now()
+FROM idempotency_core_operation o
+WHERE o.status = 'succeeded'
+ORDER BY o.id
+LIMIT %s
+"""
+
+
 def _seed(events: int, out: Callable[[str], None]) -> None:
     out("Seeding (generated inside PostgreSQL)…")
     open_cases, done_cases = open_cases_for(events), done_cases_for(events)
@@ -141,113 +230,11 @@ def _seed(events: int, out: Callable[[str], None]) -> None:
     owner, _ = user_model.objects.get_or_create(
         username="bench-reviewer", defaults={"is_staff": True}
     )
-    _step(
-        "events",
-        """
-        INSERT INTO idempotency_core_event
-            (id, source_id, key, fingerprint, payload, form, contact_digest,
-             submitted_at, received_at)
-        SELECT md5('event' || i)::uuid,
-               (%s::bigint[])[1 + i %% 4],
-               'bench-' || i,
-               md5('fp' || i),
-               jsonb_build_object(
-                   'form', 'contact',
-                   'contact', jsonb_build_object(
-                       'name', 'Person ' || (i %% 300000),
-                       'email', 'p' || (i %% 300000) || '@example.com',
-                       'phone', '+44 20 7946 ' || lpad((i %% 10000)::text, 4, '0')),
-                   'message', 'Please quote for a kitchen refit.'),
-               'contact',
-               md5('contact' || (i %% 300000)),
-               now() - (i || ' seconds')::interval,
-               now() - (i || ' seconds')::interval
-        FROM generate_series(1, %s) AS i
-        """,
-        [sources, events],
-        out,
-    )
-    _step(
-        "operations",
-        """
-        INSERT INTO idempotency_core_operation
-            (event_id, step, position, destination_id, key, status, recovery,
-             attempt_count, destination_ref, last_error, created_at, updated_at,
-             completed_at, first_presented_at, next_attempt_at)
-        SELECT md5('event' || i)::uuid, 'create_enquiry', 0, %s,
-               'opk_bench_' || md5('op' || i),
-               CASE WHEN i <= %s THEN 'needs_review' ELSE 'succeeded' END,
-               CASE WHEN i <= %s THEN 'review' ELSE '' END,
-               1,
-               CASE WHEN i <= %s THEN '' ELSE 'rec_' || i END,
-               '',
-               now() - (i || ' seconds')::interval,
-               now() - (i || ' seconds')::interval,
-               CASE WHEN i <= %s THEN NULL ELSE now() - (i || ' seconds')::interval END,
-               now() - (i || ' seconds')::interval,
-               NULL
-        FROM generate_series(1, %s) AS i
-        """,
-        [crm, open_cases, open_cases, open_cases, open_cases, events],
-        out,
-    )
-    _step(
-        "attempts",
-        """
-        INSERT INTO idempotency_core_attempt
-            (operation_id, number, claim_token, trigger, recovery, started_at,
-             finished_at, outcome, error_class, error_message, destination_ref, adopted)
-        SELECT o.id, 1, md5('claim' || o.id)::uuid, 'worker', '',
-               o.created_at, o.created_at, 'ambiguous', 'RemoteProtocolError',
-               'Server disconnected without sending a response.', '', false
-        FROM idempotency_core_operation o
-        WHERE o.status = 'needs_review'
-        """,
-        [],
-        out,
-    )
-    # Open cases: one per needs-review operation, ages spread over 60 days,
-    # a tenth owned; then resolved and closed ones on succeeded operations.
-    _step(
-        "open cases",
-        """
-        INSERT INTO idempotency_core_reviewcase
-            (kind, status, subject, event_id, operation_id, summary, evidence,
-             owner_id, resolution_code, resolution_note, created_at, updated_at)
-        SELECT (%s::text[])[1 + o.id %% 6],
-               CASE WHEN o.id %% 10 = 0 THEN 'in_progress' ELSE 'open' END,
-               'operation:' || o.id, o.event_id, o.id,
-               'create_enquiry may have been applied and the destination cannot tell.',
-               '{}'::jsonb,
-               CASE WHEN o.id %% 10 = 0 THEN %s ELSE NULL END,
-               '', '',
-               now() - ((o.id * 51) %% 5184000 || ' seconds')::interval,
-               now()
-        FROM idempotency_core_operation o
-        WHERE o.status = 'needs_review'
-        """,
-        [KINDS, owner.pk],
-        out,
-    )
-    _step(
-        "resolved and closed cases",
-        """
-        INSERT INTO idempotency_core_reviewcase
-            (kind, status, subject, event_id, operation_id, summary, evidence,
-             owner_id, resolution_code, resolution_note, created_at, updated_at,
-             resolved_at)
-        SELECT (%s::text[])[1 + o.id %% 6],
-               CASE WHEN o.id %% 2 = 0 THEN 'resolved' ELSE 'closed' END,
-               'operation:' || o.id, o.event_id, o.id, 'Handled.', '{}'::jsonb,
-               %s, 'other', 'bench', o.created_at, now(), now()
-        FROM idempotency_core_operation o
-        WHERE o.status = 'succeeded'
-        ORDER BY o.id
-        LIMIT %s
-        """,
-        [KINDS, owner.pk, done_cases],
-        out,
-    )
+    _step("events", SEED_EVENTS, [sources, events], out)
+    _step("operations", SEED_OPERATIONS, [crm, *[open_cases] * 4, events], out)
+    _step("attempts", SEED_ATTEMPTS, [], out)
+    _step("open cases", SEED_OPEN_CASES, [KINDS, owner.pk], out)
+    _step("resolved and closed cases", SEED_DONE_CASES, [KINDS, owner.pk, done_cases], out)
     with connection.cursor() as cursor:
         # What autovacuum does for a live table: statistics, and the visibility
         # map that lets counts by status use index-only scans.

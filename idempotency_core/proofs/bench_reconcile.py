@@ -174,87 +174,91 @@ def _start_sandbox() -> tuple[subprocess.Popen, str]:
     raise BenchmarkError("the sandbox did not start")
 
 
+# The seed's statements: every row is generated inside PostgreSQL.
+SEED_EVENTS = """
+INSERT INTO idempotency_core_event
+    (id, source_id, key, fingerprint, payload, form, contact_digest,
+     submitted_at, received_at, payload_purged_at)
+SELECT md5('bench-event-' || i)::uuid, %(source)s, 'bench-' || i,
+       md5(i::text) || md5(i::text), '{"form": "contact"}'::jsonb, 'contact', '',
+       NULL, %(since)s + i * (%(spacing)s * interval '1 microsecond'), NULL
+FROM generate_series(0, %(last)s) AS i
+"""
+
+# Three operations per event: succeeded, but for the planted missing (needs review,
+# no reference), changed (another reference) and stuck (running, claim expired) ones.
+SEED_OPERATIONS = """
+INSERT INTO idempotency_core_operation
+    (event_id, step, position, destination_id, key, status, recovery,
+     attempt_count, destination_ref, last_error, created_at, updated_at,
+     completed_at, next_attempt_at, claim_token, lease_expires_at)
+SELECT md5('bench-event-' || i)::uuid, s.step, s.position,
+       CASE WHEN s.step = 'send_confirmation' THEN %(email)s ELSE %(crm)s END,
+       CASE WHEN s.position = 0 THEN 'bench-' || i
+            ELSE 'benchop-' || s.position || '-' || i END,
+       st.status, '', 1,
+       CASE WHEN s.position = 0 AND i >= %(missing_from)s THEN ''
+            WHEN s.position = 0 AND i >= %(changed_from)s AND i < %(changed_to)s
+            THEN 'rec_replaced_' || i
+            WHEN s.position = 0
+            THEN 'rec_' || lpad((i + 1)::text, greatest(6, length((i + 1)::text)), '0')
+            ELSE 'ref-' || s.position || '-' || i END,
+       '', t.at, t.at,
+       CASE WHEN st.status = 'succeeded' THEN t.at + interval '1 second' END,
+       t.at,
+       -- A worker died holding these claims.
+       CASE WHEN st.status = 'running' THEN md5('claim-' || i)::uuid END,
+       CASE WHEN st.status = 'running' THEN t.at + interval '2 minutes' END
+FROM generate_series(0, %(last)s) AS i
+CROSS JOIN (VALUES ('create_enquiry', 0), ('assign_task', 1),
+                   ('send_confirmation', 2)) AS s(step, position)
+CROSS JOIN LATERAL (
+    SELECT %(since)s + i * (%(spacing)s * interval '1 microsecond') AS at) AS t
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN s.position = 0 AND i >= %(missing_from)s THEN 'needs_review'
+                WHEN s.position = 1 AND i >= %(stuck_from)s AND i < %(stuck_to)s
+                THEN 'running'
+                ELSE 'succeeded' END AS status) AS st
+"""
+
+
 def _seed(size: int, url: str) -> tuple[datetime, datetime]:
     """N events with three succeeded operations each, matching records, planted mismatches."""
-    crm = Destination.objects.get(name="crm")
-    email = Destination.objects.get(name="email")
     source, _ = source_get_or_create(name="bench")
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     since, until = day - timedelta(days=2), day - timedelta(days=1)
-    spacing_us = int(timedelta(days=1) / timedelta(microseconds=1) / size)
-    last = size - 1
     missing_from = size - PLANTED["missing"]
-    p = PLANTED
     params = {
         "source": source.pk,
-        "crm": crm.pk,
-        "email": email.pk,
+        "crm": Destination.objects.get(name="crm").pk,
+        "email": Destination.objects.get(name="email").pk,
         "since": since,
-        "spacing": spacing_us,
-        "last": last,
+        "spacing": int(timedelta(days=1) / timedelta(microseconds=1) / size),
+        "last": size - 1,
         "missing_from": missing_from,
         "changed_from": 1000,
-        "changed_to": 1000 + p["changed"],
+        "changed_to": 1000 + PLANTED["changed"],
         "stuck_from": 2000,
-        "stuck_to": 2000 + p["stuck"],
+        "stuck_to": 2000 + PLANTED["stuck"],
     }
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} CASCADE")
-        cursor.execute(
-            """
-            INSERT INTO idempotency_core_event
-                (id, source_id, key, fingerprint, payload, form, contact_digest,
-                 submitted_at, received_at, payload_purged_at)
-            SELECT md5('bench-event-' || i)::uuid, %(source)s, 'bench-' || i,
-                   md5(i::text) || md5(i::text), '{"form": "contact"}'::jsonb, 'contact', '',
-                   NULL, %(since)s + i * (%(spacing)s * interval '1 microsecond'), NULL
-            FROM generate_series(0, %(last)s) AS i
-            """,
-            params,
-        )
-        cursor.execute(
-            """
-            INSERT INTO idempotency_core_operation
-                (event_id, step, position, destination_id, key, status, recovery,
-                 attempt_count, destination_ref, last_error, created_at, updated_at,
-                 completed_at, next_attempt_at, claim_token, lease_expires_at)
-            SELECT md5('bench-event-' || i)::uuid, s.step, s.position,
-                   CASE WHEN s.step = 'send_confirmation' THEN %(email)s ELSE %(crm)s END,
-                   CASE WHEN s.position = 0 THEN 'bench-' || i
-                        ELSE 'benchop-' || s.position || '-' || i END,
-                   st.status, '', 1,
-                   CASE WHEN s.position = 0 AND i >= %(missing_from)s THEN ''
-                        WHEN s.position = 0 AND i >= %(changed_from)s AND i < %(changed_to)s
-                        THEN 'rec_replaced_' || i
-                        WHEN s.position = 0
-                        THEN 'rec_' || lpad((i + 1)::text, greatest(6, length((i + 1)::text)), '0')
-                        ELSE 'ref-' || s.position || '-' || i END,
-                   '', t.at, t.at,
-                   CASE WHEN st.status = 'succeeded' THEN t.at + interval '1 second' END,
-                   t.at,
-                   -- A worker died holding these claims.
-                   CASE WHEN st.status = 'running' THEN md5('claim-' || i)::uuid END,
-                   CASE WHEN st.status = 'running' THEN t.at + interval '2 minutes' END
-            FROM generate_series(0, %(last)s) AS i
-            CROSS JOIN (VALUES ('create_enquiry', 0), ('assign_task', 1),
-                               ('send_confirmation', 2)) AS s(step, position)
-            CROSS JOIN LATERAL (
-                SELECT %(since)s + i * (%(spacing)s * interval '1 microsecond') AS at) AS t
-            CROSS JOIN LATERAL (
-                SELECT CASE WHEN s.position = 0 AND i >= %(missing_from)s THEN 'needs_review'
-                            WHEN s.position = 1 AND i >= %(stuck_from)s AND i < %(stuck_to)s
-                            THEN 'running'
-                            ELSE 'succeeded' END AS status) AS st
-            """,
-            params,
-        )
+        cursor.execute(SEED_EVENTS, params)
+        cursor.execute(SEED_OPERATIONS, params)
         cursor.execute("ANALYZE idempotency_core_event")
         cursor.execute("ANALYZE idempotency_core_operation")
-    stamp = (since + timedelta(hours=1)).isoformat()
+    _seed_crm(url, records=missing_from, stamp=(since + timedelta(hours=1)).isoformat())
+    return since, until
+
+
+def _seed_crm(url: str, *, records: int, stamp: str) -> None:
+    """The sandbox CRM's records: one per event Onefold created, plus the planted
+    duplicates and orphans, minus the planted removals."""
+    p = PLANTED
     with httpx.Client(base_url=url, timeout=300) as client:
         client.post("/_sandbox/reset").raise_for_status()
         client.post(
-            "/_sandbox/seed", json={"count": missing_from, "prefix": "bench-", "created_at": stamp}
+            "/_sandbox/seed", json={"count": records, "prefix": "bench-", "created_at": stamp}
         ).raise_for_status()
         # The same prefix again: records bench-0.. a second time, i.e. duplicates.
         client.post(
@@ -267,7 +271,6 @@ def _seed(size: int, url: str) -> tuple[datetime, datetime]:
         # Deleted behind Onefold's back (events well clear of the other plantings).
         for i in range(5000, 5000 + p["removed"]):
             client.delete(f"/crm/records/rec_{i + 1:06d}").raise_for_status()
-    return since, until
 
 
 def _reconcile(period: tuple[datetime, datetime], url: str) -> tuple[float, int, dict]:
