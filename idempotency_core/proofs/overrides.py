@@ -6,7 +6,8 @@ settings when it needs them (`RetryPolicy.from_settings()`, the adapters'
 `settings.ONEFOLD_HTTP_TIMEOUT_SECONDS`), never at import, so changing the
 attribute on `django.conf.settings` is all it takes: no cache to clear, no one to
 notify. This is the product's own small tool for that, so that the proofs do
-not import `django.test` (whose `override_settings` is made for test suites).
+not import Django's test utilities (whose `override_settings` is made for test
+suites).
 """
 
 from __future__ import annotations
