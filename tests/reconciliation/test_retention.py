@@ -11,24 +11,17 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from idempotency_core.execution.engine import operation_execute
-from idempotency_core.intake.ingest import KeyReusedError, event_ingest
-from idempotency_core.intake.sources import source_create_with_key, source_get_or_create
+from idempotency_core.intake.ingest import LATE_REPEAT_TASK, KeyReusedError, event_ingest
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import AuditEntry, Delivery, Event, ReviewCase
 from idempotency_core.reconciliation.retention import payloads_purge
-from tests.core.test_ingest_api import submission
+from tests.factories import completed, submission
 from tests.support.processes import free_port
+from tests.support.queue import queued, run_queued
 
 
 def age(event: Event, days: int) -> None:
     Event.objects.filter(pk=event.pk).update(received_at=timezone.now() - timedelta(days=days))
-
-
-def completed(key: str, **overrides) -> Event:
-    source, _ = source_get_or_create(name="website")
-    event = event_ingest(source=source, key=key, payload=submission(**overrides)).event
-    for operation in event.operations.order_by("position"):
-        assert operation_execute(operation_id=operation.pk) == "succeeded"
-    return event
 
 
 @pytest.mark.django_db
@@ -79,8 +72,14 @@ def test_a_late_repeat_of_an_expired_key_opens_a_late_replay_case_not_a_duplicat
     payloads_purge()
     assert sandbox.stats()["records"] == 1
 
+    lookups = sandbox.stats()["calls"]["lookup_record"]
     result = event_ingest(source=event.source, key="ancient", payload=submission())
     assert (result.created, result.event.pk) == (False, event.pk)
+    # Answered from the stored event: the destination is asked later, by a worker.
+    assert sandbox.stats()["calls"]["lookup_record"] == lookups
+    assert not ReviewCase.objects.filter(kind="late_replay").exists()
+    assert len(queued(LATE_REPEAT_TASK)) == 1
+    run_queued(LATE_REPEAT_TASK)
     case = ReviewCase.objects.get(kind="late_replay")
     enquiry = event.operations.get(step="create_enquiry")
     assert case.subject == f"event:{event.pk}"
@@ -96,6 +95,7 @@ def test_a_late_repeat_of_an_expired_key_opens_a_late_replay_case_not_a_duplicat
 
     # A second late repeat finds the case open: still one case.
     event_ingest(source=event.source, key="ancient", payload=submission())
+    run_queued(LATE_REPEAT_TASK)
     assert ReviewCase.objects.filter(kind="late_replay").count() == 1
 
 
@@ -107,6 +107,7 @@ def test_an_expired_key_without_a_record_is_audited_without_a_case(sandbox, sett
     ).raise_for_status()
     age(event, settings.ONEFOLD_KEY_RETENTION_DAYS + 1)
     event_ingest(source=event.source, key="gone", payload=submission())
+    run_queued(LATE_REPEAT_TASK)
     assert not ReviewCase.objects.filter(kind="late_replay").exists()
     assert AuditEntry.objects.filter(action="late_replay_checked", event=event).count() == 1
     assert sandbox.stats()["records"] == 0
@@ -117,6 +118,7 @@ def test_a_repeat_inside_key_retention_never_calls_the_destination(sandbox):
     event = completed("fresh")
     calls = sandbox.stats()["calls"]["lookup_record"]
     event_ingest(source=event.source, key="fresh", payload=submission())
+    assert not queued(LATE_REPEAT_TASK)
     assert sandbox.stats()["calls"]["lookup_record"] == calls
     assert not ReviewCase.objects.filter(kind="late_replay").exists()
 
@@ -139,9 +141,13 @@ def test_a_late_repeat_over_http_is_answered_from_the_stored_event(sandbox, sett
         assert operation_execute(operation_id=operation.pk) == "succeeded"
     age(event, settings.ONEFOLD_KEY_RETENTION_DAYS + 1)
 
+    lookups = sandbox.stats()["calls"]["lookup_record"]
     late = send()
     assert late.status_code == 200 and late["Idempotent-Replayed"] == "true"
     assert late.json()["event_id"] == str(event.pk)
+    # Nothing on the request path called the CRM; the check is queued work.
+    assert sandbox.stats()["calls"]["lookup_record"] == lookups
+    run_queued(LATE_REPEAT_TASK)
     assert ReviewCase.objects.filter(kind="late_replay", event=event).count() == 1
     stats = sandbox.stats()
     assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 1)
@@ -154,6 +160,7 @@ def test_a_late_repeat_whose_lookup_fails_opens_a_case_and_creates_nothing(sandb
     settings.DESTINATION_URL = f"http://127.0.0.1:{free_port()}"  # the CRM is down
     result = event_ingest(source=event.source, key="unreachable", payload=submission())
     assert (result.created, result.event.pk) == (False, event.pk)
+    run_queued(LATE_REPEAT_TASK)
     case = ReviewCase.objects.get(kind="late_replay")
     assert case.evidence["record_id"] is None and case.evidence["lookup_error"]
     assert "check the CRM by hand" in case.summary
