@@ -8,8 +8,7 @@ from django.utils import timezone
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Delivery, Event, Operation
-from tests.core.test_engine import run_pipeline
-from tests.core.test_ingest_api import post, submission
+from tests.factories import post, run_pipeline, submission
 
 pytestmark = pytest.mark.django_db
 

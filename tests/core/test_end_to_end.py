@@ -13,7 +13,7 @@ import pytest
 from idempotency_core.intake.ingest import event_status
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Operation, ReviewCase
-from tests.core.test_ingest_api import submission
+from tests.factories import submission
 from tests.support.processes import wait_for
 
 EVENTS = 200

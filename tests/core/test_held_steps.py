@@ -21,7 +21,7 @@ from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
 from idempotency_core.review.cases import case_close, case_mark_resolved
 from idempotency_core.review.replay import ReplayRefusedError, operation_replay
 from integrations.sandbox.adapter import CrmClient
-from tests.core.test_engine import ingest, op
+from tests.factories import ingest, op
 
 pytestmark = pytest.mark.django_db
 

@@ -16,30 +16,7 @@ from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.api.throttling import SourceRateThrottle
 from idempotency_core.intake.sources import source_api_key_issue
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
-
-URL = "/api/v1/submissions/"
-
-
-def submission(**overrides) -> dict:
-    body = {
-        "form": "contact",
-        "submitted_at": "2026-11-29T10:15:00Z",
-        "contact": {
-            "name": "Ada Lovelace",
-            "email": "ada@example.com",
-            "phone": "+44 20 7946 0000",
-        },
-        "message": "Please quote for a kitchen refit.",
-        "fields": {"budget": "10k"},
-    }
-    body.update(overrides)
-    return body
-
-
-def post(client: APIClient, body, *, key: str | None = "k-1", **extra):
-    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key is not None else {}
-    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
-    return client.post(URL, data=data, content_type="application/json", **headers, **extra)
+from tests.factories import URL, post, submission
 
 
 def assert_nothing_stored() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Delivery, Event, Operation
-from tests.core.test_ingest_api import submission
+from tests.factories import submission
 
 PARALLEL = 50
 ROUNDS = 20

@@ -6,7 +6,7 @@ import pytest
 
 from idempotency_core.execution.steps import InvalidPipelineError, pipeline_validate
 from idempotency_core.intake.sources import source_pipeline_set
-from tests.core.test_engine import ingest, run_pipeline
+from tests.factories import ingest, run_pipeline
 
 
 @pytest.mark.parametrize(

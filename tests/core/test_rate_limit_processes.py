@@ -22,7 +22,7 @@ import redis
 from idempotency_core.intake.api.throttling import WINDOW_SECONDS
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Source
-from tests.core.test_ingest_api import submission
+from tests.factories import submission
 from tests.support.processes import WebServer, start_web
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

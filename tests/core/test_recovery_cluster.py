@@ -20,25 +20,15 @@ import pytest
 from django.utils import timezone
 
 from idempotency_core.execution.sweeper import operations_sweep
-from idempotency_core.intake.ingest import event_ingest
-from idempotency_core.intake.sources import source_create_with_key, source_get_or_create
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from integrations.sandbox.store import FAULT_MODES
-from tests.core.test_ingest_api import submission
+from tests.factories import ingest, submission
 from tests.support.processes import wait_for
 
 LEASE_SECONDS = 6  # config.test_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-
-def ingest(key: str) -> Event:
-    source, _ = source_get_or_create(name="website")
-    return event_ingest(
-        source=source,
-        key=key,
-        payload=submission(contact={"name": "Kim", "email": f"{key}@example.com"}),
-    ).event
 
 
 def settled(events: list[Event]) -> bool:
@@ -112,7 +102,7 @@ def test_a_worker_killed_mid_step_leaves_one_effect_or_one_case(sandbox, qcluste
     # The destination takes a second to answer, so the kill lands inside the call.
     sandbox.fault(action, "slow", seconds=1.0)
     cluster = qcluster_factory("qcluster-1")
-    event = ingest(f"kill-{step}-{uuid.uuid4().hex[:6]}")
+    event = ingest(f"kill-{step}-{uuid.uuid4().hex[:6]}", contact_from_key=True)
     target = event.operations.get(step=step)
 
     wait_for(
@@ -227,7 +217,7 @@ def test_retries_back_off_honour_retry_after_and_stop_at_the_bound(sandbox, qclu
 
     # Permanent: one attempt, a case, no retry.
     sandbox.fault("create_record", "http_400")
-    permanent = ingest(f"permanent-{uuid.uuid4().hex[:6]}")
+    permanent = ingest(f"permanent-{uuid.uuid4().hex[:6]}", contact_from_key=True)
     wait_for(lambda: settled([permanent]), timeout=60, what="the permanent failure")
     enquiry = permanent.operations.get(step="create_enquiry")
     assert enquiry.status == "needs_review" and enquiry.attempts.count() == 1
@@ -235,7 +225,7 @@ def test_retries_back_off_honour_retry_after_and_stop_at_the_bound(sandbox, qclu
 
     # Retry-After: the next attempt waits at least as long as the destination asked.
     sandbox.fault("create_record", "http_429", seconds=2)
-    throttled = ingest(f"throttled-{uuid.uuid4().hex[:6]}")
+    throttled = ingest(f"throttled-{uuid.uuid4().hex[:6]}", contact_from_key=True)
     wait_for(lambda: settled([throttled]), timeout=60, what="the throttled event")
     enquiry = throttled.operations.get(step="create_enquiry")
     assert enquiry.status == "succeeded"
@@ -248,7 +238,10 @@ def test_retries_back_off_honour_retry_after_and_stop_at_the_bound(sandbox, qclu
     # Retryable: four attempts (ONEFOLD_MAX_ATTEMPTS), growing delays, then a case.
     operations_wanted = 24
     sandbox.fault("create_record", "http_503", times=4 * operations_wanted, seconds=0)
-    failing = [ingest(f"503-{i}-{uuid.uuid4().hex[:6]}") for i in range(operations_wanted)]
+    failing = [
+        ingest(f"503-{i}-{uuid.uuid4().hex[:6]}", contact_from_key=True)
+        for i in range(operations_wanted)
+    ]
     wait_for(lambda: settled(failing), timeout=120, what="the retries to run out")
     gaps_by_position: dict[int, list[float]] = defaultdict(list)
     for event in failing:

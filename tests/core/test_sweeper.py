@@ -15,7 +15,7 @@ from django_q.models import OrmQ, Schedule
 from idempotency_core.execution.engine import operation_claim, operation_execute
 from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
 from idempotency_core.models import Operation
-from tests.core.test_engine import ingest, op
+from tests.factories import ingest, op
 
 
 def lose_tasks() -> None:

@@ -27,25 +27,13 @@ from idempotency_core.models import (
     ReviewCase,
 )
 from idempotency_core.reconciliation.compare import ReconciliationError, reconcile, run_summary
-from tests.core.test_ingest_api import submission
+from tests.factories import completed, ingest, submission
 
 NONE_NEW = dict.fromkeys(("missing", "duplicate", "orphan", "removed", "changed", "stuck"), 0)
 
 
-def ingest(key: str) -> Event:
-    source, _ = source_get_or_create(name="website")
-    return event_ingest(source=source, key=key, payload=submission()).event
-
-
 def enquiry(event: Event) -> Operation:
     return event.operations.get(step="create_enquiry")
-
-
-def completed(key: str) -> Event:
-    event = ingest(key)
-    for operation in event.operations.order_by("position"):
-        assert operation_execute(operation_id=operation.pk) == "succeeded"
-    return event
 
 
 def period() -> dict:

@@ -26,12 +26,7 @@ from playwright.sync_api import expect
 
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from review_console.models import BulkReplayJob
-from tests.review_console.conftest import (
-    PASSWORD,
-    duplicate_case,
-    merge_operation,
-    permanent_case,
-)
+from tests.factories import PASSWORD, duplicate_case, merge_operation, permanent_case
 from tests.support.processes import wait_for
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM would

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from idempotency_core.models import Operation
 from review_console.models import BulkReplayJob
-from tests.review_console.conftest import permanent_case
+from tests.factories import permanent_case
 from tests.support.processes import wait_for
 
 pytestmark = [

@@ -33,7 +33,7 @@ from idempotency_core.review.replay import ReplayRefusedError, operation_replay
 from review_console.bulk import bulk_replay_counts, bulk_replay_run, bulk_replay_start
 from review_console.models import BulkReplayJob
 from review_console.selectors import dashboard_summary
-from tests.review_console.conftest import duplicate_case, ingest, permanent_case
+from tests.factories import duplicate_case, ingest, permanent_case
 
 pytestmark = pytest.mark.django_db
 

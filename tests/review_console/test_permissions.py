@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from idempotency_core.models import AuditEntry, Destination, ReconciliationRun, ReviewCase
 from review_console.models import BulkReplayJob
-from tests.review_console.conftest import ROLES, duplicate_case, permanent_case
+from tests.factories import ROLES, duplicate_case, permanent_case
 
 pytestmark = pytest.mark.django_db
 
