@@ -1,0 +1,134 @@
+"""Rules about the shape of the code, checked on the source itself (no database).
+
+Functions stay short; product code never reaches for `django.test`; test modules
+share builders through tests/factories.py rather than importing one another; and
+the layering in pyproject.toml's `[tool.importlinter]` holds.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT = ("config", "idempotency_core", "integrations", "review_console")
+MAX_FUNCTION_LINES = 60
+
+
+def python_files(top: str, *, migrations: bool = False) -> Iterator[Path]:
+    for path in sorted((REPO / top).rglob("*.py")):
+        if migrations or "migrations" not in path.relative_to(REPO).parts:
+            yield path
+
+
+def parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def where(path: Path, line: int) -> str:
+    return f"{path.relative_to(REPO)}:{line}"
+
+
+# -- function length ---------------------------------------------------------------
+
+
+def string_lines(function: ast.AST) -> int:
+    """How many of `function`'s lines lie inside string literals (plain or f-strings)."""
+    covered: set[int] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.JoinedStr) or (
+            isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ):
+            covered.update(range(node.lineno, node.end_lineno + 1))
+    return len(covered)
+
+
+def long_functions(top: str) -> list[str]:
+    """`path:line name (N lines)` for each function or method over the limit, counted
+    from its `def` line (decorators excluded) to the end of its body."""
+    offenders = []
+    for path in python_files(top):
+        for node in ast.walk(parse(path)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            lines = node.end_lineno - node.lineno + 1
+            # SQL text is allowed: a function whose lines are mostly string literals
+            # (the statements it composes) would not read better cut up.
+            if lines > MAX_FUNCTION_LINES and string_lines(node) * 2 <= lines:
+                offenders.append(f"{where(path, node.lineno)} {node.name} ({lines} lines)")
+    return offenders
+
+
+@pytest.mark.parametrize("top", [*PRODUCT, "tests"])
+def test_no_function_is_longer_than_60_lines(top):
+    offenders = long_functions(top)
+    assert not offenders, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(offenders)
+
+
+# -- imports -----------------------------------------------------------------------
+
+
+def imported_names(path: Path, tree: ast.Module) -> Iterator[tuple[int, set[str]]]:
+    """(line, absolute dotted names) for each import statement of the module at `path`.
+
+    `from a.b import c` yields both `a.b` and `a.b.c`, since `c` may be a module;
+    relative imports are resolved against the module's package.
+    """
+    package = list(path.relative_to(REPO).with_suffix("").parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield node.lineno, {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            yield node.lineno, {module} | {f"{module}.{alias.name}" for alias in node.names}
+
+
+def test_product_code_never_imports_django_test():
+    offenders = []
+    for top in PRODUCT:
+        for path in python_files(top, migrations=True):
+            for line, names in imported_names(path, parse(path)):
+                if any(name == "django.test" or name.startswith("django.test.") for name in names):
+                    offenders.append(f"{where(path, line)} imports django.test")
+    assert not offenders, "product code importing django.test:\n" + "\n".join(offenders)
+
+
+TEST_OR_CONFTEST = re.compile(r"^(test_.*|conftest)$")
+
+
+def test_test_modules_import_helpers_from_factories_not_from_each_other():
+    offenders = []
+    for path in python_files("tests"):
+        for line, names in imported_names(path, parse(path)):
+            bad = sorted(
+                name
+                for name in names
+                if name.startswith("tests.")
+                and any(TEST_OR_CONFTEST.match(part) for part in name.split("."))
+            )
+            if bad:
+                offenders.append(f"{where(path, line)} imports {bad[0]}")
+    assert not offenders, (
+        "test modules importing a test module or a conftest "
+        "(move the helper to tests/factories.py):\n" + "\n".join(offenders)
+    )
+
+
+def test_import_linter_contracts_are_kept():
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    # --no-cache: the cache directory would be left in the repository.
+    result = subprocess.run(
+        [str(lint_imports), "--no-cache"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
