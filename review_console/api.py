@@ -42,7 +42,13 @@ from review_console.bulk import bulk_replay_counts, bulk_replay_start
 from review_console.filters import CaseFilter
 from review_console.masking import contact_for
 from review_console.models import BulkReplayJob
-from review_console.permissions import VIEW_CONTACT, CanChangeCases, CanReplay, CanViewCases
+from review_console.permissions import (
+    VIEW_CONTACT,
+    CanChangeCases,
+    CanReplay,
+    CanViewCases,
+    acting_user,
+)
 from review_console.selectors import case_filterset, case_queryset
 
 
@@ -68,7 +74,9 @@ class CaseSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.get_username", default=None)
     event_id = serializers.UUIDField(source="event.pk", default=None)
     event_key = serializers.CharField(source="event.key", default=None)
-    source = serializers.CharField(source="event.source.name", default=None)
+    # A declared field named like Field.source: DRF's metaclass moves declared fields
+    # off the class, which the stubs cannot follow.
+    source = serializers.CharField(source="event.source.name", default=None)  # type: ignore[assignment]
     operation = OperationSerializer(default=None)
 
     class Meta:
@@ -101,7 +109,7 @@ class CaseDetailSerializer(CaseSerializer):
 
     def get_contact(self, case: ReviewCase) -> dict[str, str]:
         user = self.context["request"].user
-        payload = case.event.payload if case.event_id else None
+        payload = case.event.payload if case.event is not None else None
         return contact_for(payload, unmasked=user.has_perm(VIEW_CONTACT))
 
 
@@ -191,7 +199,9 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         body = TakeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         result = case_take_ownership(
-            case_ids=[case.pk], actor=request.user, take_over=body.validated_data["take_over"]
+            case_ids=[case.pk],
+            actor=acting_user(request),
+            take_over=body.validated_data["take_over"],
         )
         if not result.taken:
             raise CaseActionRefusedError("Already yours, owned by someone else, or not open.")
@@ -203,7 +213,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         if case.operation_id is None:
             raise CaseActionRefusedError("This case has no operation to look up.")
         result = operation_destination_lookup(
-            operation_id=case.operation_id, actor=request.user, case=case
+            operation_id=case.operation_id, actor=acting_user(request), case=case
         )
         return Response(result.as_details())
 
@@ -216,7 +226,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
             raise ReplayRefusedError("This case has no operation to replay.")
         operation_replay(
             operation_id=case.operation_id,
-            actor=request.user,
+            actor=acting_user(request),
             reason=body.validated_data["reason"],
             destination_checked=body.validated_data["destination_checked"],
         )
@@ -227,7 +237,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case = self.get_object()
         body = ResolveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        case_mark_resolved(case_id=case.pk, actor=request.user, **body.validated_data)
+        case_mark_resolved(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
@@ -235,7 +245,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case = self.get_object()
         body = CloseSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        case_close(case_id=case.pk, actor=request.user, **body.validated_data)
+        case_close(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
     @action(
@@ -248,7 +258,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case = self.get_object()
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        case_mark_not_duplicate(case_id=case.pk, actor=request.user, **body.validated_data)
+        case_mark_not_duplicate(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
@@ -261,7 +271,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
             case_id=case.pk,
             survivor_ref=data["survivor"],
             duplicate_ref=data["duplicate"],
-            actor=request.user,
+            actor=acting_user(request),
             reason=data["reason"],
         )
         return self._done(case)
@@ -321,7 +331,7 @@ class BulkReplayViewSet(RefusalsAsConflict, viewsets.GenericViewSet):
         if not filterset.is_valid():
             raise serializers.ValidationError({"filter": filterset.errors})
         job = bulk_replay_start(
-            actor=request.user, params=params, reason=body.validated_data["reason"]
+            actor=acting_user(request), params=params, reason=body.validated_data["reason"]
         )
         return Response(self.get_serializer(job).data, status=status.HTTP_202_ACCEPTED)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count
@@ -42,7 +42,7 @@ class BulkReplayRefusedError(ActionRefusedError):
 
 
 def bulk_replay_start(
-    *, actor: AbstractBaseUser, params: QueryDict, reason: str, description: str = ""
+    *, actor: User, params: QueryDict, reason: str, description: str = ""
 ) -> BulkReplayJob:
     """Records the job and queues its runner in the same transaction (ORM broker)."""
     if not actor.has_perm(REPLAY_PERMISSION):

@@ -7,6 +7,8 @@ Django admin's delete action does.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from idempotency_core.review.cases import RESOLUTION_CODES
@@ -30,7 +32,9 @@ class TakeOwnershipForm(forms.Form):
         super().__init__(*args, **kwargs)
         # Ids are checked by the service (open, owner); any integer is acceptable here.
         values = self.data.getlist("case") if hasattr(self.data, "getlist") else []
-        self.fields["case"].choices = [(v, v) for v in values]
+        field = self.fields["case"]
+        assert isinstance(field, forms.TypedMultipleChoiceField)
+        field.choices = [(v, v) for v in values]
 
 
 class ReplayForm(ReasonForm):
@@ -58,8 +62,8 @@ class MergeForm(ReasonForm):
     survivor = forms.CharField(max_length=200, label="Record that survives")
     duplicate = forms.CharField(max_length=200, label="Record merged into it")
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         if data.get("survivor") and data.get("survivor") == data.get("duplicate"):
             raise forms.ValidationError("The survivor and the duplicate must differ.")
         return data

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -69,3 +70,12 @@ class CanChangeCases(_ConsolePermission):
 
 class CanReplay(_ConsolePermission):
     perm = REPLAY
+
+
+def acting_user(request: HttpRequest | Request) -> User:
+    """The signed-in person a console action is taken by (views are guarded by
+    `console_permission` or DRF permissions first, so this only narrows the type)."""
+    user = request.user
+    if not isinstance(user, User) or not user.is_authenticated:
+        raise PermissionDenied("Sign in first.")
+    return user

@@ -175,11 +175,12 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
             condition &= Q(created_at__lte=now - lower)
         buckets[f"age_{index}"] = Count("id", filter=condition)
         lower = upper
-    by_kind = list(
-        open_cases.values("kind")
+    by_kind: list[dict[str, Any]] = [
+        dict(row)
+        for row in open_cases.values("kind")
         .annotate(total=Count("id"), unowned=Count("id", filter=Q(owner__isnull=True)), **buckets)
         .order_by("-total")
-    )
+    ]
     labels = dict(ReviewCase.Kind.choices)
     for row in by_kind:
         row["label"] = labels.get(row["kind"], row["kind"])

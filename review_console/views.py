@@ -27,8 +27,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.middleware import HtmxDetails
 
-from idempotency_core.models import ReviewCase
+from idempotency_core.models import AuditEntry, ReviewCase
 from idempotency_core.review.cases import (
     RESOLUTION_CODES,
     case_close,
@@ -59,8 +60,16 @@ from review_console.permissions import (
     VIEW_AUDIT,
     VIEW_CASES,
     VIEW_CONTACT,
+    acting_user,
     console_permission,
 )
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request that went through django-htmx's middleware (django-htmx's own typing
+    recipe): `request.htmx` says whether htmx sent it."""
+
+    htmx: HtmxDetails
 
 
 def _case_url(case: ReviewCase | int) -> str:
@@ -221,7 +230,7 @@ class _Echo:
 def audit_export(request: HttpRequest) -> StreamingHttpResponse:
     """The filtered trail as CSV, streamed: an export of a year must not fill memory."""
     filterset = selectors.audit_filterset(request.GET)
-    rows = filterset.qs if filterset.is_valid() else filterset.queryset.none()
+    rows = filterset.qs if filterset.is_valid() else AuditEntry.objects.none()
     writer = csv.writer(_Echo())
 
     def lines() -> Iterator[str]:
@@ -249,7 +258,7 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
 
 @require_GET
 @console_permission(VIEW_CASES)
-def bulk_replay_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+def bulk_replay_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(BulkReplayJob.objects.select_related("created_by"), pk=job_id)
     counts = bulk_replay_counts(job)
     done = sum(counts[s] for s in BulkReplayItem.DONE)
@@ -336,7 +345,7 @@ def case_take(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(target)
     result = case_take_ownership(
         case_ids=form.cleaned_data["case"],
-        actor=request.user,
+        actor=acting_user(request),
         take_over=form.cleaned_data["take_over"],
     )
     if result.taken:
@@ -352,12 +361,13 @@ def case_take(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_permission(CHANGE_CASES)
-def case_lookup(request: HttpRequest, case_id: int) -> HttpResponse:
+def case_lookup(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
-    if case.operation is None:
+    operation = case.operation
+    if operation is None:
         raise Http404("This case has no operation to look up.")
     result = operation_destination_lookup(
-        operation_id=case.operation_id, actor=request.user, case=case
+        operation_id=operation.pk, actor=acting_user(request), case=case
     )
     if request.htmx:
         # The result in place, and the case's audit trail (now with this lookup) with it.
@@ -365,12 +375,12 @@ def case_lookup(request: HttpRequest, case_id: int) -> HttpResponse:
             request,
             "review_console/case_lookup_response.html",
             {
-                "lookup": latest_lookup(case.operation),
+                "lookup": latest_lookup(operation),
                 "audit": selectors.case_audit(case),
                 "oob": True,
             },
         )
-    level = {True: messages.SUCCESS, False: messages.INFO}.get(result.found, messages.WARNING)
+    level = {True: messages.SUCCESS, False: messages.INFO, None: messages.WARNING}[result.found]
     refs = f" ({', '.join(result.refs)})" if result.refs else ""
     messages.add_message(request, level, f"Destination lookup: {result.message}{refs}")
     return redirect(f"{_case_url(case)}#operation-{case.operation_id}")
@@ -393,7 +403,7 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
         form,
         act=lambda data: operation_replay(
             operation_id=operation.pk,
-            actor=request.user,
+            actor=acting_user(request),
             reason=data["reason"],
             destination_checked=data.get("destination_checked", False),
         ),
@@ -433,7 +443,7 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
         form,
         act=lambda data: case_mark_resolved(
             case_id=case.pk,
-            actor=request.user,
+            actor=acting_user(request),
             destination_ref=data["destination_ref"],
             reason=data["reason"],
         ),
@@ -468,7 +478,7 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
         form,
         act=lambda data: case_close(
             case_id=case.pk,
-            actor=request.user,
+            actor=acting_user(request),
             resolution_code=data["resolution_code"],
             reason=data["reason"],
         ),
@@ -503,7 +513,7 @@ def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
         request,
         form,
         act=lambda data: case_mark_not_duplicate(
-            case_id=case.pk, actor=request.user, reason=data["reason"]
+            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),
         success=f"Case {case.pk} resolved: not a duplicate.",
         done_url=_case_url(case),
@@ -533,7 +543,7 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
             case_id=case.pk,
             survivor_ref=data["survivor"],
             duplicate_ref=data["duplicate"],
-            actor=request.user,
+            actor=acting_user(request),
             reason=data["reason"],
         ),
         success=lambda data: (
@@ -545,10 +555,10 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
     )
     if done is not None:
         return done
-    refusal = form.non_field_errors()
+    refusals = list(form.non_field_errors())
     messages.error(
         request,
-        refusal[0] if refusal else "Choose the survivor and give a reason before merging.",
+        str(refusals[0]) if refusals else "Choose the survivor and give a reason before merging.",
     )
     return redirect(reverse("console:case-compare", args=[case.pk]))
 
@@ -568,7 +578,7 @@ def bulk_replay_new(request: HttpRequest) -> HttpResponse:
     if form.is_bound and form.is_valid():
         try:
             job = bulk_replay_start(
-                actor=request.user,
+                actor=acting_user(request),
                 params=params,
                 reason=form.cleaned_data["reason"],
                 description=params.urlencode(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
@@ -67,7 +67,7 @@ def review_cases_settle(
     code: str,
     note: str,
     now: datetime,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
 ) -> int:
     """Resolves or closes the open ones among `cases`; an unowned case becomes the
     actor's. Audit entries are the caller's: each decision names its own action."""
@@ -90,7 +90,7 @@ def review_case_settle(
     code: str,
     note: str,
     action: str,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     system: str = "",
     operation: Operation | None = None,
     reason: str = "",

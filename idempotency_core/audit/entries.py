@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
 
@@ -12,7 +12,7 @@ from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
 def audit_record(
     *,
     action: str,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     system: str = "",
     case: ReviewCase | None = None,
     event: Event | None = None,

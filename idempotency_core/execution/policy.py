@@ -34,7 +34,7 @@ class RetryPolicy:
 
     def ceiling(self, attempt_number: int) -> float:
         """Upper bound of the delay after attempt `attempt_number` (1-based)."""
-        return min(self.max_seconds, self.base_seconds * 2 ** (attempt_number - 1))
+        return min(self.max_seconds, self.base_seconds * 2.0 ** (attempt_number - 1))
 
     def delay(
         self,

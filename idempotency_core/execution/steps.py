@@ -58,7 +58,8 @@ class StepContext:
                 "the event's payload was purged after its retention period",
                 classification=Classification.PERMANENT,
             )
-        return self.event.payload
+        payload: dict[str, Any] = self.event.payload
+        return payload
 
     @property
     def contact(self) -> dict[str, Any]:
@@ -114,8 +115,10 @@ def _create_enquiry(ctx: StepContext) -> Effect:
 
 def _update_enquiry(ctx: StepContext) -> Effect:
     """An edit: the revised event's enquiry takes this event's content."""
-    original = Operation.objects.filter(
-        event_id=ctx.event.revises_id, step="create_enquiry"
+    original = (
+        Operation.objects.filter(event_id=ctx.event.revises_id, step="create_enquiry")
+        if ctx.event.revises_id is not None
+        else Operation.objects.none()
     ).first()
     if original is None or original.status != Operation.Status.SUCCEEDED:
         # Not an error of the edit: the enquiry it revises is not there yet.
@@ -171,7 +174,8 @@ def _merge_duplicate(ctx: StepContext) -> Effect:
 def _merge_done(operation: Operation, survivor_ref: str) -> None:
     """Resolves the suspected-duplicate case the merge was decided on."""
     arguments = operation.arguments or {}
-    case = ReviewCase.objects.filter(pk=arguments.get("case_id")).first()
+    case_id = arguments.get("case_id")
+    case = ReviewCase.objects.filter(pk=case_id).first() if case_id is not None else None
     if case is None:
         return
     review_case_settle(

@@ -64,7 +64,7 @@ def _queue_is_drained() -> bool:
     grow the backlog it is waiting behind (seen in the chaos test: 5,000 copies
     for 500 events). Claims make copies harmless, but not free.
     """
-    return get_broker().queue_size() == 0
+    return bool(get_broker().queue_size() == 0)
 
 
 def _interrupt_expired_leases(operations: QuerySet[Operation], *, batch_size: int) -> int:
@@ -76,6 +76,8 @@ def _interrupt_expired_leases(operations: QuerySet[Operation], *, batch_size: in
     )
     interrupted = 0
     for operation_id, token in expired:
+        if token is None:
+            continue  # a running row always holds a claim (operation_running_has_claim)
         operation = Operation.objects.select_related("event__source", "destination").get(
             pk=operation_id
         )

@@ -28,6 +28,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from importlib import import_module
 from typing import Any
 
@@ -43,6 +44,7 @@ from django.contrib.auth import (
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, connection
+from django.db.models import QuerySet
 from django.http.request import validate_host
 
 from idempotency_core.intake.sources import source_get_or_create
@@ -303,10 +305,7 @@ def bench_console_measure(*, rounds: int, out: Callable[[str], None]) -> None:
     open_count = open_cases.count()
     if open_count == 0:
         raise BenchmarkError("no open cases to render: seed first")
-    # A case well inside the queue (the 5,001st oldest at full scale).
-    sample = open_cases.select_related("event", "operation").order_by("created_at", "id")[
-        min(SAMPLE_CASE, open_count // 2)
-    ]
+    sample, sample_event, sample_operation = _sample_case(open_cases, open_count)
     with console_client(admin) as client:
         deep_cursor, depth = _cursor_at_depth(client, pages=DEEP_PAGES)
         pages: list[tuple[str, str]] = [
@@ -317,9 +316,9 @@ def bench_console_measure(*, rounds: int, out: Callable[[str], None]) -> None:
             ("queue, owner=nobody, step", "/console/cases/?owner=nobody&step=create_enquiry"),
             ("queue, sorted by kind", "/console/cases/?sort=kind"),
             ("queue, opened in a 7-day range", "/console/cases/?opened_after=2026-10-01"),
-            ("queue, search exact event key", f"/console/cases/?q={sample.event.key}"),
-            ("queue, search operation key", f"/console/cases/?q={sample.operation.key}"),
-            ("case page", f"/console/cases/{sample.pk}/"),
+            ("queue, search exact event key", f"/console/cases/?q={sample_event}"),
+            ("queue, search operation key", f"/console/cases/?q={sample_operation}"),
+            ("case page", f"/console/cases/{sample}/"),
             ("dashboard", "/console/"),
         ]
         out(
@@ -336,7 +335,7 @@ def bench_console_measure(*, rounds: int, out: Callable[[str], None]) -> None:
             # The baseline is rendered alternately with the page, round by round,
             # so both see the same machine load; the ratio is the figure to compare.
             timings, queries, base = _time(
-                lambda url=url: client.get(url), lambda: client.get(BASELINE_URL), rounds
+                partial(client.get, url), partial(client.get, BASELINE_URL), rounds
             )
             p50 = statistics.median(timings)
             base_p50 = statistics.median(base)
@@ -362,6 +361,17 @@ def _cursor_at_depth(client: httpx.Client, *, pages: int) -> tuple[str, int]:
     if not followed:
         raise BenchmarkError("the queue page has no Next link")
     return cursor, followed
+
+
+def _sample_case(open_cases: QuerySet[ReviewCase], open_count: int) -> tuple[int, str, str]:
+    """A case well inside the queue (the 5,001st oldest at full scale): its id, and the
+    event and operation keys the search pages look for."""
+    sample = open_cases.select_related("event", "operation").order_by("created_at", "id")[
+        min(SAMPLE_CASE, open_count // 2)
+    ]
+    if sample.event is None or sample.operation is None:
+        raise BenchmarkError(f"case {sample.pk} has no event or operation: seed again")
+    return sample.pk, sample.event.key, sample.operation.key
 
 
 def _time(

@@ -152,7 +152,7 @@ def bench_reconcile_report(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _start_sandbox() -> tuple[subprocess.Popen, str]:
+def _start_sandbox() -> tuple[subprocess.Popen[str], str]:
     """A private sandbox CRM in its own process (its memory is not the reconciler's)."""
     process = subprocess.Popen(
         [sys.executable, str(REPO / "manage.py"), *SANDBOX_ARGS],
@@ -228,7 +228,7 @@ def _seed(size: int, url: str) -> tuple[datetime, datetime]:
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     since, until = day - timedelta(days=2), day - timedelta(days=1)
     missing_from = size - PLANTED["missing"]
-    params = {
+    params: dict[str, Any] = {
         "source": source.pk,
         "crm": Destination.objects.get(name="crm").pk,
         "email": Destination.objects.get(name="email").pk,
@@ -273,7 +273,7 @@ def _seed_crm(url: str, *, records: int, stamp: str) -> None:
             client.delete(f"/crm/records/rec_{i + 1:06d}").raise_for_status()
 
 
-def _reconcile(period: tuple[datetime, datetime], url: str) -> tuple[float, int, dict]:
+def _reconcile(period: tuple[datetime, datetime], url: str) -> tuple[float, int, dict[str, Any]]:
     """The real command in a child process: wall time, peak RSS (KiB), its JSON."""
     since, until = period
     with tempfile.TemporaryFile("w+") as err:

@@ -57,7 +57,8 @@ from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Event, Operation, ReviewCase
 from idempotency_core.proofs.overrides import settings_overridden
-from idempotency_core.review.replay import ReplayRefusedError, operation_replay
+from idempotency_core.review.refusals import ReplayRefusedError
+from idempotency_core.review.replay import operation_replay
 from integrations.sandbox import SandboxServer
 
 DRILL_QUEUE = "onefold-drill"
@@ -280,7 +281,7 @@ def case_email_answer_lost(ctx: DrillContext) -> Counts:
 def case_replay_after_completion(ctx: DrillContext) -> Counts:
     event = ctx.ingest("replay-after-done")
     ctx.settle()
-    repeat = event_ingest(source=event.source, key=event.key, payload=event.payload)
+    repeat = event_ingest(source=event.source, key=event.key, payload=event.payload or {})
     expect(not repeat.created, "a repeat delivery created a new event")
     expect(ctx.replay_everything(event) == 3, "a replay of a succeeded operation was accepted")
     ctx.settle()

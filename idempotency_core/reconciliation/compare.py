@@ -89,7 +89,7 @@ LISTING_MARGIN = timedelta(minutes=5)
 # Listing a page is a read: it may take longer than a create is allowed to.
 LISTING_TIMEOUT_SECONDS = 60.0
 FINDING_KINDS = tuple(ReconciliationFinding.Kind.values)
-CASE_KIND = {
+CASE_KIND: dict[str, str] = {
     ReconciliationFinding.Kind.MISSING: ReviewCase.Kind.RECON_MISSING,
     ReconciliationFinding.Kind.DUPLICATE: ReviewCase.Kind.RECON_DUPLICATE,
     ReconciliationFinding.Kind.ORPHAN: ReviewCase.Kind.RECON_ORPHAN,
@@ -287,6 +287,14 @@ def run_summary(run: ReconciliationRun) -> dict[str, Any]:
     }
 
 
+def _when(value: str) -> datetime:
+    """A listing's timestamp; the CRM promises ISO 8601, so anything else is its error."""
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ValueError(f"the CRM listed a record with an unreadable timestamp {value!r}")
+    return parsed
+
+
 # -- phase 1: listing -----------------------------------------------------------
 
 
@@ -352,7 +360,7 @@ def _stage(run: ReconciliationRun, page: list[dict[str, Any]]) -> None:
                 run=run,
                 record_id=str(record["id"]),
                 external_ref=record.get("external_ref"),
-                created_at=parse_datetime(record["created_at"]),
+                created_at=_when(record["created_at"]),
                 updated_at=parse_datetime(record["updated_at"])
                 if record.get("updated_at")
                 else None,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -72,7 +72,7 @@ def _locked_open_case(case_id: int) -> ReviewCase:
 def case_take_ownership(
     *,
     case_ids: Sequence[int],
-    actor: AbstractBaseUser,
+    actor: User,
     reason: str = "",
     take_over: bool = False,
 ) -> OwnershipResult:
@@ -118,7 +118,7 @@ def case_take_ownership(
 
 
 def case_mark_resolved(
-    *, case_id: int, actor: AbstractBaseUser, destination_ref: str, reason: str
+    *, case_id: int, actor: User, destination_ref: str, reason: str
 ) -> ReviewCase:
     """Resolves a case with the destination reference the reviewer verified.
 
@@ -191,9 +191,7 @@ def _operation_complete(
     return True, unheld, operation_release_next(operation, now=now)
 
 
-def case_close(
-    *, case_id: int, actor: AbstractBaseUser, resolution_code: str, reason: str
-) -> ReviewCase:
+def case_close(*, case_id: int, actor: User, resolution_code: str, reason: str) -> ReviewCase:
     """Closes a case without the effect: the reviewer decided it will not happen.
 
     An operation still waiting for review is cancelled, and so are the later
@@ -242,7 +240,7 @@ def case_close(
     return case
 
 
-def case_mark_not_duplicate(*, case_id: int, actor: AbstractBaseUser, reason: str) -> ReviewCase:
+def case_mark_not_duplicate(*, case_id: int, actor: User, reason: str) -> ReviewCase:
     """Resolves a suspected duplicate as two genuine, separate records: nothing merges."""
     reason = _require_reason(reason)
     now = timezone.now()

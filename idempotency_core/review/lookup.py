@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.destinations import (
@@ -50,7 +50,7 @@ class LookupResult:
 
 
 def operation_destination_lookup(
-    *, operation_id: int, actor: AbstractBaseUser, case: ReviewCase | None = None
+    *, operation_id: int, actor: User, case: ReviewCase | None = None
 ) -> LookupResult:
     """Asks the destination whether the operation's effect exists, and audits the answer.
 

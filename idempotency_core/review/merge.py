@@ -12,12 +12,15 @@ network call happens in the request.
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
+from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.destinations import capabilities_of
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.steps import MERGE_STEP
 from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase
@@ -37,8 +40,9 @@ def merge_key(*, case_id: int, survivor_ref: str, duplicate_ref: str) -> str:
 
 def merge_destination(case: ReviewCase) -> Destination:
     """The CRM holding the records: the case operation's destination, else "crm"."""
-    if case.operation_id is not None and case.operation.destination.kind == "crm_http":
-        return case.operation.destination
+    operation = case.operation
+    if operation is not None and operation.destination.kind == Destination.Kind.CRM_HTTP:
+        return operation.destination
     return Destination.objects.get(name="crm")
 
 
@@ -66,6 +70,63 @@ def duplicate_record_refs(case: ReviewCase) -> list[str]:
     return list(dict.fromkeys(r for r in refs if r))
 
 
+def _merge_target(
+    case: ReviewCase, *, survivor_ref: str, duplicate_ref: str
+) -> tuple[Destination, Event]:
+    """The CRM and the event a merge belongs to, or why this merge cannot be asked for."""
+    if not survivor_ref or not duplicate_ref or survivor_ref == duplicate_ref:
+        raise MergeRefusedError("Pick two different records: one survivor, one duplicate.")
+    if case.kind not in DUPLICATE_KINDS:
+        raise MergeRefusedError("Only a suspected duplicate can be merged.")
+    known = duplicate_record_refs(case)
+    if known and not {survivor_ref, duplicate_ref} <= set(known):
+        raise MergeRefusedError(
+            f"The case names records {', '.join(known)}; merge only records it is about."
+        )
+    destination = merge_destination(case)
+    if not capabilities_of(destination).merge:
+        raise MergeRefusedError(f"{destination.name} does not support merging records.")
+    # The merge belongs to the event whose record goes away: its history then
+    # shows where its enquiry went.
+    event = _event_of_record(duplicate_ref, case.event)
+    if event is None:
+        raise MergeRefusedError("No event is linked to these records; merge them in the CRM.")
+    return destination, event
+
+
+def _merge_operation_create(
+    *,
+    event: Event,
+    destination: Destination,
+    key: str,
+    arguments: dict[str, Any],
+    actor: User,
+    now: datetime,
+) -> Operation:
+    """The merge's own operation; (event, step) is unique, so a second survivor for the
+    same duplicate is refused rather than merged twice."""
+    duplicate_ref = arguments["duplicate_ref"]
+    try:
+        with transaction.atomic():
+            return Operation.objects.create(
+                event=event,
+                step=f"{MERGE_STEP}:{duplicate_ref}",
+                position=MERGE_POSITION,
+                destination=destination,
+                key=key,
+                arguments=arguments,
+                next_attempt_at=now,
+                next_trigger=Attempt.Trigger.REVIEWER,
+                next_triggered_by=actor,
+                enqueued_at=now,
+            )
+    except IntegrityError as exc:
+        raise MergeRefusedError(
+            f"A merge of {duplicate_ref} from this event was already requested with "
+            "another survivor; see the case's audit trail."
+        ) from exc
+
+
 def _event_of_record(ref: str, fallback: Event | None) -> Event | None:
     operation = (
         Operation.objects.filter(step="create_enquiry", destination_ref=ref)
@@ -80,7 +141,7 @@ def duplicate_merge_request(
     case_id: int,
     survivor_ref: str,
     duplicate_ref: str,
-    actor: AbstractBaseUser,
+    actor: User,
     reason: str,
 ) -> Operation:
     """Records the decision and queues the merge operation; a worker performs it.
@@ -92,24 +153,8 @@ def duplicate_merge_request(
     survivor_ref, duplicate_ref = survivor_ref.strip(), duplicate_ref.strip()
     if not reason:
         raise MergeRefusedError("A merge needs a reason.")
-    if not survivor_ref or not duplicate_ref or survivor_ref == duplicate_ref:
-        raise MergeRefusedError("Pick two different records: one survivor, one duplicate.")
     case = ReviewCase.objects.select_related("operation__destination", "event").get(pk=case_id)
-    if case.kind not in DUPLICATE_KINDS:
-        raise MergeRefusedError("Only a suspected duplicate can be merged.")
-    known = duplicate_record_refs(case)
-    if known and not {survivor_ref, duplicate_ref} <= set(known):
-        raise MergeRefusedError(
-            f"The case names records {', '.join(known)}; merge only records it is about."
-        )
-    destination = merge_destination(case)
-    if not destination.merge:
-        raise MergeRefusedError(f"{destination.name} does not support merging records.")
-    # The merge belongs to the event whose record goes away: its history then
-    # shows where its enquiry went.
-    event = _event_of_record(duplicate_ref, case.event)
-    if event is None:
-        raise MergeRefusedError("No event is linked to these records; merge them in the CRM.")
+    destination, event = _merge_target(case, survivor_ref=survivor_ref, duplicate_ref=duplicate_ref)
     key = merge_key(case_id=case.pk, survivor_ref=survivor_ref, duplicate_ref=duplicate_ref)
     arguments = {"case_id": case.pk, "survivor_ref": survivor_ref, "duplicate_ref": duplicate_ref}
     now = timezone.now()
@@ -120,25 +165,14 @@ def duplicate_merge_request(
         existing = Operation.objects.filter(key=key).first()
         if existing is not None:
             return existing
-        try:
-            with transaction.atomic():
-                operation = Operation.objects.create(
-                    event=event,
-                    step=f"{MERGE_STEP}:{duplicate_ref}",
-                    position=MERGE_POSITION,
-                    destination=destination,
-                    key=key,
-                    arguments=arguments,
-                    next_attempt_at=now,
-                    next_trigger=Attempt.Trigger.REVIEWER,
-                    next_triggered_by=actor,
-                    enqueued_at=now,
-                )
-        except IntegrityError as exc:
-            raise MergeRefusedError(
-                f"A merge of {duplicate_ref} from this event was already requested with "
-                "another survivor; see the case's audit trail."
-            ) from exc
+        operation = _merge_operation_create(
+            event=event,
+            destination=destination,
+            key=key,
+            arguments=arguments,
+            actor=actor,
+            now=now,
+        )
         ReviewCase.objects.filter(pk=case.pk).update(
             status=ReviewCase.Status.IN_PROGRESS,
             owner=locked.owner or actor,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
@@ -37,7 +37,7 @@ def replay_requires_destination_check(operation: Operation) -> bool:
 def operation_replay(
     *,
     operation_id: int,
-    actor: AbstractBaseUser,
+    actor: User,
     reason: str,
     destination_checked: bool = False,
 ) -> Operation:
@@ -86,9 +86,7 @@ def operation_replay(
     return operation
 
 
-def _replay_schedule(
-    operation: Operation, *, actor: AbstractBaseUser, now: datetime
-) -> tuple[str, list[int]]:
+def _replay_schedule(operation: Operation, *, actor: User, now: datetime) -> tuple[str, list[int]]:
     """Makes the operation due now under the same rules as a retry: (recovery, unheld)."""
     recovery = operation.recovery
     if recovery == Recovery.REVIEW:
@@ -159,7 +157,7 @@ def replay_refusal(facts: ReplayFacts, *, destination_checked: bool) -> str | No
     """Why a replay is refused, for a person; None when it may go ahead. Pure."""
     Status = Operation.Status
     step = facts.step
-    by_status = {
+    by_status: dict[str, str] = {
         Status.SUCCEEDED: f"{step} already succeeded (destination reference "
         f"{facts.destination_ref or 'unknown'}); a replay would create a second effect.",
         Status.RUNNING: f"{step} is running now; wait for its outcome.",

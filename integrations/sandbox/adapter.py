@@ -52,7 +52,7 @@ class SandboxCrm:
         if response.status_code == 404:
             return None
         self._raise_for_status(response)
-        return response.json()
+        return _json(response)
 
     def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
         """PATCH: the same update twice leaves the record as once."""
@@ -103,7 +103,9 @@ class SandboxCrm:
 
     # -- plumbing ------------------------------------------------------------
 
-    def _create(self, method: str, path: str, body: dict, *, idempotency_key: str) -> Effect:
+    def _create(
+        self, method: str, path: str, body: dict[str, Any], *, idempotency_key: str
+    ) -> Effect:
         response = self._send(method, path, json=body, headers={"Idempotency-Key": idempotency_key})
         if response.status_code == 409:
             # A unique external reference already exists: the effect happened

@@ -33,15 +33,7 @@ class SmtpSender:
         self.sender = sender
 
     def send(self, *, operation_key: str, to: str, subject: str, body: str) -> Effect:
-        message = EmailMessage()
-        message["From"] = self.sender
-        message["To"] = to
-        message["Subject"] = subject
-        message["Date"] = format_datetime(timezone.now())
-        message["Message-ID"] = message_id_for(operation_key)
-        message["X-Onefold-Operation"] = operation_key
-        message.set_content(body)
-
+        message = self._message(operation_key=operation_key, to=to, subject=subject, body=body)
         try:
             client = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
         except (OSError, smtplib.SMTPException) as exc:
@@ -49,18 +41,7 @@ class SmtpSender:
                 f"SMTP connect failed: {exc}", classification=Classification.RETRYABLE
             ) from exc
         with client:
-            try:
-                client.ehlo_or_helo_if_needed()
-                code, reply = client.mail(self.sender)
-                self._check_envelope(code, reply, "MAIL FROM")
-                code, reply = client.rcpt(to)
-                self._check_envelope(code, reply, "RCPT TO")
-            except (OSError, smtplib.SMTPException) as exc:
-                if isinstance(exc, DestinationError):
-                    raise
-                raise DestinationError(
-                    f"SMTP envelope failed: {exc}", classification=Classification.RETRYABLE
-                ) from exc
+            self._envelope(client, to)
             try:
                 code, reply = client.data(message.as_bytes())
             except smtplib.SMTPDataError as exc:
@@ -78,6 +59,34 @@ class SmtpSender:
                     f"SMTP reply lost after DATA: {type(exc).__name__}: {exc}",
                     classification=Classification.AMBIGUOUS,
                 ) from exc
+        return self._accepted(code, reply, operation_key=operation_key)
+
+    def _message(self, *, operation_key: str, to: str, subject: str, body: str) -> EmailMessage:
+        message = EmailMessage()
+        message["From"] = self.sender
+        message["To"] = to
+        message["Subject"] = subject
+        message["Date"] = format_datetime(timezone.now())
+        message["Message-ID"] = message_id_for(operation_key)
+        message["X-Onefold-Operation"] = operation_key
+        message.set_content(body)
+        return message
+
+    def _envelope(self, client: smtplib.SMTP, to: str) -> None:
+        """MAIL FROM and RCPT TO: a failure here is before any of the body went out."""
+        try:
+            client.ehlo_or_helo_if_needed()
+            code, reply = client.mail(self.sender)
+            self._check_envelope(code, reply, "MAIL FROM")
+            code, reply = client.rcpt(to)
+            self._check_envelope(code, reply, "RCPT TO")
+        except (OSError, smtplib.SMTPException) as exc:
+            raise DestinationError(
+                f"SMTP envelope failed: {exc}", classification=Classification.RETRYABLE
+            ) from exc
+
+    def _accepted(self, code: int, reply: bytes, *, operation_key: str) -> Effect:
+        """The reply to the body: 2xx is the message's Effect, anything else an error."""
         if code >= 500:
             raise DestinationError(
                 f"SMTP message rejected: {code} {reply.decode(errors='replace')}",

@@ -156,83 +156,91 @@ class SubmissionCreateView(SourceAPIView):
 
     def _parse(self, request: Request) -> Submission | Refusal:
         """The submission, or the first reason to refuse it, checked cheapest first."""
-        Outcome = Delivery.Outcome
-        if request.content_type.split(";")[0].strip().lower() != "application/json":
-            return Refusal(
-                Outcome.UNSUPPORTED_MEDIA,
-                _error(
-                    "unsupported_media_type",
-                    "Send the submission as application/json.",
-                    status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                ),
-            )
-        limit = settings.ONEFOLD_MAX_BODY_BYTES
-        try:
-            declared = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
-        if declared > limit or len(request.body) > limit:
-            return Refusal(
-                Outcome.TOO_LARGE,
-                _error(
-                    "body_too_large",
-                    f"The body is larger than {limit} bytes.",
-                    status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-                ),
-            )
-        try:
-            payload = json.loads(request.body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return Refusal(
-                Outcome.INVALID,
-                _error(
-                    "invalid_json",
-                    f"The body is not valid JSON: {exc}",
-                    status.HTTP_400_BAD_REQUEST,
-                ),
-            )
-        if not isinstance(payload, dict):
-            return Refusal(
-                Outcome.INVALID,
-                _error(
-                    "invalid_json", "The body must be a JSON object.", status.HTTP_400_BAD_REQUEST
-                ),
-            )
-        key = request.headers.get("Idempotency-Key")
-        if key is None:
-            key = payload.get("submission_id")
-        if key is None or key == "":
-            return Refusal(
-                Outcome.KEY_MISSING,
-                _error(
-                    "idempotency_key_missing",
-                    "Send an Idempotency-Key header or a submission_id in the body.",
-                    status.HTTP_400_BAD_REQUEST,
-                ),
-            )
-        if not isinstance(key, str) or not IDEMPOTENCY_KEY_RE.match(key):
-            return Refusal(
-                Outcome.INVALID,
-                _error(
-                    "idempotency_key_invalid",
-                    "The idempotency key must be 1 to 255 visible ASCII characters.",
-                    status.HTTP_400_BAD_REQUEST,
-                ),
-            )
+        payload = _json_object(request)
+        if isinstance(payload, Refusal):
+            return payload
+        key = _idempotency_key(request, payload)
+        if isinstance(key, Refusal):
+            return key
         serializer = SubmissionSerializer(data=payload)
         if not serializer.is_valid():
-            return Refusal(
-                Outcome.INVALID,
-                _error(
-                    "invalid",
-                    "The submission has invalid fields.",
-                    status.HTTP_400_BAD_REQUEST,
-                    errors=serializer.errors,
-                ),
+            return _refused(
+                Delivery.Outcome.INVALID,
+                "invalid",
+                "The submission has invalid fields.",
+                status.HTTP_400_BAD_REQUEST,
+                errors=serializer.errors,
             )
         return Submission(
             key=key, payload=payload, submitted_at=serializer.validated_data.get("submitted_at")
         )
+
+
+def _refused(outcome: str, code: str, detail: str, http_status: int, **extra: Any) -> Refusal:
+    return Refusal(outcome, _error(code, detail, http_status, **extra))
+
+
+def _json_object(request: Request) -> dict[str, Any] | Refusal:
+    """The body as a JSON object: right media type, within the size limit, valid JSON."""
+    Outcome = Delivery.Outcome
+    if request.content_type.split(";")[0].strip().lower() != "application/json":
+        return _refused(
+            Outcome.UNSUPPORTED_MEDIA,
+            "unsupported_media_type",
+            "Send the submission as application/json.",
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+        )
+    limit = settings.ONEFOLD_MAX_BODY_BYTES
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit or len(request.body) > limit:
+        return _refused(
+            Outcome.TOO_LARGE,
+            "body_too_large",
+            f"The body is larger than {limit} bytes.",
+            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    try:
+        payload = json.loads(request.body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return _refused(
+            Outcome.INVALID,
+            "invalid_json",
+            f"The body is not valid JSON: {exc}",
+            status.HTTP_400_BAD_REQUEST,
+        )
+    if not isinstance(payload, dict):
+        return _refused(
+            Outcome.INVALID,
+            "invalid_json",
+            "The body must be a JSON object.",
+            status.HTTP_400_BAD_REQUEST,
+        )
+    return payload
+
+
+def _idempotency_key(request: Request, payload: dict[str, Any]) -> str | Refusal:
+    """The `Idempotency-Key` header, else the body's `submission_id`; checked."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        key = payload.get("submission_id")
+    if key is None or key == "":
+        return _refused(
+            Delivery.Outcome.KEY_MISSING,
+            "idempotency_key_missing",
+            "Send an Idempotency-Key header or a submission_id in the body.",
+            status.HTTP_400_BAD_REQUEST,
+        )
+    if not isinstance(key, str) or not IDEMPOTENCY_KEY_RE.match(key):
+        return _refused(
+            Delivery.Outcome.INVALID,
+            "idempotency_key_invalid",
+            "The idempotency key must be 1 to 255 visible ASCII characters.",
+            status.HTTP_400_BAD_REQUEST,
+        )
+    return key
 
 
 class SubmissionDetailView(SourceAPIView):
