@@ -36,6 +36,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=sqlite:///:memory: $(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	DATABASE_URL=sqlite:///:memory: $(PY) manage.py makemigrations --check --dry-run
 
 format: install

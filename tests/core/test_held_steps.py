@@ -14,13 +14,15 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 from django.urls import reverse
 
-from idempotency_core.audit.cases import operation_subject, review_case_open
+from idempotency_core.audit.cases import review_case_open
+from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.ingest import event_status
 from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
 from idempotency_core.review.cases import case_close, case_mark_resolved
-from idempotency_core.review.replay import ReplayRefusedError, operation_replay
-from integrations.sandbox.adapter import CrmClient
+from idempotency_core.review.refusals import ReplayRefusedError
+from idempotency_core.review.replay import operation_replay
+from integrations.sandbox.adapter import SandboxCrm
 from tests.factories import ingest, op
 
 pytestmark = pytest.mark.django_db
@@ -121,7 +123,7 @@ def test_a_verified_reference_releases_the_next_step(sandbox, admin_user):
     event = refused_enquiry(sandbox, "held-4")
     enquiry = op(event, "create_enquiry")
     # Staff created the enquiry in the CRM by hand, then give its reference.
-    made_by_hand = CrmClient(sandbox.url, timeout=5).create_record(
+    made_by_hand = SandboxCrm(sandbox.url, timeout=5).create_record(
         external_ref="by-hand-1", fields={"name": "Ada", "email": "ada@example.com"}
     )
     case = ReviewCase.objects.get(operation=enquiry)
@@ -174,7 +176,7 @@ def test_the_migration_holds_steps_left_pending_behind_review(sandbox):
     Operation.objects.filter(pk=enquiry.pk).update(status="needs_review")
     case, _ = review_case_open(
         kind=ReviewCase.Kind.PERMANENT,
-        subject=operation_subject(enquiry),
+        subject=operation_subject(enquiry.pk),
         summary="create_enquiry was refused: HTTP 400.",
         operation=enquiry,
         evidence={"http_status": 400},

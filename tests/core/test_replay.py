@@ -8,8 +8,9 @@ from django.core.exceptions import PermissionDenied
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import AuditEntry, Destination, ReviewCase
-from idempotency_core.review.replay import ReplayRefusedError, operation_replay
-from tests.core.test_engine import ingest, op, run_pipeline
+from idempotency_core.review.refusals import ReplayRefusedError
+from idempotency_core.review.replay import operation_replay
+from tests.factories import ingest, op, run_pipeline
 
 pytestmark = pytest.mark.django_db
 

@@ -21,15 +21,19 @@ from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import AuditEntry, Destination, Event, Operation, ReviewCase
 from idempotency_core.review.cases import (
-    CaseActionRefusedError,
     case_close,
     case_mark_not_duplicate,
     case_mark_resolved,
     case_take_ownership,
-    operation_destination_lookup,
 )
-from idempotency_core.review.merge import MergeRefusedError, duplicate_merge_request
-from idempotency_core.review.replay import ReplayRefusedError, operation_replay
+from idempotency_core.review.lookup import operation_destination_lookup
+from idempotency_core.review.merge import duplicate_merge_request
+from idempotency_core.review.refusals import (
+    CaseActionRefusedError,
+    MergeRefusedError,
+    ReplayRefusedError,
+)
+from idempotency_core.review.replay import operation_replay
 from review_console.bulk import bulk_replay_counts, bulk_replay_run, bulk_replay_start
 from review_console.models import BulkReplayJob
 from review_console.selectors import dashboard_summary
