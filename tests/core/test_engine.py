@@ -23,8 +23,6 @@ from idempotency_core.execution.engine import operation_perform as perform_attem
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_status
 from idempotency_core.models import Attempt, AuditEntry, Operation, ReviewCase
-
-# tests/core/test_replay.py still imports these from here: the re-export keeps it working.
 from tests.factories import ingest, op, run_pipeline
 
 
