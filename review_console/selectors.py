@@ -365,9 +365,13 @@ def replay_preview(operation: Operation, *, destination_checked: bool = True) ->
             f"this key was first presented {presented:%Y-%m-%d %H:%M} UTC."
         )
     refusal = replay_refusal(facts, destination_checked=destination_checked)
+    # What no step of the reviewer's on the case page (a lookup, the tick) can lift:
+    # the case page disables its button only for this; the confirm page says `refusal`.
+    blocked = replay_refusal(replace(facts, needs_check=False), destination_checked=True)
     return {
         "possible": refusal is None,
         "refusal": refusal or "",
+        "blocked": blocked or "",
         "needs_check": facts.needs_check,
         "can_lookup": facts.lookup_can_answer,
         "native_lookup": capabilities.lookup,
