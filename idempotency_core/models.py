@@ -38,10 +38,45 @@ class Source(models.Model):
     mailer = models.ForeignKey(
         "Destination", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+    # How its deliveries are read (intake/senders/profiles.py): "api" is the JSON
+    # API; any other profile has a hook at /hooks/<name>/.
+    profile = models.CharField(max_length=20, default="api")
+    # The parts of the profile's preset this source replaces (field map, ids, ...).
+    profile_overrides = models.JSONField(default=dict, blank=True)
+    # SHA-256 of the token in the hook's path, for senders that cannot sign.
+    hook_token_digest = models.CharField(max_length=64, blank=True)
+    # The form name of submissions whose delivery names none.
+    default_form = models.CharField(max_length=100, blank=True)
+    # Where the html profile sends the browser after a submission (303).
+    thank_you_url = models.URLField(max_length=500, blank=True)
+    # A near-identical submission under another key: "flag" (both processed, a
+    # case offers a merge) or "hold" (waits for a person before its CRM write).
+    duplicates = models.CharField(max_length=10, default="flag")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(duplicates__in=["flag", "hold"]), name="source_duplicates_valid"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+
+class SourceSecret(models.Model):
+    """A signing secret of a source's sender. Several at once while one is rotated:
+    a delivery signed with any of them verifies. Kept in clear (an HMAC needs it),
+    shown once, never logged."""
+
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="secrets")
+    secret = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=8, help_text="First characters, to recognise it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.source.name}:{self.prefix}…"
 
 
 class SourceApiKey(models.Model):
@@ -132,6 +167,9 @@ class DeliveryOutcome(models.TextChoices):
     INVALID = "invalid", "Refused: invalid body"
     TOO_LARGE = "too_large", "Refused: body too large"
     UNSUPPORTED_MEDIA = "unsupported_media", "Refused: not JSON"
+    UNAUTHORIZED = "unauthorized", "Refused: bad or stale signature, or wrong token"
+    DISABLED = "disabled", "Refused: source disabled (sender told to retry)"
+    HONEYPOT = "honeypot", "Ignored: a bot filled the hidden field"
 
 
 class Delivery(models.Model):
@@ -149,6 +187,13 @@ class Delivery(models.Model):
     status_code = models.PositiveSmallIntegerField()
     fingerprint = models.CharField(max_length=64, blank=True)
     payload_matched = models.BooleanField(null=True)
+    # A hook's delivery as received (verified ones only), kept until the event's
+    # payload is purged, so a corrected field map can be re-run (`remap`).
+    raw_body = models.BinaryField(null=True, blank=True)
+    content_type = models.CharField(max_length=200, blank=True)
+    # How the sender was authenticated ("signature verified with secret 1", "token
+    # verified"): never the signature or the secret themselves.
+    verification = models.CharField(max_length=200, blank=True)
 
     class Meta:
         verbose_name_plural = "deliveries"

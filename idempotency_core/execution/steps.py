@@ -129,6 +129,13 @@ def _update_enquiry(ctx: StepContext) -> Effect:
     return ctx.crm.update_record(record_id=original.destination_ref, fields=_enquiry_fields(ctx))
 
 
+def _remap_enquiry(ctx: StepContext) -> Effect:
+    """A corrected field map (`remap`): this event's own enquiry takes its new content."""
+    return ctx.crm.update_record(
+        record_id=ctx.ref_of("create_enquiry"), fields=_enquiry_fields(ctx)
+    )
+
+
 def _find_enquiry(ctx: StepContext) -> str | None:
     return ctx.crm.find_record(external_ref=ctx.operation.key)
 
@@ -211,6 +218,14 @@ STEPS: dict[str, Step] = {
             requires=("create_enquiry",),
         ),
         Step("update_enquiry", "crm", _update_enquiry, idempotent_action=True),
+        # "remap_enquiry:<n>": one per re-mapping of the event (intake/remap.py).
+        Step(
+            "remap_enquiry",
+            "crm",
+            _remap_enquiry,
+            idempotent_action=True,
+            requires=("create_enquiry",),
+        ),
         Step(MERGE_STEP, "crm", _merge_duplicate, idempotent_action=True, on_success=_merge_done),
     )
 }

@@ -40,6 +40,22 @@ class InvalidRevisionError(Exception):
 
 
 @dataclass(frozen=True)
+class RawDelivery:
+    """A hook's delivery as received, kept on its delivery row (see `remap`)."""
+
+    body: bytes
+    content_type: str
+    verification: str
+
+    def as_fields(self) -> dict[str, Any]:
+        return {
+            "raw_body": self.body,
+            "content_type": self.content_type[:200],
+            "verification": self.verification[:200],
+        }
+
+
+@dataclass(frozen=True)
 class IngestResult:
     event: Event
     created: bool
@@ -51,6 +67,7 @@ def event_ingest(
     key: str,
     payload: dict[str, Any],
     submitted_at: datetime | None = None,
+    raw: RawDelivery | None = None,
 ) -> IngestResult:
     """Records a delivery and returns its event, creating it (and its operations) once.
 
@@ -71,13 +88,14 @@ def event_ingest(
                     fingerprint=fingerprint,
                     submitted_at=submitted_at,
                     revises=revised,
+                    raw=raw,
                 ),
                 created=True,
             )
         except IntegrityError:
             # Another request inserted the same (source, key) first and committed.
             existing = Event.objects.get(source=source, key=key)
-    return _repeat_delivery(event=existing, fingerprint=fingerprint)
+    return _repeat_delivery(event=existing, fingerprint=fingerprint, raw=raw)
 
 
 def _revised_event(*, source: Source, key: str, payload: dict[str, Any]) -> Event | None:
@@ -107,6 +125,7 @@ def _event_create(
     fingerprint: str,
     submitted_at: datetime | None,
     revises: Event | None = None,
+    raw: RawDelivery | None = None,
 ) -> Event:
     destinations = {role: destination_for(source, role) for role in ("crm", "email")}
     now = timezone.now()
@@ -143,6 +162,7 @@ def _event_create(
             status_code=202,
             fingerprint=fingerprint,
             payload_matched=True,
+            **(raw.as_fields() if raw else {}),
         )
         # Same transaction as the rows (ORM broker): no event without its task.
         operation_enqueue(operations[0].pk)
@@ -190,7 +210,9 @@ def _flag_suspected_duplicate(event: Event, *, now: datetime) -> None:
     )
 
 
-def _repeat_delivery(*, event: Event, fingerprint: str) -> IngestResult:
+def _repeat_delivery(
+    *, event: Event, fingerprint: str, raw: RawDelivery | None = None
+) -> IngestResult:
     """Records a repeat, answered from the stored event. For an expired key, a
     worker then checks the destination (late_repeats.py): nothing is called here."""
     matched = event.fingerprint == fingerprint
@@ -202,6 +224,8 @@ def _repeat_delivery(*, event: Event, fingerprint: str) -> IngestResult:
             status_code=200 if matched else 422,
             fingerprint=fingerprint,
             payload_matched=matched,
+            # Once the event's payload is purged, its repeats keep nothing either.
+            **(raw.as_fields() if raw and event.payload is not None else {}),
         )
         if key_expired(event.received_at):
             async_task(LATE_REPEAT_TASK, delivery.pk, task_name=f"late-repeat-{delivery.pk}")

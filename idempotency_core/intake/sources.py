@@ -1,12 +1,17 @@
-"""Sources and their API keys."""
+"""Sources: their API keys, and for senders with a hook, their profile and secrets."""
 
 from __future__ import annotations
+
+import secrets as random_secrets
+from dataclasses import dataclass
 
 from django.db import transaction
 
 from idempotency_core.execution.steps import pipeline_validate
+from idempotency_core.intake.senders.profiles import API, PRESETS, profile_resolve
+from idempotency_core.intake.senders.verifying import token_digest
 from idempotency_core.keys import api_key_digest, new_api_key, new_source_salt
-from idempotency_core.models import Source, SourceApiKey
+from idempotency_core.models import Source, SourceApiKey, SourceSecret
 
 
 def source_get_or_create(*, name: str) -> tuple[Source, bool]:
@@ -41,3 +46,72 @@ def source_pipeline_set(*, source: Source, steps: list[str], form: str = "*") ->
 def source_create_with_key(*, name: str) -> tuple[Source, bool, str]:
     source, created = source_get_or_create(name=name)
     return source, created, source_api_key_issue(source=source)
+
+
+class InvalidProfileError(ValueError):
+    """A profile or profile setting that does not exist or does not fit."""
+
+
+@dataclass(frozen=True)
+class HookSetup:
+    """What a sender needs, shown once: the hook's path, and the secrets or token."""
+
+    path: str
+    secrets: tuple[str, ...] = ()
+    token: str = ""
+
+
+def source_hook_configure(
+    *,
+    source: Source,
+    profile: str,
+    secrets: list[str] | None = None,
+    form: str = "",
+    thank_you_url: str = "",
+    duplicates: str = "flag",
+) -> HookSetup:
+    """Gives a source a sender's profile. A signing profile gets the given secrets (or a
+    new random one); a token profile gets a new path token. Returns them in clear:
+    the only time they are seen."""
+    if profile != API and profile not in PRESETS:
+        raise InvalidProfileError(
+            f"Unknown profile {profile!r}; choose from {', '.join((API, *PRESETS))}."
+        )
+    if duplicates not in ("flag", "hold"):
+        raise InvalidProfileError("--duplicates is flag or hold.")
+    source.profile = profile
+    source.default_form = form or source.default_form
+    source.thank_you_url = thank_you_url or source.thank_you_url
+    source.duplicates = duplicates
+    if profile == API:
+        source.save()
+        return HookSetup(path="")
+    with transaction.atomic():
+        setup = _hook_credentials(source, profile_resolve(profile).signs, secrets or [])
+        source.save()
+    return setup
+
+
+def _hook_credentials(source: Source, signs: bool, given: list[str]) -> HookSetup:
+    if signs:
+        issued = given or [random_secrets.token_urlsafe(32)]
+        for secret in issued:
+            source_secret_add(source=source, secret=secret)
+        return HookSetup(path=f"/hooks/{source.name}/", secrets=tuple(issued))
+    token = random_secrets.token_urlsafe(24)
+    source.hook_token_digest = token_digest(token)
+    return HookSetup(path=f"/hooks/{source.name}/t/{token}/", token=token)
+
+
+def source_secret_add(*, source: Source, secret: str) -> SourceSecret:
+    """Adds a signing secret (rotation: the old one keeps verifying until removed)."""
+    secret = secret.strip()
+    if len(secret) < 8:
+        raise InvalidProfileError("A signing secret needs at least 8 characters.")
+    return SourceSecret.objects.create(source=source, secret=secret, prefix=secret[:6])
+
+
+def source_secret_remove(*, source: Source, prefix: str) -> int:
+    """Removes the secrets whose prefix matches; deliveries signed with them fail."""
+    removed, _ = source.secrets.filter(prefix=prefix).delete()
+    return removed

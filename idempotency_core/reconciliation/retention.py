@@ -25,7 +25,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.models import Event, Operation
+from idempotency_core.models import Delivery, Event, Operation
 
 SYSTEM = "retention"
 ENQUIRY_STEP = "create_enquiry"
@@ -85,6 +85,10 @@ def payloads_purge(
                 .filter(pk__in=ids)
                 .update(payload=None, payload_purged_at=now)
             )
+            # The raw deliveries of a hook hold the same contact details.
+            Delivery.objects.filter(
+                event_id__in=ids, event__payload__isnull=True, raw_body__isnull=False
+            ).update(raw_body=None)
             purged += done
             if progress is not None:
                 progress(purged, candidates)

@@ -1,0 +1,251 @@
+"""Hooks: a provider's own delivery becomes an event, under the API's guarantees.
+
+`hook_receive` is the service behind `POST /hooks/<source>/` (CONTRACT.md,
+"Senders"). It verifies first (signature or token, over the raw body as
+received), then reads the body with the source's profile, takes the sender's
+submission id (or, for senders without one, a fingerprint of the content with
+the sender's own timestamp) and hands the mapped submission to `event_ingest`,
+the same service and the same unique constraint as the JSON API: a repeat, or
+a provider's retry, never makes a second event. The raw delivery is kept on the
+delivery row (until payload retention) so a field map can be corrected and the
+mapping re-run (`remap`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils.dateparse import parse_datetime
+
+from idempotency_core.intake.api.serializers import SubmissionSerializer
+from idempotency_core.intake.ingest import (
+    KeyReusedError,
+    RawDelivery,
+    delivery_refused,
+    event_ingest,
+)
+from idempotency_core.intake.senders.mapping import Mapped, document_map, evaluate, text
+from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
+from idempotency_core.intake.senders.profiles import Profile, profile_resolve
+from idempotency_core.intake.senders.verifying import (
+    SignedRequest,
+    Verification,
+    signature_verify,
+    token_verify,
+)
+from idempotency_core.keys import canonical_json
+from idempotency_core.models import Delivery, Source
+
+# An event key is 1 to 255 visible ASCII characters without commas (CONTRACT.md).
+_KEY_RE = re.compile(r"^[\x21-\x2b\x2d-\x7e]{1,255}$")
+DISABLED_RETRY_AFTER_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class HookRequest:
+    """What the view read off the HTTP request; nothing of Django's request leaks in."""
+
+    body: bytes
+    content_type: str
+    headers: Mapping[str, str]  # case-insensitive (Django's request.headers)
+    method: str
+    url: str
+    path_token: str = ""
+    wants_html: bool = False
+
+
+@dataclass(frozen=True)
+class HookAnswer:
+    status: int
+    body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    # The html profile's browser answer: 303 to this URL.
+    redirect_to: str = ""
+
+
+def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
+    """Verifies, maps and ingests one delivery; the answer the sender should get."""
+    if not source.is_active:
+        delivery_refused(source=source, outcome=Delivery.Outcome.DISABLED, status_code=503)
+        return HookAnswer(
+            503,
+            {"code": "source_disabled", "detail": "This source is disabled; retry later."},
+            {"Retry-After": str(DISABLED_RETRY_AFTER_SECONDS)},
+        )
+    profile = profile_resolve(source.profile, source.profile_overrides)
+    verification = _authenticate(source, profile, request)
+    if not verification.ok:
+        delivery_refused(source=source, outcome=Delivery.Outcome.UNAUTHORIZED, status_code=401)
+        return HookAnswer(401, {"code": "unauthorized", "detail": verification.detail})
+    if len(request.body) > settings.ONEFOLD_MAX_BODY_BYTES:
+        delivery_refused(source=source, outcome=Delivery.Outcome.TOO_LARGE, status_code=413)
+        return HookAnswer(413, {"code": "body_too_large", "detail": "The body is too large."})
+    try:
+        document = parse_body(
+            request.body,
+            content_type=request.content_type,
+            parser=profile.parser,
+            json_field=profile.json_field,
+        )
+    except MalformedDeliveryError as exc:
+        return _malformed(source, str(exc))
+    if profile.honeypot and text(document.get(profile.honeypot)):
+        # A bot filled the field no person sees: answered like a success, not kept.
+        delivery_refused(source=source, outcome=Delivery.Outcome.HONEYPOT, status_code=200)
+        return _accepted(source, profile, request, event_id="")
+    return _ingest(source, profile, request, document, verification)
+
+
+def submission_from(
+    source: Source, profile: Profile, document: Mapping[str, Any], headers: Mapping[str, str]
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(event key, submission payload, field errors): what `remap` re-runs too."""
+    mapped = document_map(profile.field_map, document)
+    payload = _payload(source, profile, mapped)
+    serializer = SubmissionSerializer(data=payload)
+    if not serializer.is_valid():
+        return "", payload, dict(serializer.errors)
+    return _event_key(profile, document, headers, payload), payload, {}
+
+
+def _ingest(
+    source: Source,
+    profile: Profile,
+    request: HookRequest,
+    document: dict[str, Any],
+    verification: Verification,
+) -> HookAnswer:
+    key, payload, errors = submission_from(source, profile, document, request.headers)
+    if errors:
+        return _malformed(source, "the delivery does not map to a valid submission", errors)
+    raw = RawDelivery(
+        body=_redacted(request.body, request.path_token),
+        content_type=request.content_type,
+        verification=verification.detail,
+    )
+    try:
+        result = event_ingest(
+            source=source,
+            key=key,
+            payload=payload,
+            submitted_at=parse_datetime(payload.get("submitted_at", "")),
+            raw=raw,
+        )
+    except KeyReusedError as exc:
+        return HookAnswer(
+            422,
+            {
+                "code": "idempotency_key_reused",
+                "detail": "This submission id was delivered before with other content.",
+                "event_id": str(exc.event.pk),
+            },
+        )
+    return _accepted(source, profile, request, event_id=str(result.event.pk))
+
+
+def _authenticate(source: Source, profile: Profile, request: HookRequest) -> Verification:
+    if profile.signature is not None:
+        signed = SignedRequest(
+            body=request.body,
+            headers=request.headers,
+            method=request.method,
+            url=profile.public_url or request.url,
+            now=time.time(),
+        )
+        secrets = list(source.secrets.order_by("-created_at").values_list("secret", flat=True))
+        return signature_verify(profile.signature, signed, secrets)
+    presented = request.headers.get(profile.token_header, "") if profile.token_header else ""
+    return token_verify(presented or request.path_token, digest=source.hook_token_digest)
+
+
+def _payload(source: Source, profile: Profile, mapped: Mapped) -> dict[str, Any]:
+    """The submission in the JSON API's shape, so it reaches the CRM exactly as one."""
+    contact = {"name": mapped.name, "email": mapped.email}
+    if mapped.phone:
+        contact["phone"] = mapped.phone
+    payload: dict[str, Any] = {
+        "form": (mapped.form or source.default_form or profile.name)[:100],
+        "contact": contact,
+        "message": mapped.message,
+    }
+    if mapped.fields:
+        payload["fields"] = mapped.fields
+    submitted_at = _when(mapped.submitted_at)
+    if submitted_at:
+        payload["submitted_at"] = submitted_at
+    return payload
+
+
+def _when(value: str) -> str:
+    """The sender's submission time as ISO 8601, or "" when it gives none we can read
+    (HubSpot writes epoch milliseconds; most write ISO 8601)."""
+    if not value:
+        return ""
+    if value.isdigit():
+        seconds = int(value) / 1000 if len(value) > 11 else int(value)
+        return datetime.fromtimestamp(seconds, tz=UTC).isoformat()
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        return ""
+    if parsed is None:
+        return ""
+    # A sender that writes no offset writes UTC (Gravity Forms' date_created is UTC).
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).isoformat()
+
+
+def _event_key(
+    profile: Profile,
+    document: Mapping[str, Any],
+    headers: Mapping[str, str],
+    payload: dict[str, Any],
+) -> str:
+    """The sender's own id, namespaced by profile and form; else a content fingerprint
+    (with the sender's own timestamp, so a genuine resubmission is another event)."""
+    form_id = text(evaluate(profile.form_id, document)) if profile.form_id else ""
+    for place in profile.id_places:
+        if isinstance(place, str) and place.startswith("header:"):
+            value = headers.get(place.removeprefix("header:"), "")
+        else:
+            value = text(evaluate(place, document))
+        if value:
+            return _bounded(f"{profile.name}:{form_id or '-'}:{value}")
+    stamp = text(evaluate(profile.sender_timestamp, document)) if profile.sender_timestamp else ""
+    content = canonical_json({"payload": payload, "sender_timestamp": stamp})
+    return f"fp:{hashlib.sha256(content.encode()).hexdigest()}"
+
+
+def _redacted(body: bytes, token: str) -> bytes:
+    """The body to keep: some senders echo the hook's URL (Jotform's `webhookURL`), and
+    the token in it is a credential, never kept."""
+    return body.replace(token.encode(), b"[token]") if token else body
+
+
+def _bounded(key: str) -> str:
+    """Keys longer than 255 or outside visible ASCII are replaced by their digest."""
+    if _KEY_RE.match(key):
+        return key
+    return f"id:{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def _accepted(
+    source: Source, profile: Profile, request: HookRequest, *, event_id: str
+) -> HookAnswer:
+    if profile.answer == "html" and request.wants_html and source.thank_you_url:
+        return HookAnswer(303, redirect_to=source.thank_you_url)
+    return HookAnswer(200, {"event_id": event_id} if event_id else {"status": "ok"})
+
+
+def _malformed(source: Source, detail: str, errors: dict[str, Any] | None = None) -> HookAnswer:
+    delivery_refused(source=source, outcome=Delivery.Outcome.INVALID, status_code=400)
+    body: dict[str, Any] = {"code": "invalid", "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return HookAnswer(400, body)

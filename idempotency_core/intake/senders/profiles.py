@@ -1,0 +1,466 @@
+"""Presets: how each provider's deliveries are read, verified and mapped.
+
+Each preset cites where its facts come from (the provider's documentation; the
+notes beside the samples in tests/fixtures/senders/ and ../shared/form-providers/).
+A source's `profile_overrides` (JSON) may replace any part of its preset: a form
+with other field names, a proxy that changes the public URL, another tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from idempotency_core.intake.senders.mapping import Expression, FieldMap
+from idempotency_core.intake.senders.verifying import SignatureRecipe
+
+API = "api"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    label: str
+    parser: str = "json"  # see parsing.PARSERS
+    json_field: str = ""
+    # Ordered places the sender's own submission id may be: a header name
+    # ("header:Idempotency-Key") or an expression into the document.
+    id_places: tuple[Expression, ...] = ()
+    # The provider's form id, namespacing the key ("" when it sends none).
+    form_id: Expression = ""
+    # The sender's own timestamp, part of a content fingerprint when it sends no id.
+    sender_timestamp: Expression = ""
+    # None: the sender cannot sign; a token authenticates it (path or `token_header`).
+    signature: SignatureRecipe | None = None
+    token_header: str = ""
+    field_map: FieldMap = field(default_factory=FieldMap)
+    # A field a person never fills; a bot does (the `html` profile's).
+    honeypot: str = ""
+    # "json" (200 {"event_id"}), or "html": a browser is sent 303 to the thank-you page.
+    answer: str = "json"
+    # The URL the sender calls, when it differs from what this server sees (a proxy
+    # in front); signatures that sign the URL (HubSpot v3) are checked against it.
+    public_url: str = ""
+    # What to do in the provider's settings, shown on the console's source page.
+    setup: str = ""
+
+    @property
+    def signs(self) -> bool:
+        return self.signature is not None
+
+
+_ONEFOLD_SIGNATURE = SignatureRecipe(
+    header="Onefold-Signature",
+    layout="{timestamp}.{body}",
+    header_format="t_v1",
+    tolerance_seconds=300,
+)
+
+_PLAIN_FORM_MAP = FieldMap(
+    name={"first": ["name", {"concat": ["first_name", "last_name"]}]},
+    email={"first": ["email", "_replyto"]},
+    phone={"first": ["phone", "tel"]},
+    message={"first": ["message", "comments"]},
+    form="form",
+    extras=[],
+    skip=(
+        "name",
+        "first_name",
+        "last_name",
+        "email",
+        "phone",
+        "tel",
+        "message",
+        "comments",
+        "form",
+        "submission_id",
+        "website",
+        "csrfmiddlewaretoken",
+    ),
+)
+
+
+def _answer(where: dict[str, str], take: str) -> dict[str, Any]:
+    return {"find": "form_response.answers", "where": where, "take": take}
+
+
+PRESETS: dict[str, Profile] = {
+    preset.name: preset
+    for preset in (
+        # Typeform Webhooks (typeform.com/developers/webhooks/): `Typeform-Signature:
+        # sha256=<base64 HMAC-SHA256(secret, raw body)>`, no timestamp; the response
+        # token is the submission's id, stable across retries.
+        Profile(
+            name="typeform",
+            label="Typeform",
+            id_places=("form_response.token",),
+            form_id="form_response.form_id",
+            signature=SignatureRecipe(
+                header="Typeform-Signature",
+                encoding="base64",
+                prefix="sha256=",
+                tolerance_seconds=None,
+            ),
+            field_map=FieldMap(
+                name=_answer({"field.type": "short_text"}, "text"),
+                email=_answer({"type": "email"}, "email"),
+                phone=_answer({"type": "phone_number"}, "phone_number"),
+                message=_answer({"field.type": "long_text"}, "text"),
+                submitted_at="form_response.submitted_at",
+                extras="form_response.hidden",
+            ),
+            setup="In the form's Connect → Webhooks, add the hook URL and set its secret "
+            "to the secret shown when the source was created.",
+        ),
+        # Tally (tally.so/help/webhooks): `Tally-Signature: <base64 HMAC-SHA256(secret,
+        # body)>`; data.responseId identifies the response; choices are option ids.
+        Profile(
+            name="tally",
+            label="Tally",
+            id_places=("data.responseId",),
+            form_id="data.formId",
+            signature=SignatureRecipe(
+                header="Tally-Signature", encoding="base64", tolerance_seconds=None
+            ),
+            field_map=FieldMap(
+                name={
+                    "first": [
+                        {"find": "data.fields", "where": {"label": "Name"}, "take": "value"},
+                        {"find": "data.fields", "where": {"type": "INPUT_TEXT"}, "take": "value"},
+                    ]
+                },
+                email={"find": "data.fields", "where": {"type": "INPUT_EMAIL"}, "take": "value"},
+                phone={
+                    "find": "data.fields",
+                    "where": {"type": "INPUT_PHONE_NUMBER"},
+                    "take": "value",
+                },
+                message={"find": "data.fields", "where": {"type": "TEXTAREA"}, "take": "value"},
+                submitted_at="data.createdAt",
+                form="data.formName",
+            ),
+            setup="In the form's Integrations → Webhooks, add the hook URL and the signing "
+            "secret shown when the source was created.",
+        ),
+        # Webflow form_submission (developers.webflow.com/data/docs/working-with-webhooks):
+        # x-webflow-signature = hex HMAC-SHA256(secret, "<ms timestamp>:<raw body>"),
+        # x-webflow-timestamp in milliseconds, 5 minutes' tolerance; payload.id is
+        # the stored submission's id.
+        Profile(
+            name="webflow",
+            label="Webflow",
+            id_places=("payload.id",),
+            form_id="payload.formId",
+            signature=SignatureRecipe(
+                header="x-webflow-signature",
+                layout="{timestamp}:{body}",
+                timestamp_header="x-webflow-timestamp",
+                timestamp_unit="ms",
+                tolerance_seconds=300,
+            ),
+            field_map=FieldMap(
+                name={
+                    "first": [
+                        {
+                            "concat": [
+                                ["payload", "data", "First Name"],
+                                ["payload", "data", "Last Name"],
+                            ]
+                        },
+                        ["payload", "data", "Name"],
+                        ["payload", "data", "name"],
+                    ]
+                },
+                email={"first": [["payload", "data", "email"], ["payload", "data", "Email"]]},
+                phone={
+                    "first": [["payload", "data", "Phone Number"], ["payload", "data", "Phone"]]
+                },
+                message={"first": [["payload", "data", "Message"], ["payload", "data", "message"]]},
+                submitted_at="payload.submittedAt",
+                form="payload.name",
+                extras="payload.data",
+                skip=(
+                    "First Name",
+                    "Last Name",
+                    "Name",
+                    "name",
+                    "email",
+                    "Email",
+                    "Phone Number",
+                    "Phone",
+                    "Message",
+                    "message",
+                ),
+            ),
+            setup="Create the form_submission webhook through Webflow's API (site token or "
+            "app) with the hook URL; give Onefold the webhook's secretKey with --secret. "
+            "Webhooks made in the site dashboard are unsigned and cannot be verified.",
+        ),
+        # Jotform webhooks: multipart/form-data with the answers as a JSON string in
+        # `rawRequest`, `submissionID` stable; no signature: the hook path's token.
+        Profile(
+            name="jotform",
+            label="Jotform",
+            parser="multipart_json",
+            json_field="rawRequest",
+            id_places=("submissionID",),
+            form_id="formID",
+            field_map=FieldMap(
+                name={
+                    "first": [
+                        {
+                            "concat": [
+                                {"suffix": "_fullName", "take": "first"},
+                                {"suffix": "_fullName", "take": "last"},
+                            ]
+                        },
+                        {"suffix": "_name"},
+                    ]
+                },
+                email={"suffix": "_email"},
+                phone={
+                    "first": [
+                        {"suffix": "_phoneNumber", "take": "full"},
+                        {"suffix": "_phone"},
+                    ]
+                },
+                message={"first": [{"suffix": "_message"}, {"suffix": "_comments"}]},
+                form="formTitle",
+            ),
+            setup="In the form's Settings → Integrations → WebHooks, add the hook URL "
+            "(it carries the source's token).",
+        ),
+        # Gravity Forms Webhooks add-on (docs.gravityforms.com/triggering-webhooks-form-
+        # submissions/): "All Fields" posts the entry object; `id` is the entry id;
+        # no signature: the hook path's token. Field ids are per form: override them.
+        Profile(
+            name="gravityforms",
+            label="Gravity Forms",
+            id_places=("id",),
+            form_id="form_id",
+            field_map=FieldMap(
+                name={"first": [{"concat": [["1.3"], ["1.6"]]}, ["1"]]},
+                email=["2"],
+                phone=["3"],
+                message=["4"],
+                submitted_at="date_created",
+            ),
+            setup="Add a Webhooks feed: Request URL the hook URL, method POST, format JSON, "
+            "body All Fields. Field ids differ per form: set the source's field map to "
+            "yours (name 1.3 + 1.6, email 2, phone 3, message 4 by default).",
+        ),
+        # Formspree signed webhooks (help.formspree.io/articles/advanced-features/verify-
+        # webhook-signatures): `Formspree-Signature: t=<s>,v1=<hex HMAC(secret,
+        # "<t>.<body>")>`; no submission id: the key is a fingerprint with `_date`.
+        Profile(
+            name="formspree",
+            label="Formspree",
+            id_places=("submission.submission_uuid", "submission.submission_id"),
+            form_id="form",
+            sender_timestamp="submission._date",
+            signature=SignatureRecipe(
+                header="Formspree-Signature",
+                layout="{timestamp}.{body}",
+                header_format="t_v1",
+                tolerance_seconds=300,
+            ),
+            field_map=FieldMap(
+                name={
+                    "first": [
+                        "submission.name",
+                        {"concat": ["submission.firstName", "submission.lastName"]},
+                    ]
+                },
+                email={"first": ["submission.email", "submission._replyto"]},
+                phone="submission.phone",
+                message="submission.message",
+                submitted_at="submission._date",
+                extras="submission",
+                skip=(
+                    "name",
+                    "firstName",
+                    "lastName",
+                    "email",
+                    "phone",
+                    "message",
+                    "submission_uuid",
+                    "submission_id",
+                ),
+            ),
+            setup="In the form's Plugins → Webhook, add the hook URL; give Onefold the "
+            "webhook's signing secret with --secret.",
+        ),
+        # HubSpot workflow "Send a webhook" action: the enrolled contact's properties;
+        # signature v3 (developers.hubspot.com/docs/api/webhooks/validating-requests):
+        # base64 HMAC-SHA256(client secret, method + URL + body + ms timestamp), 5 min.
+        # No delivery id: the contact id and its conversion time name the submission.
+        Profile(
+            name="hubspot",
+            label="HubSpot (workflow webhook)",
+            id_places=(
+                {
+                    "concat": [
+                        {"first": ["objectId", "vid", "properties.hs_object_id"]},
+                        {
+                            "first": [
+                                "properties.recent_conversion_date",
+                                "properties.recent_conversion_date.value",
+                            ]
+                        },
+                    ],
+                    "sep": ":",
+                },
+            ),
+            signature=SignatureRecipe(
+                header="X-HubSpot-Signature-v3",
+                layout="{method}{url}{body}{timestamp}",
+                encoding="base64",
+                timestamp_header="X-HubSpot-Request-Timestamp",
+                timestamp_unit="ms",
+                tolerance_seconds=300,
+            ),
+            field_map=FieldMap(
+                name={
+                    "first": [
+                        {"concat": ["properties.firstname", "properties.lastname"]},
+                        {"concat": ["properties.firstname.value", "properties.lastname.value"]},
+                    ]
+                },
+                email={"first": ["properties.email", "properties.email.value"]},
+                phone={"first": ["properties.phone", "properties.phone.value"]},
+                message={"first": ["properties.message", "properties.message.value"]},
+                submitted_at={
+                    "first": [
+                        "properties.recent_conversion_date",
+                        "properties.recent_conversion_date.value",
+                    ]
+                },
+            ),
+            setup="In a contact workflow enrolled on the form submission, add 'Send a "
+            "webhook' (POST) to the hook URL, authenticated with the app's client secret "
+            "(signature v3); include recent_conversion_date. Behind a proxy, set the "
+            "profile's public_url to the URL HubSpot calls.",
+        ),
+        # Onefold's own Apps Script for Google Forms (shipped in the repository):
+        # the response id, signed like `generic`.
+        Profile(
+            name="googleforms",
+            label="Google Forms (Onefold's Apps Script)",
+            id_places=("response_id",),
+            form_id="form_id",
+            signature=_ONEFOLD_SIGNATURE,
+            field_map=FieldMap(
+                name={"find": "answers", "where": {"title": "Name"}, "take": "value"},
+                email={
+                    "first": [
+                        "respondent_email",
+                        {"find": "answers", "where": {"title": "Email"}, "take": "value"},
+                    ]
+                },
+                phone={"find": "answers", "where": {"title": "Phone"}, "take": "value"},
+                message={"find": "answers", "where": {"title": "Message"}, "take": "value"},
+                submitted_at="submitted_at",
+                form="form_title",
+            ),
+            setup="Install the Apps Script from idempotency_core/intake/senders/google_forms.gs "
+            "in the form (Extensions → Apps Script), set ONEFOLD_HOOK_URL and "
+            "ONEFOLD_SECRET in its script properties, and add the on-form-submit trigger.",
+        ),
+        # Contact Form 7 through a webhook plugin (e.g. "CF7 to Webhook"): the form's
+        # fields as JSON, no id, no signature: fingerprint key, the path's token.
+        Profile(
+            name="cf7",
+            label="Contact Form 7 (webhook plugin)",
+            id_places=("submission_id",),
+            field_map=FieldMap(
+                name="your-name",
+                email="your-email",
+                phone={"first": ["your-phone", "your-tel"]},
+                message="your-message",
+                extras=[],
+                skip=(
+                    "your-name",
+                    "your-email",
+                    "your-phone",
+                    "your-tel",
+                    "your-message",
+                    "submission_id",
+                ),
+            ),
+            setup="In the form's webhook plugin settings, post JSON to the hook URL (it "
+            "carries the source's token).",
+        ),
+        # WPForms Webhooks add-on: the fields the admin maps, by name; map {entry_id}
+        # as `entry_id` so retries and re-sends keep one key.
+        Profile(
+            name="wpforms",
+            label="WPForms",
+            id_places=("entry_id",),
+            form_id="form_id",
+            field_map=FieldMap(
+                name="name",
+                email="email",
+                phone="phone",
+                message="message",
+                extras=[],
+                skip=("name", "email", "phone", "message", "entry_id", "form_id"),
+            ),
+            setup="In the form's Settings → Webhooks, send JSON to the hook URL with fields "
+            "name, email, phone, message and entry_id ({entry_id} smart tag).",
+        ),
+        # A plain website form posted by a browser, with Onefold's form.js adding
+        # `submission_id` once per form and the honeypot `website`.
+        Profile(
+            name="html",
+            label="Website form (HTML)",
+            parser="form",
+            id_places=("submission_id",),
+            field_map=_PLAIN_FORM_MAP,
+            honeypot="website",
+            answer="html",
+            setup="Point the form's action at the hook URL, method POST, and add "
+            '<script src="<hook URL>form.js" defer></script> to the page.',
+        ),
+        # Zapier, n8n, Make and hand-written senders: the JSON API's body, signed.
+        Profile(
+            name="generic",
+            label="Generic signed JSON (Zapier, n8n, Make, your code)",
+            id_places=("header:Idempotency-Key", "submission_id"),
+            signature=_ONEFOLD_SIGNATURE,
+            field_map=FieldMap(
+                name="contact.name",
+                email="contact.email",
+                phone="contact.phone",
+                message="message",
+                submitted_at="submitted_at",
+                form="form",
+                extras="fields",
+            ),
+            setup="POST the JSON API's body with an Idempotency-Key header (the upstream "
+            "record's id) and Onefold-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "
+            '"<t>.<raw body>")>.',
+        ),
+    )
+}
+
+PROFILE_NAMES = (API, *PRESETS)
+TOKEN_PROFILES = tuple(name for name, p in PRESETS.items() if not p.signs)
+
+
+def profile_resolve(name: str, overrides: dict[str, Any] | None = None) -> Profile:
+    """The preset `name` with a source's overrides applied (unknown keys are refused)."""
+    profile = PRESETS[name]
+    if not overrides:
+        return profile
+    known = {f.name for f in fields(Profile)}
+    unknown = set(overrides) - known - {"field_map", "signature"}
+    if unknown:
+        raise ValueError(f"unknown profile settings: {', '.join(sorted(unknown))}")
+    changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in known}
+    if "id_places" in changes:
+        changes["id_places"] = tuple(changes["id_places"])
+    if isinstance(overrides.get("field_map"), dict):
+        changes["field_map"] = replace(profile.field_map, **overrides["field_map"])
+    if isinstance(overrides.get("signature"), dict) and profile.signature is not None:
+        changes["signature"] = replace(profile.signature, **overrides["signature"])
+    return replace(profile, **changes)

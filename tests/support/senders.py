@@ -1,0 +1,235 @@
+"""Each provider's sample delivery, signed the way that provider signs it.
+
+The signing here is written from each provider's recipe with `hmac` directly,
+not with Onefold's verifiers, so a test proves the verifier against the recipe.
+Samples come from ../shared/form-providers/ and tests/fixtures/senders/ (their
+notes say where each one comes from and what was reconstructed).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "form-providers"
+FIXTURES = REPO / "tests" / "fixtures" / "senders"
+
+
+@dataclass(frozen=True)
+class Sample:
+    profile: str
+    body: bytes
+    content_type: str
+    # name, email, message the CRM record must carry ("" where the sample has none).
+    expected: tuple[str, str, str]
+    # (secret, body, url, now) -> headers; None for senders authenticated by a token.
+    sign: Callable[[str, bytes, str, float], dict[str, str]] | None = None
+    # Seconds a signed timestamp may be off, for the "10 minutes old" check.
+    signs_timestamp: bool = False
+    extra_headers: tuple[tuple[str, str], ...] = ()
+
+
+def _b64(secret: str, message: bytes) -> str:
+    return base64.b64encode(hmac.new(secret.encode(), message, hashlib.sha256).digest()).decode()
+
+
+def _hex(secret: str, message: bytes) -> str:
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def sign_typeform(secret: str, body: bytes, url: str, now: float) -> dict[str, str]:
+    return {"Typeform-Signature": "sha256=" + _b64(secret, body)}
+
+
+def sign_tally(secret: str, body: bytes, url: str, now: float) -> dict[str, str]:
+    return {"Tally-Signature": _b64(secret, body)}
+
+
+def sign_webflow(secret: str, body: bytes, url: str, now: float) -> dict[str, str]:
+    ts = str(int(now * 1000))
+    return {
+        "x-webflow-timestamp": ts,
+        "x-webflow-signature": _hex(secret, f"{ts}:".encode() + body),
+    }
+
+
+def sign_t_v1(header: str) -> Callable[[str, bytes, str, float], dict[str, str]]:
+    def sign(secret: str, body: bytes, url: str, now: float) -> dict[str, str]:
+        t = str(int(now))
+        return {header: f"t={t},v1={_hex(secret, f'{t}.'.encode() + body)}"}
+
+    return sign
+
+
+def sign_hubspot_v3(secret: str, body: bytes, url: str, now: float) -> dict[str, str]:
+    ts = str(int(now * 1000))
+    return {
+        "X-HubSpot-Request-Timestamp": ts,
+        "X-HubSpot-Signature-v3": _b64(secret, b"POST" + url.encode() + body + ts.encode()),
+    }
+
+
+def _content_type_of(note: str) -> str:
+    found = re.search(r"^Content-Type: (.+)$", (FIXTURES / note).read_text(), re.M)
+    assert found, f"{note} names no Content-Type line"
+    return found.group(1).strip()
+
+
+ADA_MESSAGE = "Hello,\nI'd like a quote for 20 units (budget around €2,000).\nWe need 24/7 support."
+
+
+def generic_body() -> bytes:
+    return json.dumps(
+        {
+            "form": "contact",
+            "contact": {"name": "Mary Jackson", "email": "mary@example.com"},
+            "message": "Zapier sent this from a spreadsheet row.",
+        }
+    ).encode()
+
+
+SAMPLES: dict[str, Sample] = {
+    s.profile: s
+    for s in (
+        Sample(
+            "typeform",
+            (SHARED / "typeform.json").read_bytes(),
+            "application/json",
+            (
+                "Laura",
+                "laura@example.com",
+                json.loads((SHARED / "typeform.json").read_text())["form_response"]["answers"][0][
+                    "text"
+                ],
+            ),
+            sign=sign_typeform,
+        ),
+        Sample(
+            "tally",
+            (FIXTURES / "tally.body").read_bytes(),
+            "application/json",
+            (
+                "Ada Lovelace",
+                "ada@example.com",
+                ADA_MESSAGE,
+            ),
+            sign=sign_tally,
+        ),
+        Sample(
+            "webflow",
+            (SHARED / "webflow.json").read_bytes(),
+            "application/json",
+            ("Zaphod Beeblebrox", "zaphod@heartofgold.ai", ""),
+            sign=sign_webflow,
+            signs_timestamp=True,
+        ),
+        Sample(
+            "jotform",
+            (FIXTURES / "jotform.body").read_bytes(),
+            _content_type_of("jotform.md"),
+            (
+                "Ada Lovelace",
+                "ada@example.com",
+                "Hello, I'd like a quote for 20 units. Please call me back.",
+            ),
+        ),
+        Sample(
+            "gravityforms",
+            (FIXTURES / "gravityforms-contact.json").read_bytes(),
+            "application/json",
+            ("Grace Hopper", "grace@example.com", "Could you quote for a new office network?"),
+        ),
+        Sample(
+            "formspree",
+            (SHARED / "formspree.json").read_bytes(),
+            "application/json",
+            (
+                "Sarah Nguyen",
+                "sarah@example.com",
+                "I sat the GAMSAT before and need help urgently with essays before September.",
+            ),
+            sign=sign_t_v1("Formspree-Signature"),
+            signs_timestamp=True,
+        ),
+        Sample(
+            "hubspot",
+            (FIXTURES / "hubspot-workflow.json").read_bytes(),
+            "application/json",
+            (
+                "Katherine Johnson",
+                "katherine@example.com",
+                "Please call me about a maintenance contract.",
+            ),
+            sign=sign_hubspot_v3,
+            signs_timestamp=True,
+        ),
+        Sample(
+            "googleforms",
+            (FIXTURES / "googleforms.body").read_bytes(),
+            "application/json",
+            (
+                "Ada Lovelace",
+                "ada@example.com",
+                ADA_MESSAGE,
+            ),
+            sign=sign_t_v1("Onefold-Signature"),
+            signs_timestamp=True,
+        ),
+        Sample(
+            "cf7",
+            (FIXTURES / "cf7.body").read_bytes(),
+            "application/json; charset=UTF-8",
+            (
+                "Ada Lovelace",
+                "ada@example.com",
+                ADA_MESSAGE.replace("\n", "\r\n"),
+            ),
+        ),
+        Sample(
+            "wpforms",
+            (FIXTURES / "wpforms.body").read_bytes(),
+            "application/json; charset=utf-8",
+            (
+                "Ada Lovelace",
+                "ada@example.com",
+                ADA_MESSAGE.replace("\n", "\r\n"),
+            ),
+        ),
+        Sample(
+            "html",
+            (FIXTURES / "html.body").read_bytes(),
+            "application/x-www-form-urlencoded",
+            (
+                "Ada Lovelace",
+                "ada@example.com",
+                ADA_MESSAGE.replace("\n", "\r\n"),
+            ),
+        ),
+        Sample(
+            "generic",
+            generic_body(),
+            "application/json",
+            ("Mary Jackson", "mary@example.com", "Zapier sent this from a spreadsheet row."),
+            sign=sign_t_v1("Onefold-Signature"),
+            signs_timestamp=True,
+            extra_headers=(("Idempotency-Key", f"zap-{uuid.UUID(int=7)}"),),
+        ),
+    )
+}
+
+
+def signed_headers(sample: Sample, secret: str, url: str, *, age: float = 0.0) -> dict[str, str]:
+    """Content-Type, the sample's own headers and its signature (made `age` seconds ago)."""
+    headers = {"Content-Type": sample.content_type, **dict(sample.extra_headers)}
+    if sample.sign is not None:
+        headers.update(sample.sign(secret, sample.body, url, time.time() - age))
+    return headers
