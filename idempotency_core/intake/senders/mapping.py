@@ -8,8 +8,13 @@ target (`name`, `email`, `phone`, `message`, ...) gets an *expression*:
 - `{"concat": [expr, ...], "sep": " "}`: the non-empty values joined;
 - `{"first": [expr, ...]}`: the first non-empty value;
 - `{"find": path, "where": {subpath: value}, "take": path}`: in the array at
-  `find`, the first element whose `subpath` equals `value`, then `take` in it
-  (Typeform's answers by field ref or type, Tally's fields by type);
+  `find`, the first element whose `subpath` equals `value` (ignoring case with
+  `"anycase": true`), then `take` in it (Typeform's answers by field ref or
+  type, Tally's fields by type, Google Forms' answers by title);
+- `{"pairs": path, "name": "label", "value": "value", "options": "options"}`: an
+  array of labelled answers as one object, label to value, option ids turned
+  into their labels (Tally's fields); empty answers and Tally's per-option
+  checkbox flags (booleans) are left out;
 - `{"json": expr, "take": path}`: a JSON string decoded, then `take` in it;
 - `{"label": expr, "options": path, "id": "id", "text": "text"}`: option ids
   turned into their labels through the options list (Tally's choices);
@@ -98,7 +103,9 @@ def email_normalise(value: str) -> str:
 def phone_normalise(value: str) -> str:
     value = value.strip()
     digits = re.sub(r"\D", "", value)
-    return f"+{digits}" if value.startswith(("+", "00")) and digits else digits
+    if value.startswith("00") and len(digits) > 2:
+        return f"+{digits[2:]}"  # the international prefix written as 00
+    return f"+{digits}" if value.startswith("+") and digits else digits
 
 
 def document_map(field_map: FieldMap, document: Mapping[str, Any]) -> Mapped:
@@ -161,8 +168,15 @@ def _find(expression: dict[str, Any], document: Any) -> Any:
     if not isinstance(items, list):
         return None
     where = expression.get("where") or {}
+    anycase = bool(expression.get("anycase"))
+
+    def same(found: Any, wanted: Any) -> bool:
+        if anycase and isinstance(found, str) and isinstance(wanted, str):
+            return found.casefold() == wanted.casefold()
+        return bool(found == wanted)
+
     for item in items:
-        if all(evaluate(path, item) == wanted for path, wanted in where.items()):
+        if all(same(evaluate(path, item), wanted) for path, wanted in where.items()):
             return evaluate(expression.get("take", []), item) if expression.get("take") else item
     return None
 
@@ -188,6 +202,29 @@ def _label(expression: dict[str, Any], document: Any) -> Any:
     return labels.get(value, value)
 
 
+def _pairs(expression: dict[str, Any], document: Any) -> Any:
+    items = evaluate(expression["pairs"], document)
+    if not isinstance(items, list):
+        return None
+    name_key = expression.get("name", "label")
+    value_key = expression.get("value", "value")
+    options_key = expression.get("options", "options")
+    pairs: dict[str, Any] = {}
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        name, value = text(item.get(name_key)), item.get(value_key)
+        if not name or value in (None, "", []) or isinstance(value, bool):
+            continue
+        options = item.get(options_key)
+        if isinstance(options, list):
+            labels = {o.get("id"): o.get("text") for o in options if isinstance(o, dict)}
+            values = value if isinstance(value, list) else [value]
+            value = [labels.get(v, v) for v in values]
+        pairs[name] = value
+    return pairs
+
+
 def _const(expression: dict[str, Any], document: Any) -> Any:
     return expression["const"]
 
@@ -210,4 +247,5 @@ _OPERATORS = {
     "label": _label,
     "const": _const,
     "suffix": _suffix,
+    "pairs": _pairs,
 }

@@ -80,6 +80,11 @@ _PLAIN_FORM_MAP = FieldMap(
 )
 
 
+def _titled(title: str) -> dict[str, Any]:
+    """A Google Forms answer by its question's title, in any case."""
+    return {"find": "answers", "where": {"title": title}, "take": "value", "anycase": True}
+
+
 def _answer(where: dict[str, str], take: str) -> dict[str, Any]:
     return {"find": "form_response.answers", "where": where, "take": take}
 
@@ -138,6 +143,9 @@ PRESETS: dict[str, Profile] = {
                 message={"find": "data.fields", "where": {"type": "TEXTAREA"}, "take": "value"},
                 submitted_at="data.createdAt",
                 form="data.formName",
+                # Every other answer by its label, choices by their option labels.
+                extras={"pairs": "data.fields"},
+                skip=("Name", "Your name", "Email", "Phone number", "Message"),
             ),
             setup="In the form's Integrations → Webhooks, add the hook URL and the signing "
             "secret shown when the source was created.",
@@ -350,17 +358,14 @@ PRESETS: dict[str, Profile] = {
             form_id="form_id",
             signature=_ONEFOLD_SIGNATURE,
             field_map=FieldMap(
-                name={"find": "answers", "where": {"title": "Name"}, "take": "value"},
-                email={
-                    "first": [
-                        "respondent_email",
-                        {"find": "answers", "where": {"title": "Email"}, "take": "value"},
-                    ]
-                },
-                phone={"find": "answers", "where": {"title": "Phone"}, "take": "value"},
-                message={"find": "answers", "where": {"title": "Message"}, "take": "value"},
+                name=_titled("Name"),
+                email={"first": ["respondent_email", _titled("Email")]},
+                phone=_titled("Phone"),
+                message=_titled("Message"),
                 submitted_at="submitted_at",
                 form="form_title",
+                extras={"pairs": "answers", "name": "title"},
+                skip=("Name", "Email", "Phone", "Message"),
             ),
             setup="Install the Apps Script from idempotency_core/intake/senders/google_forms.gs "
             "in the form (Extensions → Apps Script), set ONEFOLD_HOOK_URL and "
