@@ -186,3 +186,16 @@ def test_the_hook_token_is_not_kept_in_the_raw_delivery():
     )
     kept = bytes(Delivery.objects.get().raw_body or b"")
     assert token.encode() not in kept and b"[token]" in kept
+
+
+def test_a_refused_token_path_is_logged_without_the_token(caplog):
+    from config.logfilters import RedactSecrets
+
+    _, path = hook_source("jotform")
+    token = path.rstrip("/").rsplit("/", 1)[1]
+    wrong = f"/hooks/jotform-site/t/{token}x/"
+    with caplog.at_level("WARNING", logger="django.request"):
+        caplog.handler.addFilter(RedactSecrets())
+        Client().post(wrong, b"{}", content_type="application/json")
+    assert "/hooks/jotform-site/t/[token]/" in caplog.text
+    assert token not in caplog.text
