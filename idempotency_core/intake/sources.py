@@ -115,3 +115,101 @@ def source_secret_remove(*, source: Source, prefix: str) -> int:
     """Removes the secrets whose prefix matches; deliveries signed with them fail."""
     removed, _ = source.secrets.filter(prefix=prefix).delete()
     return removed
+
+
+# -- Console and admin edits of a source: enabled, secrets; each one audited ---------
+# Appended as a section of its own (imports included) so that it stays clear of
+# concurrent edits to the functions above.
+
+from django.contrib.auth.models import User  # noqa: E402
+
+from idempotency_core.audit.entries import audit_record  # noqa: E402
+
+
+def _source_locked(source: Source, reason: str) -> Source:
+    """The source's row, locked until the transaction ends: two edits of one source
+    (two admins, a double click) are decided one after the other."""
+    if not reason.strip():
+        raise InvalidProfileError("Give a reason: it is written to the audit trail.")
+    return Source.objects.select_for_update().get(pk=source.pk)
+
+
+def source_enable(*, source: Source, actor: User, enabled: bool, reason: str) -> Source:
+    """Enables or disables a source, audited (`source_enabled` / `source_disabled`).
+    While disabled, its hook answers 503 with Retry-After and its API keys 403."""
+    with transaction.atomic():
+        locked = _source_locked(source, reason)
+        if locked.is_active == enabled:
+            state = "enabled" if enabled else "disabled"
+            raise InvalidProfileError(f"{locked.name} is already {state}.")
+        locked.is_active = enabled
+        locked.save(update_fields=["is_active"])
+        audit_record(
+            action="source_enabled" if enabled else "source_disabled",
+            actor=actor,
+            reason=reason,
+            details={"source": locked.name, "source_id": locked.pk},
+        )
+    source.is_active = enabled
+    return locked
+
+
+def source_secret_issue(
+    *, source: Source, actor: User, reason: str, secret: str = ""
+) -> SourceSecret:
+    """Adds a signing secret to a source whose profile signs: `secret` as typed, or a
+    new random one. Audited as `source_secret_added` naming only its prefix. The
+    returned row holds the secret in clear for the caller to show once.
+
+    A secret whose prefix another of the source's secrets has is refused: secrets are
+    removed by prefix, and one removal must not take two."""
+    preset = PRESETS.get(source.profile)
+    if preset is None or not preset.signs:
+        raise InvalidProfileError(
+            f"The {source.profile} profile does not sign its deliveries; "
+            "its sender has no secret to verify."
+        )
+    clear = secret.strip() or random_secrets.token_urlsafe(32)
+    with transaction.atomic():
+        locked = _source_locked(source, reason)
+        if locked.secrets.filter(prefix=clear[:6]).exists():
+            raise InvalidProfileError(
+                f"{locked.name} already has a secret starting with {clear[:6]}; "
+                "secrets are removed by prefix, so choose one that starts differently."
+            )
+        added = source_secret_add(source=locked, secret=clear)
+        audit_record(
+            action="source_secret_added",
+            actor=actor,
+            reason=reason,
+            details={
+                "source": locked.name,
+                "source_id": locked.pk,
+                "prefix": added.prefix,
+                "generated": not secret.strip(),
+            },
+        )
+    return added
+
+
+def source_secret_revoke(*, source: Source, actor: User, prefix: str, reason: str) -> int:
+    """Removes the source's secrets with `prefix`, audited as `source_secret_removed`
+    (the prefix only). Deliveries signed with them are refused (401) from now on."""
+    with transaction.atomic():
+        locked = _source_locked(source, reason)
+        removed = source_secret_remove(source=locked, prefix=prefix)
+        if not removed:
+            raise InvalidProfileError(f"{locked.name} has no secret starting with {prefix}.")
+        audit_record(
+            action="source_secret_removed",
+            actor=actor,
+            reason=reason,
+            details={
+                "source": locked.name,
+                "source_id": locked.pk,
+                "prefix": prefix,
+                "removed": removed,
+                "remaining": locked.secrets.count(),
+            },
+        )
+    return removed
