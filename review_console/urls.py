@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from review_console import api, reconciliation_views, views
+from review_console import api, reconciliation_views, views, views_sources
 
 app_name = "console"
 
@@ -26,6 +26,20 @@ urlpatterns = [
     path("bulk-replays/<int:job_id>/", views.bulk_replay_detail, name="bulk-replay-detail"),
     path("audit/", views.audit_list, name="audit-list"),
     path("audit/export.csv", views.audit_export, name="audit-export"),
+    path("sources/", views_sources.source_list, name="source-list"),
+    path("sources/<int:source_id>/", views_sources.source_detail, name="source-detail"),
+    path("sources/<int:source_id>/disable/", views_sources.source_disable, name="source-disable"),
+    path("sources/<int:source_id>/enable/", views_sources.source_enable_view, name="source-enable"),
+    path(
+        "sources/<int:source_id>/secrets/add/",
+        views_sources.source_secret_add_view,
+        name="source-secret-add",
+    ),
+    path(
+        "sources/<int:source_id>/secrets/remove/",
+        views_sources.source_secret_remove_view,
+        name="source-secret-remove",
+    ),
     path("api/", include(api.router.urls)),
     path(
         "reconciliation/",

@@ -16,7 +16,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from idempotency_core.models import AuditEntry, Destination, ReconciliationRun, ReviewCase
+from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
+from idempotency_core.models import AuditEntry, Destination, ReconciliationRun, ReviewCase, Source
 from review_console.models import BulkReplayJob
 from tests.factories import ROLES, duplicate_case, permanent_case
 
@@ -36,6 +37,8 @@ PAGES = [
     ("console:api-bulk-replay-detail", "bulk_job", "view"),
     ("console:reconciliation-runs", None, "view"),
     ("console:reconciliation-run", "reconciliation_run", "view"),
+    ("console:source-list", None, "view"),
+    ("console:source-detail", "source", "view"),
 ]
 ACTIONS = [
     # POST without confirm: the confirmation page (200) or a redirect (302).
@@ -47,11 +50,17 @@ ACTIONS = [
     ("console:case-merge", "duplicate", "change", 302),
     ("console:case-not-duplicate", "duplicate", "change", 200),
     ("console:bulk-replay-new", None, "replay", 200),
+    ("console:source-disable", "source", "source", 200),
+    ("console:source-enable", "source", "source", 200),
+    ("console:source-secret-add", "source", "source", 200),
+    ("console:source-secret-remove", "source", "source", 200),
 ]
 ALLOWED = {
     "view": {"reviewer", "replay_admin", "superuser"},
     "change": {"reviewer", "replay_admin", "superuser"},
     "replay": {"replay_admin", "superuser"},
+    # idempotency_core.change_source: no group holds it (superusers, or given per user).
+    "source": {"superuser"},
 }
 
 
@@ -62,17 +71,21 @@ def client_for(users, role: str, **kwargs) -> Client:
     return client
 
 
-def url_for(name: str, obj: ReviewCase | BulkReplayJob | ReconciliationRun | None) -> str:
+def url_for(name: str, obj: ReviewCase | BulkReplayJob | ReconciliationRun | Source | None) -> str:
     if obj is None:
         return reverse(name)
     if name.startswith("console:api-"):
         key = "pk"
     else:
-        key = {BulkReplayJob: "job_id", ReconciliationRun: "run_id"}.get(type(obj), "case_id")
+        key = {BulkReplayJob: "job_id", ReconciliationRun: "run_id", Source: "source_id"}.get(
+            type(obj), "case_id"
+        )
     return reverse(name, kwargs={key: obj.pk})
 
 
-def make_case(kind: str | None, sandbox) -> ReviewCase | BulkReplayJob | ReconciliationRun | None:
+def make_case(
+    kind: str | None, sandbox
+) -> ReviewCase | BulkReplayJob | ReconciliationRun | Source | None:
     """The object a page or action is about (a case, mostly)."""
     if kind == "permanent":
         return permanent_case()
@@ -91,6 +104,10 @@ def make_case(kind: str | None, sandbox) -> ReviewCase | BulkReplayJob | Reconci
             listing_since=now - timedelta(days=1),
             listing_until=now,
         )
+    if kind == "source":
+        source, _ = source_get_or_create(name="typeform-site")
+        source_hook_configure(source=source, profile="typeform", secrets=["a-signing-secret"])
+        return source
     return None
 
 

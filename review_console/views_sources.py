@@ -1,0 +1,364 @@
+"""The console's source pages: how each sender is set up, and what it has delivered.
+
+A source's page shows its profile, its hook URL, the prefixes of its signing
+secrets (never a secret), its settings, what to do in the provider, and its last
+deliveries with their verification outcome: never a delivery's body or the
+event's payload. Enabling, disabling and secrets are actions behind the console's
+confirmation with a reason (`views._confirm_action`); the services that take them
+(`intake.sources.source_enable`, `source_secret_issue`, `source_secret_revoke`)
+write the audit entries. A new secret is shown once, in the answer to the POST that
+added it: not in a message (cookie storage), not on the source's page.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from idempotency_core.intake.senders.profiles import API, PRESETS, Profile, profile_resolve
+from idempotency_core.intake.sources import (
+    InvalidProfileError,
+    source_enable,
+    source_secret_issue,
+    source_secret_revoke,
+)
+from idempotency_core.models import Delivery, ReviewCase, Source
+from idempotency_core.review.refusals import ActionRefusedError
+from review_console.forms import ReasonForm
+from review_console.permissions import VIEW_CASES, acting_user, console_permission
+from review_console.views import _confirm_action, _confirmed
+
+CHANGE_SOURCE = "idempotency_core.change_source"
+RECENT_DELIVERIES = 50
+# A delivery outcome -> the console's badge colour (base.html): green taken, yellow
+# to be retried by the sender, grey ignored, red refused.
+OUTCOME_BADGES = {
+    "accepted": "succeeded",
+    "replayed": "succeeded",
+    "disabled": "pending",
+    "honeypot": "cancelled",
+}
+DUPLICATE_POLICIES = {
+    "flag": "Flag: both are processed; a case offers a merge",
+    "hold": "Hold: the later one waits for a person before its CRM write",
+}
+
+
+class SourceRefusedError(ActionRefusedError):
+    """A source service refused (`InvalidProfileError`), in the console's refusal family."""
+
+
+def _refusing(act: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]], object]:
+    """`act` with a source service's refusal turned into one `_confirm_action` maps."""
+
+    def run(data: dict[str, Any]) -> object:
+        try:
+            return act(data)
+        except InvalidProfileError as exc:
+            raise SourceRefusedError(str(exc)) from exc
+
+    return run
+
+
+class SecretAddForm(ReasonForm):
+    field_order = ("secret", "reason")
+    secret = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        label="Secret (leave empty to generate one)",
+        help_text="Type the provider's own secret when it issues one (Webflow, Formspree, "
+        "HubSpot); otherwise Onefold generates 32 random bytes. At least 8 characters.",
+    )
+
+
+class SecretRemoveForm(ReasonForm):
+    field_order = ("secret_prefix", "reason")
+    # Not `prefix`: a form's `prefix` is its HTML name prefix.
+    secret_prefix = forms.ChoiceField(label="Secret to remove (by prefix)")
+
+    def __init__(self, *args: Any, source: Source, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        prefixes = source.secrets.order_by("created_at").values_list("prefix", flat=True)
+        field = self.fields["secret_prefix"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(p, f"{p}…") for p in dict.fromkeys(prefixes)]
+
+
+# -- reads (nothing here writes) -----------------------------------------------------
+
+
+def profile_of(source: Source) -> Profile | None:
+    """The source's profile with its overrides; None for the JSON API (no hook)."""
+    if source.profile not in PRESETS:
+        return None
+    try:
+        return profile_resolve(source.profile, source.profile_overrides)
+    except ValueError:  # overrides that no longer fit: the preset still describes it
+        return PRESETS[source.profile]
+
+
+def profile_label(name: str) -> str:
+    if name == API:
+        return "JSON API (API key)"
+    preset = PRESETS.get(name)
+    return preset.label if preset else f"{name} (unknown profile)"
+
+
+def outcome_badge(outcome: str) -> str:
+    return OUTCOME_BADGES.get(outcome, "needs_review")
+
+
+def recent_outcomes(*, since: datetime) -> dict[int, list[dict[str, Any]]]:
+    """source id -> its deliveries since `since` counted by outcome, one grouped query."""
+    labels = dict(Delivery.Outcome.choices)
+    rows = (
+        Delivery.objects.filter(received_at__gte=since)
+        .values("source_id", "outcome")
+        .annotate(n=Count("id"))
+        .order_by("source_id", "outcome")
+    )
+    counts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        outcome = row["outcome"]
+        counts[row["source_id"]].append(
+            {
+                "outcome": outcome,
+                "label": labels.get(outcome, outcome),
+                "badge": outcome_badge(outcome),
+                "n": row["n"],
+            }
+        )
+    return counts
+
+
+def recent_deliveries(source: Source) -> list[Delivery]:
+    """The last deliveries, each with `cases` (its event's review cases, maybe none).
+    Only what the page shows is read: never `raw_body`, never the event's payload."""
+    deliveries = list(
+        Delivery.objects.filter(source=source)
+        .only("received_at", "outcome", "status_code", "verification", "event", "source")
+        .order_by("-received_at", "-id")[:RECENT_DELIVERIES]
+    )
+    event_ids = {d.event_id for d in deliveries if d.event_id is not None}
+    cases: dict[Any, list[int]] = defaultdict(list)
+    for event_id, case_id in (
+        ReviewCase.objects.filter(event_id__in=event_ids)
+        .order_by("-created_at", "-id")
+        .values_list("event_id", "pk")
+    ):
+        cases[event_id].append(case_id)
+    for delivery in deliveries:
+        delivery.cases = cases.get(delivery.event_id, [])  # type: ignore[attr-defined]
+        delivery.badge = outcome_badge(delivery.outcome)  # type: ignore[attr-defined]
+    return deliveries
+
+
+def hook_of(request: HttpRequest, source: Source, profile: Profile | None) -> dict[str, Any]:
+    """The hook's absolute URL as this request sees it, and how the sender proves itself."""
+    if profile is None:
+        return {"kind": "api", "url": request.build_absolute_uri(reverse("submission-create"))}
+    url = request.build_absolute_uri(reverse("hook", args=[source.name]))
+    return {
+        "kind": "signed" if profile.signs else "token",
+        "url": url,
+        "public_url": profile.public_url,
+    }
+
+
+# -- pages ---------------------------------------------------------------------------
+
+
+@require_GET
+@console_permission(VIEW_CASES)
+def source_list(request: HttpRequest) -> HttpResponse:
+    counts = recent_outcomes(since=timezone.now() - timedelta(hours=24))
+    rows = [
+        {"source": source, "label": profile_label(source.profile), "counts": counts[source.pk]}
+        for source in Source.objects.order_by("name").only("name", "profile", "is_active")
+    ]
+    return render(
+        request,
+        "review_console/source_list.html",
+        {"rows": rows, "can_change": request.user.has_perm(CHANGE_SOURCE)},
+    )
+
+
+@require_GET
+@console_permission(VIEW_CASES)
+def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
+    source = get_object_or_404(Source, pk=source_id)
+    profile = profile_of(source)
+    return render(
+        request,
+        "review_console/source_detail.html",
+        {
+            "source": source,
+            "profile": profile,
+            "label": profile_label(source.profile),
+            "hook": hook_of(request, source, profile),
+            # `only`: the secret column is never read for this page.
+            "secrets": list(source.secrets.order_by("created_at").only("prefix", "created_at")),
+            "duplicates": DUPLICATE_POLICIES.get(source.duplicates, source.duplicates),
+            "deliveries": recent_deliveries(source),
+            "recent": RECENT_DELIVERIES,
+            "can_change": request.user.has_perm(CHANGE_SOURCE),
+        },
+    )
+
+
+# -- actions (POST only, behind a confirmation with a reason) -------------------------
+
+
+def _source_url(source: Source) -> str:
+    return reverse("console:source-detail", args=[source.pk])
+
+
+def _source_confirm_page(
+    request: HttpRequest, source: Source, form: forms.Form, **context: Any
+) -> HttpResponse:
+    return render(
+        request, "review_console/source_confirm.html", {"source": source, "form": form, **context}
+    )
+
+
+def _source_switch(request: HttpRequest, source_id: int, *, enabled: bool) -> HttpResponse:
+    source = get_object_or_404(Source, pk=source_id)
+    form = ReasonForm(request.POST if _confirmed(request) else None)
+    verb = "enabled" if enabled else "disabled"
+    done = _confirm_action(
+        request,
+        form,
+        act=_refusing(
+            lambda data: source_enable(
+                source=source, actor=acting_user(request), enabled=enabled, reason=data["reason"]
+            )
+        ),
+        success=f"{source.name} {verb}.",
+        done_url=_source_url(source),
+    )
+    if done is not None:
+        return done
+    hooked = source.profile in PRESETS
+    if enabled:
+        explanation = "Deliveries are accepted again from now on; senders that were told to "
+        explanation += "retry deliver what they kept."
+    elif hooked:
+        explanation = "Its hook answers every delivery 503 with Retry-After until it is enabled "
+        explanation += "again: senders keep the submission and retry, nothing is stored."
+    else:
+        explanation = "Its API keys are refused (403) until it is enabled again; the sender "
+        explanation += "must retry later."
+    return _source_confirm_page(
+        request,
+        source,
+        form,
+        title=f"{'Enable' if enabled else 'Disable'} {source.name}",
+        action=reverse(f"console:source-{'enable' if enabled else 'disable'}", args=[source.pk]),
+        submit=f"{'Enable' if enabled else 'Disable'} the source",
+        explanation=explanation,
+    )
+
+
+@require_POST
+@console_permission(CHANGE_SOURCE)
+def source_disable(request: HttpRequest, source_id: int) -> HttpResponse:
+    return _source_switch(request, source_id, enabled=False)
+
+
+@require_POST
+@console_permission(CHANGE_SOURCE)
+def source_enable_view(request: HttpRequest, source_id: int) -> HttpResponse:
+    return _source_switch(request, source_id, enabled=True)
+
+
+@require_POST
+@console_permission(CHANGE_SOURCE)
+def source_secret_add_view(request: HttpRequest, source_id: int) -> HttpResponse:
+    """Not `_confirm_action`: its success is a page, not a redirect and a message, so
+    that the new secret travels in this one answer and is stored nowhere else."""
+    source = get_object_or_404(Source, pk=source_id)
+    form = SecretAddForm(request.POST if _confirmed(request) else None)
+    if form.is_bound and form.is_valid():
+        typed = form.cleaned_data["secret"]
+        try:
+            added = source_secret_issue(
+                source=source,
+                actor=acting_user(request),
+                reason=form.cleaned_data["reason"],
+                secret=typed,
+            )
+        except InvalidProfileError as exc:
+            form.add_error(None, str(exc))
+        else:
+            response = render(
+                request,
+                "review_console/source_secret_added.html",
+                {"source": source, "prefix": added.prefix, "secret": "" if typed else added.secret},
+            )
+            response["Cache-Control"] = "no-store"
+            return response
+    return _source_confirm_page(
+        request,
+        source,
+        form,
+        title=f"Add a signing secret to {source.name}",
+        action=reverse("console:source-secret-add", args=[source.pk]),
+        submit="Add the secret",
+        explanation="Deliveries signed with any of the source's secrets verify, so the "
+        "sender can move to the new one before the old one is removed. A generated secret "
+        "is shown once, on the next page, and never again.",
+    )
+
+
+@require_POST
+@console_permission(CHANGE_SOURCE)
+def source_secret_remove_view(request: HttpRequest, source_id: int) -> HttpResponse:
+    source = get_object_or_404(Source, pk=source_id)
+    if _confirmed(request):
+        form = SecretRemoveForm(request.POST, source=source)
+    else:
+        form = SecretRemoveForm(
+            initial={"secret_prefix": request.POST.get("secret_prefix", "")}, source=source
+        )
+    done = _confirm_action(
+        request,
+        form,
+        act=_refusing(
+            lambda data: source_secret_revoke(
+                source=source,
+                actor=acting_user(request),
+                prefix=data["secret_prefix"],
+                reason=data["reason"],
+            )
+        ),
+        success=lambda data: f"The secret {data['secret_prefix']}… of {source.name} was removed.",
+        done_url=_source_url(source),
+    )
+    if done is not None:
+        return done
+    explanation = "Deliveries signed with it are refused (401) from now on."
+    if source.secrets.count() <= 1:
+        explanation += (
+            " It is the source's only secret: every signed delivery will be refused until "
+            "a new secret is added and the sender uses it."
+        )
+    return _source_confirm_page(
+        request,
+        source,
+        form,
+        title=f"Remove a signing secret of {source.name}",
+        action=reverse("console:source-secret-remove", args=[source.pk]),
+        submit="Remove the secret",
+        explanation=explanation,
+    )
