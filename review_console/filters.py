@@ -33,6 +33,14 @@ def _day_start(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
 
 
+def _up_to_day(queryset: QuerySet, column: str, day: date) -> QuerySet:
+    """Rows before the end of `day`. The last day Python's calendar holds has no next
+    day to stop before (9999-12-31 + 1 overflows): up to it is everything."""
+    if day >= date.max:
+        return queryset
+    return queryset.filter(**{f"{column}__lt": _day_start(day + timedelta(days=1))})
+
+
 class CaseFilter(django_filters.FilterSet):
     # distinct=False: both are columns of the case itself, so no row can repeat,
     # and a DISTINCT would stop PostgreSQL from reading the queue index in order.
@@ -97,7 +105,7 @@ class CaseFilter(django_filters.FilterSet):
         return queryset.filter(created_at__gte=_day_start(value))
 
     def filter_opened_before(self, queryset: QuerySet, name: str, value: date) -> QuerySet:
-        return queryset.filter(created_at__lt=_day_start(value + timedelta(days=1)))
+        return _up_to_day(queryset, "created_at", value)
 
     def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         value = value.strip()
@@ -141,4 +149,4 @@ class AuditFilter(django_filters.FilterSet):
         return queryset.filter(at__gte=_day_start(value))
 
     def filter_until(self, queryset: QuerySet, name: str, value: date) -> QuerySet:
-        return queryset.filter(at__lt=_day_start(value + timedelta(days=1)))
+        return _up_to_day(queryset, "at", value)

@@ -14,7 +14,19 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.core.exceptions import BadRequest
+from django.db.models import (
+    CharField,
+    Count,
+    DateTimeField,
+    IntegerField,
+    Model,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+)
 from django.db.models.functions import TruncHour
 from django.http import QueryDict
 from django.utils import timezone
@@ -76,22 +88,65 @@ def _encode(values: list[Any]) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode(cursor: str, fields: tuple[str, ...]) -> list[Any] | None:
+class InvalidCursorError(BadRequest):
+    """A page link that no page printed (edited, truncated or forged): answered 400
+    by Django's handler, never a guess at which page was meant."""
+
+
+# A cursor this module writes is under 200 characters; anything far longer was not.
+_CURSOR_MAX_LENGTH = 1000
+_BIGINT = 2**63
+
+
+def _decode(cursor: str, fields: tuple[str, ...], model: type[Model]) -> list[Any]:
+    """The sort key a cursor carries, each value checked against its model field's type
+    before it reaches a query: a value PostgreSQL or Python's dates cannot hold would
+    otherwise fail inside the query (500) instead of being refused (400)."""
+    refused = InvalidCursorError("This page link is not valid; start again from the first page.")
+    if len(cursor) > _CURSOR_MAX_LENGTH:
+        raise refused
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (ValueError, TypeError):
-        return None
+        values = json.loads(
+            base64.urlsafe_b64decode(padded.encode()), parse_constant=_refuse_constant
+        )
+    except (ValueError, TypeError, RecursionError):
+        raise refused from None
     if not isinstance(values, list) or len(values) != len(fields):
-        return None
-    decoded = []
-    for name, value in zip(fields, values, strict=True):
-        if name.lstrip("-").endswith("_at"):
-            value = parse_datetime(value) if isinstance(value, str) else None
-            if value is None:
-                return None
-        decoded.append(value)
-    return decoded
+        raise refused
+    try:
+        return [
+            _cursor_value(model._meta.get_field(name.lstrip("-")), value)
+            for name, value in zip(fields, values, strict=True)
+        ]
+    except (ValueError, TypeError):
+        raise refused from None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a sort key")  # NaN, Infinity: json.loads accepts them
+
+
+def _cursor_value(model_field: Any, value: Any) -> Any:
+    """`value` as `model_field` stores it, or ValueError."""
+    if isinstance(model_field, DateTimeField):
+        parsed = parse_datetime(value) if isinstance(value, str) else None  # may raise
+        if parsed is None or parsed.tzinfo is None:
+            raise ValueError("not an aware timestamp")
+        return parsed
+    if isinstance(model_field, IntegerField):  # AutoField and BigAutoField included
+        # bool is an int to Python, not to a cursor; bigint is PostgreSQL's widest.
+        if type(value) is not int or not -_BIGINT <= value < _BIGINT:
+            raise ValueError("not an integer the column holds")
+        return value
+    if isinstance(model_field, CharField):
+        if not isinstance(value, str) or len(value) > (model_field.max_length or 0):
+            raise ValueError("not a text the column holds")
+        value.encode()  # a lone surrogate raises UnicodeEncodeError, a ValueError
+        if "\x00" in value:
+            raise ValueError("PostgreSQL text cannot hold NUL")
+        return value
+    raise ValueError(f"{model_field.name} cannot be a sort key")
 
 
 def _beyond(fields: tuple[str, ...], values: list[Any], *, forward: bool) -> Q:
@@ -125,8 +180,9 @@ def keyset_page(
     count_cap: int = COUNT_CAP,
 ) -> KeysetPage:
     names = [f.lstrip("-") for f in fields]
-    cursor_values = _decode(before or after, fields) if (before or after) else None
-    backwards = bool(before) and cursor_values is not None
+    cursor = before or after
+    cursor_values = _decode(cursor, fields, queryset.model) if cursor else None
+    backwards = bool(before)
     qs = queryset
     if cursor_values is not None:
         qs = qs.filter(_beyond(fields, cursor_values, forward=not backwards))

@@ -11,6 +11,7 @@ redirects back to the case. Every decision is taken by a service in
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -225,10 +226,21 @@ class _Echo:
         return value
 
 
+# What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection"): a
+# reviewer's reason "=HYPERLINK(...)" must open as text, not run as a formula.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: object) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return f"'{text}" if text.startswith(_FORMULA_STARTS) else text
+
+
 @require_GET
 @console_permission(VIEW_AUDIT)
 def audit_export(request: HttpRequest) -> StreamingHttpResponse:
-    """The filtered trail as CSV, streamed: an export of a year must not fill memory."""
+    """The filtered trail as CSV, streamed: an export of a year must not fill memory.
+    Every cell that a spreadsheet would read as a formula is written as text."""
     filterset = selectors.audit_filterset(request.GET)
     rows = filterset.qs if filterset.is_valid() else AuditEntry.objects.none()
     writer = csv.writer(_Echo())
@@ -238,18 +250,18 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
             ["at", "actor", "action", "case", "event", "operation", "reason", "details"]
         )
         for entry in rows.iterator(chunk_size=2000):
-            yield writer.writerow(
-                [
-                    entry.at.isoformat(),
-                    entry.actor_label,
-                    entry.action,
-                    entry.case_id or "",
-                    entry.event_id or "",
-                    entry.operation_id or "",
-                    entry.reason,
-                    entry.details,
-                ]
-            )
+            cells = [
+                entry.at.isoformat(),
+                entry.actor_label,
+                entry.action,
+                entry.case_id or "",
+                entry.event_id or "",
+                entry.operation_id or "",
+                entry.reason,
+                # JSON, not Python's repr: the details are read by other tools.
+                json.dumps(entry.details, ensure_ascii=False, sort_keys=True),
+            ]
+            yield writer.writerow([_csv_cell(cell) for cell in cells])
 
     response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="onefold-audit.csv"'
