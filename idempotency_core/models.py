@@ -206,6 +206,8 @@ class Delivery(models.Model):
         indexes = [
             # The case page lists an event's deliveries in order.
             models.Index(fields=["event", "received_at"], name="delivery_event_idx"),
+            # A source's page: its recent deliveries and the last day's counts.
+            models.Index(fields=["source", "received_at"], name="delivery_source_recent_idx"),
         ]
 
     def __str__(self) -> str:

@@ -82,7 +82,12 @@ def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
     profile = profile_resolve(source.profile, source.profile_overrides)
     verification = _authenticate(source, profile, request)
     if not verification.ok:
-        delivery_refused(source=source, outcome=Delivery.Outcome.UNAUTHORIZED, status_code=401)
+        delivery_refused(
+            source=source,
+            outcome=Delivery.Outcome.UNAUTHORIZED,
+            status_code=401,
+            detail=verification.detail,
+        )
         return HookAnswer(401, {"code": "unauthorized", "detail": verification.detail})
     if len(request.body) > settings.ONEFOLD_MAX_BODY_BYTES:
         delivery_refused(source=source, outcome=Delivery.Outcome.TOO_LARGE, status_code=413)

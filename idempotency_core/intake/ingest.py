@@ -159,7 +159,8 @@ def _event_create(
             source=source,
             event=event,
             outcome=Delivery.Outcome.ACCEPTED,
-            status_code=202,
+            # A hook answers its first delivery 200 (senders count only 200 as success).
+            status_code=202 if raw is None else 200,
             fingerprint=fingerprint,
             payload_matched=True,
             **(raw.as_fields() if raw else {}),
@@ -234,9 +235,14 @@ def _repeat_delivery(
     return IngestResult(event=event, created=False)
 
 
-def delivery_refused(*, source: Source, outcome: str, status_code: int) -> Delivery:
-    """Counts a refused request without keeping anything of its content."""
-    return Delivery.objects.create(source=source, outcome=outcome, status_code=status_code)
+def delivery_refused(
+    *, source: Source, outcome: str, status_code: int, detail: str = ""
+) -> Delivery:
+    """Counts a refused request without keeping anything of its content. `detail` says
+    why in Onefold's words (a hook's verification outcome), never the sender's."""
+    return Delivery.objects.create(
+        source=source, outcome=outcome, status_code=status_code, verification=detail[:200]
+    )
 
 
 def event_status(statuses: list[str]) -> str:

@@ -199,3 +199,10 @@ def test_a_refused_token_path_is_logged_without_the_token(caplog):
         Client().post(wrong, b"{}", content_type="application/json")
     assert "/hooks/jotform-site/t/[token]/" in caplog.text
     assert token not in caplog.text
+
+
+def test_the_html_profile_serves_its_form_script():
+    _, path = hook_source("html")
+    response = Client().get(f"{path}form.js")
+    assert response.status_code == 200
+    assert "submission_id" in response.content.decode()

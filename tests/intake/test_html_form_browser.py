@@ -162,18 +162,6 @@ class SubmissionIdReused(AssertionError):
     """The browser sent a new message under an earlier submission id (422 key reused)."""
 
 
-# Bugs found by this test and reported with their fixes; each mark is strict, so the
-# test turns red once the bug is fixed, and the mark must then go.
-FORM_JS_404 = (
-    "form.js is not served: it lives in idempotency_core/intake/static/, which no "
-    "staticfiles finder searches (idempotency_core.intake is not an installed app)"
-)
-STALE_PAGE_ID = (
-    "form.js reuses the id left in the hidden input of a page restored from the "
-    "back/forward cache for a changed message: 422 idempotency_key_reused"
-)
-
-
 @dataclass
 class Chromium:
     """A launched Chromium, and whether its back/forward cache is on."""
@@ -200,21 +188,9 @@ def playwright(_seed_snapshot: str | None) -> Iterator:
     params=[
         # What a person's Chrome does: Back restores the page as it was left (Playwright
         # turns the back/forward cache off by default; here it is left on).
-        pytest.param(
-            True,
-            id="back-forward-cache",
-            marks=pytest.mark.xfail(
-                raises=(FormScriptNotServed, SubmissionIdReused),
-                strict=True,
-                reason=f"{FORM_JS_404}; {STALE_PAGE_ID}",
-            ),
-        ),
+        pytest.param(True, id="back-forward-cache"),
         # A page the cache cannot keep: Back loads it again, fields refilled by the browser.
-        pytest.param(
-            False,
-            id="page-loaded-again",
-            marks=pytest.mark.xfail(raises=FormScriptNotServed, strict=True, reason=FORM_JS_404),
-        ),
+        pytest.param(False, id="page-loaded-again"),
     ],
 )
 def browser(request: pytest.FixtureRequest, playwright) -> Iterator[Chromium]:

@@ -61,10 +61,13 @@
       var id = null;
       try { id = sessionStorage.getItem(slot); } catch (e) { /* storage off: keep a page id */ }
       if (!id) {
-        id = idInput.value || newId();
+        // The page's own id only for the content it was made for: a page restored by
+        // Back (bfcache) still holds the last id, and a changed message is a new one.
+        id = (idInput.value && idInput.dataset.onefoldSlot === slot) ? idInput.value : newId();
         try { sessionStorage.setItem(slot, id); } catch (e) { /* ignore */ }
       }
       idInput.value = id;
+      idInput.dataset.onefoldSlot = slot;
       form.dataset.onefoldSent = "1";
       Array.prototype.forEach.call(form.querySelectorAll('[type="submit"]'), function (b) {
         b.disabled = true;
