@@ -120,6 +120,11 @@ class CrmAdapter(Protocol):
 
     def get_record(self, record_id: str) -> dict[str, Any] | None: ...
 
+    def reference_check(self, record_id: str) -> str | None:
+        """Why `record_id` cannot name a record of this CRM (its id format), or None.
+        Asked before a reference a person typed is used in any call."""
+        ...
+
     def find_record(self, *, external_ref: str) -> str | None: ...
 
     def create_task(

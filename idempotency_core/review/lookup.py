@@ -162,28 +162,61 @@ def _scan_listing(operation: Operation, crm: CrmAdapter) -> LookupResult:
     )
 
 
+# A typed reference is echoed in refusals; a pasted page of text is not.
+_ECHO_MAX = 60
+
+
 def reference_verify(operation: Operation | None, destination_ref: str) -> str:
-    """Checks a CRM record reference exists; other references are the reviewer's word."""
+    """Checks that a reference a reviewer typed names this operation's CRM record.
+
+    For an enquiry in a CRM, the reference must have the CRM's id format (checked
+    before any call, so a typed path never reaches the destination), name a record
+    that exists and was not merged away, and that record must carry this
+    operation's key as its external reference: "exists" alone would let another
+    customer's record settle this one. Other references are the reviewer's word.
+    """
     if operation is None or operation.step != "create_enquiry":
         return "reviewer"
     try:
         crm = crm_adapter_for(operation.destination)
     except NotACrmError:
         return "reviewer"
+    name = operation.destination.name
+    shown = _shown(destination_ref)
+    problem = crm.reference_check(destination_ref)
+    if problem is not None:
+        raise CaseActionRefusedError(f"{shown} is not a {name} record reference: {problem}.")
     try:
         record = crm.get_record(destination_ref)
     except DestinationError as exc:
-        raise CaseActionRefusedError(
-            f"Could not check {destination_ref} in {operation.destination.name}: {exc}"
-        ) from exc
+        raise CaseActionRefusedError(f"Could not check {shown} in {name}: {exc}") from exc
     if record is None:
-        raise CaseActionRefusedError(
-            f"{operation.destination.name} has no record {destination_ref}; check the reference."
-        )
+        raise CaseActionRefusedError(f"{name} has no record {shown}; check the reference.")
     if record.get("merged_into"):
         raise CaseActionRefusedError(
-            f"{destination_ref} was merged into {record['merged_into']}; use that reference."
+            f"{shown} was merged into {_shown(str(record['merged_into']))}; use that reference."
         )
-    if record.get("external_ref") not in (None, "", operation.key):
-        return "exists_with_other_external_ref"
-    return "exists"
+    return _record_of_operation(record, operation, shown)
+
+
+def _record_of_operation(record: dict[str, Any], operation: Operation, shown: str) -> str:
+    external_ref = record.get("external_ref")
+    if external_ref == operation.key:
+        return "external_ref_matches"
+    if not external_ref:
+        raise CaseActionRefusedError(
+            f"{shown} carries no external reference, so nothing shows it is this enquiry. "
+            f"Set its external reference to {operation.key} in "
+            f"{operation.destination.name} first, or close the case."
+        )
+    raise CaseActionRefusedError(
+        f"{shown} belongs to another submission: its external reference is not this "
+        f"operation's ({operation.key}). Check the reference."
+    )
+
+
+def _shown(reference: str) -> str:
+    """A typed reference as refusals quote it: repr (control characters visible), cut short."""
+    if len(reference) > _ECHO_MAX:
+        reference = reference[:_ECHO_MAX] + "…"
+    return repr(reference)

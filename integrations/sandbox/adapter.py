@@ -8,8 +8,10 @@ capabilities come from the destination's configuration (the profile it runs).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -25,6 +27,8 @@ from integrations.base import (
 # Answers that say the request was refused before anything was applied.
 _RETRYABLE_STATUSES = {408, 425, 429, 503}
 _PERMANENT_STATUSES = {400, 401, 403, 404, 405, 410, 413, 415, 422}
+# The sandbox names records rec_000001, rec_000002, ... (store.record_id).
+_RECORD_ID = re.compile(r"rec_\d{6,}")
 
 
 class SandboxCrm:
@@ -47,8 +51,13 @@ class SandboxCrm:
     def find_record(self, *, external_ref: str) -> str | None:
         return self._find("/crm/records", external_ref)
 
+    def reference_check(self, record_id: str) -> str | None:
+        if _RECORD_ID.fullmatch(record_id) is None:
+            return "sandbox record references look like rec_000123"
+        return None
+
     def get_record(self, record_id: str) -> dict[str, Any] | None:
-        response = self._send("GET", f"/crm/records/{record_id}")
+        response = self._send("GET", f"/crm/records/{_segment(record_id)}")
         if response.status_code == 404:
             return None
         self._raise_for_status(response)
@@ -56,7 +65,7 @@ class SandboxCrm:
 
     def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
         """PATCH: the same update twice leaves the record as once."""
-        response = self._send("PATCH", f"/crm/records/{record_id}", json=fields)
+        response = self._send("PATCH", f"/crm/records/{_segment(record_id)}", json=fields)
         self._raise_for_status(response)
         return Effect(
             ref=str(_json(response).get("id", record_id)), reply=http_reply(response.status_code)
@@ -83,7 +92,7 @@ class SandboxCrm:
     def merge_records(self, *, survivor_id: str, duplicate_id: str, key: str) -> Effect:
         return self._create(
             "POST",
-            f"/crm/records/{survivor_id}/merge",
+            f"/crm/records/{_segment(survivor_id)}/merge",
             {"duplicate_id": duplicate_id},
             idempotency_key=key,
         )
@@ -95,11 +104,11 @@ class SandboxCrm:
     ) -> Effect:
         body = {"external_ref": external_ref, "title": title, "assignee": assignee}
         return self._create(
-            "POST", f"/crm/records/{record_id}/tasks", body, idempotency_key=external_ref
+            "POST", f"/crm/records/{_segment(record_id)}/tasks", body, idempotency_key=external_ref
         )
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None:
-        return self._find(f"/crm/records/{record_id}/tasks", external_ref)
+        return self._find(f"/crm/records/{_segment(record_id)}/tasks", external_ref)
 
     # -- plumbing ------------------------------------------------------------
 
@@ -186,6 +195,17 @@ class SandboxCrm:
             else Classification.AMBIGUOUS,
             reply=http_reply(status),
         )
+
+
+def _segment(value: str) -> str:
+    """`value` as one path segment: every `/`, `?`, `#` and `%` encoded, so that a typed
+    reference like ../../_sandbox/stats stays inside /crm/records/. Dot segments are
+    refused: encoding leaves dots alone, and clients resolve `..` before sending."""
+    if value in ("", ".", ".."):
+        raise DestinationError(
+            f"{value!r} cannot name a record", classification=Classification.PERMANENT
+        )
+    return quote(value, safe="")
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:
