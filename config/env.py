@@ -61,6 +61,43 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_origins(name: str) -> list[str]:
+    """A comma list of origins as Django's CSRF_TRUSTED_ORIGINS needs them: each with
+    its scheme (`https://onefold.example.com`), which Django would otherwise only
+    report as a system check error after the process has started."""
+    origins = env_list(name, [])
+    for origin in origins:
+        scheme, sep, host = origin.partition("://")
+        if not sep or scheme not in {"http", "https"} or not host or "/" in host:
+            raise ImproperlyConfigured(
+                f"{name}: {origin!r} is not an origin (scheme and host, e.g. https://example.com)"
+            )
+    return origins
+
+
+def env_header_pair(name: str) -> tuple[str, str] | None:
+    """`HEADER,value` as Django's SECURE_PROXY_SSL_HEADER tuple.
+
+    The header may be written as the proxy sends it (`X-Forwarded-Proto,https`) or as
+    Django's request.META key (`HTTP_X_FORWARDED_PROTO,https`); both name the same one.
+    """
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    parts = [part.strip() for part in raw.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} must be HEADER,value (e.g. X-Forwarded-Proto,https)"
+        )
+    header, value = parts
+    meta_key = header.upper().replace("-", "_")
+    if not all(ch.isalnum() or ch == "_" for ch in meta_key):
+        raise ImproperlyConfigured(f"{name}: {header!r} is not a header name")
+    if not meta_key.startswith("HTTP_"):
+        meta_key = f"HTTP_{meta_key}"
+    return meta_key, value
+
+
 def database_url_of(db: Mapping[str, Any]) -> str:
     """A DATABASES entry as the DATABASE_URL that names it, for a child process
     (a worker cluster) that must use the same database."""

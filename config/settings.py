@@ -7,23 +7,52 @@ the web processes, the django-q2 workers and the management commands.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from pathlib import Path
 from typing import TypedDict
 
 import dj_database_url
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.env import (
+    env_bool,
+    env_float,
+    env_header_pair,
+    env_int,
+    env_list,
+    env_origins,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
-# The insecure default keeps `make run` zero-setup; the system check
-# onefold.W001 warns when it is used with DEBUG off.
+# The insecure default keeps `make run` zero-setup. With DEBUG off the system
+# check onefold.W001 warns about it on loopback, and onefold.E008 refuses to
+# start when ALLOWED_HOSTS names any other host. An empty SECRET_KEY is a
+# forgotten one: it counts as absent.
 INSECURE_SECRET_KEY = "onefold-insecure-development-key-change-me"
-SECRET_KEY = env_str("SECRET_KEY", INSECURE_SECRET_KEY)
+SECRET_KEY = env_str("SECRET_KEY", "") or INSECURE_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- Production hardening (README "Production") ----------------------------
+# Read from variables named as Django's own settings. All off by default: the
+# quick start serves plain HTTP on loopback, where secure cookies would never
+# be sent back and a redirect to HTTPS would lead nowhere.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Load balancers probe over plain HTTP inside the network; /metrics is not
+# exempt (its bearer token must not cross the network in clear).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
+# `HEADER,value`, e.g. X-Forwarded-Proto,https: only behind a proxy that always
+# sets (and never passes through) that header.
+SECURE_PROXY_SSL_HEADER = env_header_pair("SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -35,8 +64,11 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_q",
     "django_htmx",
+    "axes",
+    "csp",
     "idempotency_core",
     "integrations",
     "review_console",
@@ -53,6 +85,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes requires: it turns a lockout raised during login into
+    # the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -124,6 +160,60 @@ WHITENOISE_USE_FINDERS = True
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/console/"
 
+# --- Sign-in throttling (django-axes) ----------------------------------------
+# Every authenticate() with a request goes through axes first: the console's
+# /accounts/login/ and the admin's login alike.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Five wrong passwords in a row lock the account; the next attempt is refused
+# even with the right password until the cool-off has passed.
+AXES_FAILURE_LIMIT = 5
+AXES_RESET_ON_SUCCESS = True
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("ONEFOLD_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+# By username alone. Attackers guessing one staff password spread their tries
+# over many addresses, so a per-IP count would let them through; and behind a
+# proxy (or in the tests, all from 127.0.0.1) every client shares one address,
+# so counting by IP would lock every reviewer out at once. The price is that
+# anyone can lock a known username for the cool-off; an administrator lifts it
+# early with `manage.py axes_reset_username NAME`.
+AXES_LOCKOUT_PARAMETERS = ["username"]
+# axes.W006 asks for "ip_address" in the parameters above; the comment there says
+# why it is left out on purpose.
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Failed attempts (username, address, user agent) are kept only while they count
+# towards a lockout; successful sign-ins are not logged a second time (the user's
+# last_login already says when).
+AXES_DISABLE_ACCESS_LOG = True
+# Password reset mails staff a sign-in link: off unless an operator has set up
+# mail for staff (README "Production"). Off, its pages answer 404.
+ONEFOLD_PASSWORD_RESET = env_bool("ONEFOLD_PASSWORD_RESET", False)
+
+# --- Content-Security-Policy (django-csp 4) -----------------------------------
+# Every HTML page is the project's own: scripts only from our static files (htmx,
+# Swagger UI from drf-spectacular-sidecar), no inline script anywhere. Style
+# sheets from our static files too; inline style *attributes* stay allowed
+# (`style-src-attr`) because templates use them for one-off spacing and the
+# progress bar's width: an attribute can neither run script nor, with img-src
+# 'self', send anything anywhere. JSON answers (API, hooks) carry the header
+# harmlessly.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": [UNSAFE_INLINE],
+        # Swagger UI's style sheet draws its icons as data: SVGs.
+        "img-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
+    },
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -155,6 +245,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Exactly one business effect per form submission, or a review case.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from drf-spectacular-sidecar's files, served by WhiteNoise: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Destinations -----------------------------------------------------------

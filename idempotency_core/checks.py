@@ -1,11 +1,14 @@
-"""System checks that refuse timing settings under which a task could run twice unseen.
+"""System checks that refuse settings under which Onefold would be unsafe to run.
 
-See shared TASK-QUEUE.md, rule 7: the broker's `retry` must outlast a task's
-longest wait plus run, and a claim's lease must outlast the task timeout.
+Timings under which a task could run twice unseen (shared TASK-QUEUE.md, rule 7:
+the broker's `retry` must outlast a task's longest wait plus run, and a claim's
+lease must outlast the task timeout), and the public development SECRET_KEY on
+a server that answers beyond loopback.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -65,12 +68,48 @@ def check_task_queue_timings(
                 "ONEFOLD_RETRY_MAX_SECONDS is below ONEFOLD_RETRY_BASE_SECONDS.", id="onefold.E007"
             )
         )
-    if not settings.DEBUG and settings.SECRET_KEY == settings.INSECURE_SECRET_KEY:
-        errors.append(
-            Warning(
-                "SECRET_KEY is the built-in development key.",
-                hint="Set SECRET_KEY in the environment before serving real traffic.",
-                id="onefold.W001",
-            )
-        )
     return errors
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether an ALLOWED_HOSTS entry can only be reached from this machine."""
+    name = host.strip().lower().lstrip(".").rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    # "testserver" is the name Django's test client sends; nothing resolves it.
+    if name in {"localhost", "testserver"} or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@register(Tags.security)
+def check_secret_key(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """The development key is public (it is in this repository): anyone who reads it
+    can sign session and messages cookies. On loopback only it is a warning, so
+    `make run` needs no setup; a server that names any other host refuses to start
+    (an Error stops `check`, `migrate`, `runserver` and every command)."""
+    if settings.DEBUG or settings.SECRET_KEY != settings.INSECURE_SECRET_KEY:
+        return []
+    public = [host for host in settings.ALLOWED_HOSTS if not _is_loopback(host)]
+    if public:
+        return [
+            Error(
+                "SECRET_KEY is the built-in development key, and ALLOWED_HOSTS names "
+                f"{', '.join(public)} beyond loopback: anyone could forge session and "
+                "messages cookies.",
+                hint="Set SECRET_KEY in the environment (README, Production).",
+                id="onefold.E008",
+            )
+        ]
+    return [
+        Warning(
+            "SECRET_KEY is the built-in development key.",
+            hint="Set SECRET_KEY in the environment before serving real traffic.",
+            id="onefold.W001",
+        )
+    ]
