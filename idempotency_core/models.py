@@ -86,7 +86,11 @@ class SourceApiKey(models.Model):
     prefix = models.CharField(max_length=16, help_text="First characters, to recognise a key.")
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Revoked (`revoke_key`): refused from this moment on.
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Replaced (`rotate_key --overlap-seconds N`): keeps working until then, so the
+    # sender can switch to the new key without a gap; refused afterwards.
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.source.name}:{self.prefix}…"

@@ -213,3 +213,179 @@ def source_secret_revoke(*, source: Source, actor: User, prefix: str, reason: st
             },
         )
     return removed
+
+
+# -- API keys: a source created once, keys rotated with an overlap, revoked by prefix ----
+# Appended as a section of its own (imports included), clear of concurrent edits above.
+# A key works while it is neither revoked nor past the end of its rotation overlap.
+
+from datetime import datetime, timedelta  # noqa: E402
+
+from django.db import IntegrityError  # noqa: E402
+from django.db.models import Q, QuerySet  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+# The module, not the name: the section above imports `audit_record` itself.
+from idempotency_core.audit import entries as audit_entries  # noqa: E402
+
+# The part of a key stored in clear (`source_api_key_issue`), to recognise it by.
+API_KEY_PREFIX_LENGTH = 10
+
+
+class SourceExistsError(ValueError):
+    """`create_source` for a name that exists: nothing is changed."""
+
+
+class SourceNotFoundError(ValueError):
+    """No source has that name."""
+
+
+class ApiKeyNotFoundError(ValueError):
+    """No API key starts with the prefix given."""
+
+
+class ApiKeyAmbiguousError(ValueError):
+    """Several working keys start with the prefix given; `matches` lists them."""
+
+    def __init__(self, message: str, matches: list[SourceApiKey]) -> None:
+        super().__init__(message)
+        self.matches = matches
+
+
+def _working_api_keys(now: datetime) -> QuerySet[SourceApiKey]:
+    return SourceApiKey.objects.filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now), revoked_at__isnull=True
+    )
+
+
+def source_for_working_api_key(key: str, *, now: datetime | None = None) -> Source | None:
+    """The source a key identifies, if the key works now: not revoked, and not past the
+    end of the overlap a rotation gave it. What the ingest API authenticates with."""
+    found = (
+        _working_api_keys(now or timezone.now())
+        .select_related("source")
+        .filter(digest=api_key_digest(key))
+        .first()
+    )
+    return found.source if found else None
+
+
+def source_create(*, name: str) -> Source:
+    """Creates a source. One that exists is refused and left exactly as it is: a second
+    `create_source` used to add a key beside the first, leaving a leaked one valid."""
+    refusal = SourceExistsError(
+        f"Source {name!r} exists; nothing was changed. For a new API key run "
+        f"`manage.py rotate_key {name}` (the old key keeps working for "
+        "--overlap-seconds, default 86400); a sender's profile and secrets are edited "
+        "on the console's source page."
+    )
+    if Source.objects.filter(name=name).exists():  # the message; the constraint decides
+        raise refusal
+    try:
+        with transaction.atomic():
+            return Source.objects.create(name=name, key_salt=new_source_salt())
+    except IntegrityError:
+        raise refusal from None
+
+
+@dataclass(frozen=True)
+class KeyRotation:
+    """A new key (in clear: the only time it is seen) and the keys it replaces, each
+    with the moment it stops working."""
+
+    key: str
+    prefix: str
+    retiring: tuple[tuple[str, datetime], ...]
+
+
+def source_api_key_rotate(*, name: str, overlap: timedelta) -> KeyRotation:
+    """Issues a new key for the source and ends its working keys `overlap` from now (a key
+    already ending sooner keeps its end; a zero overlap ends them at once). Audited as
+    `api_key_rotated`, naming prefixes only."""
+    if overlap < timedelta(0):
+        raise ValueError("The overlap cannot be negative.")
+    with transaction.atomic():
+        # The source's row lock orders two rotations of one source.
+        source = Source.objects.select_for_update().filter(name=name).first()
+        if source is None:
+            raise SourceNotFoundError(f"No source is named {name!r}.")
+        now = timezone.now()
+        ends = now + overlap
+        working = SourceApiKey.objects.filter(
+            pk__in=list(_working_api_keys(now).filter(source=source).values_list("pk", flat=True))
+        )
+        working.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=ends)).update(expires_at=ends)
+        retiring = tuple(
+            (prefix, end or ends)
+            for prefix, end in working.order_by("created_at").values_list("prefix", "expires_at")
+        )
+        key = source_api_key_issue(source=source)
+        audit_entries.audit_record(
+            action="api_key_rotated",
+            system="rotate_key",
+            details={
+                "source": source.name,
+                "source_id": source.pk,
+                "new_prefix": key[:API_KEY_PREFIX_LENGTH],
+                "overlap_seconds": overlap.total_seconds(),
+                "retiring": [
+                    {"prefix": prefix, "expires_at": end.isoformat()} for prefix, end in retiring
+                ],
+            },
+        )
+    return KeyRotation(key=key, prefix=key[:API_KEY_PREFIX_LENGTH], retiring=retiring)
+
+
+@dataclass(frozen=True)
+class KeyRevocation:
+    prefix: str
+    source_name: str
+    revoked_at: datetime
+    # False when the key had already stopped working (revoked, or its overlap ended).
+    was_working: bool
+
+
+def api_key_revoke(*, prefix: str) -> KeyRevocation:
+    """Revokes, at once, the one working key that starts with `prefix` (its first
+    characters, as `create_source` and `rotate_key` print them, or the whole key).
+    Audited as `api_key_revoked`. Refused when no key matches, or when several working
+    keys do (ApiKeyAmbiguousError lists them: revoking the wrong one is worse)."""
+    prefix = prefix.strip()
+    if not prefix or not prefix.isascii() or not prefix.isprintable():
+        raise ApiKeyNotFoundError("Give the first characters of the key, e.g. ofk_AbC123.")
+    with transaction.atomic():
+        now = timezone.now()
+        exact = SourceApiKey.objects.filter(digest=api_key_digest(prefix))
+        candidates = (
+            exact
+            if exact.exists()
+            else SourceApiKey.objects.filter(prefix__startswith=prefix[:API_KEY_PREFIX_LENGTH])
+        )
+        matches = list(candidates.select_for_update(of=("self",)).select_related("source"))
+        if not matches:
+            raise ApiKeyNotFoundError(f"No API key starts with {prefix[:API_KEY_PREFIX_LENGTH]}.")
+        working = _working_api_keys(now).filter(pk__in=[k.pk for k in matches])
+        chosen = list(working.select_related("source").order_by("created_at"))
+        if len(chosen) > 1:
+            raise ApiKeyAmbiguousError(
+                f"{len(chosen)} working keys start with {prefix}; give more characters.",
+                chosen,
+            )
+        if not chosen:
+            latest = max(matches, key=lambda k: k.revoked_at or k.expires_at or k.created_at)
+            return KeyRevocation(
+                prefix=latest.prefix,
+                source_name=latest.source.name,
+                revoked_at=latest.revoked_at or latest.expires_at or now,
+                was_working=False,
+            )
+        (key,) = chosen
+        SourceApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=now)
+        audit_entries.audit_record(
+            action="api_key_revoked",
+            system="revoke_key",
+            details={"source": key.source.name, "source_id": key.source_id, "prefix": key.prefix},
+        )
+    return KeyRevocation(
+        prefix=key.prefix, source_name=key.source.name, revoked_at=now, was_working=True
+    )

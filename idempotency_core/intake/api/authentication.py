@@ -9,7 +9,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from idempotency_core.intake.sources import source_for_api_key
+from idempotency_core.intake.sources import source_for_working_api_key
 from idempotency_core.models import Source
 
 if TYPE_CHECKING:
@@ -27,9 +27,11 @@ class SourceApiKeyAuthentication(authentication.BaseAuthentication):
         key = key.strip()
         if not key:
             raise exceptions.AuthenticationFailed("Empty API key.")
-        source = source_for_api_key(key)
+        # A rotated key keeps working until the end of its overlap, then is refused
+        # exactly like a revoked one.
+        source = source_for_working_api_key(key)
         if source is None:
-            raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
+            raise exceptions.AuthenticationFailed("Unknown, revoked or expired API key.")
         if not source.is_active:
             raise exceptions.PermissionDenied("This source is disabled.")
         return AnonymousUser(), source

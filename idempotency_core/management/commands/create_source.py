@@ -1,4 +1,7 @@
-"""`manage.py create_source NAME`: creates the source if absent and prints how to send.
+"""`manage.py create_source NAME`: creates the source and prints how to send.
+
+A source that exists is refused (exit 1) and left as it is: a new API key for it
+is `rotate_key`'s job, which also ends the old one.
 
 With the default profile `api`, the last line is a new API key. With a sender's
 profile (CONTRACT.md, "Senders"), the last line is the hook's path, alone; the
@@ -10,22 +13,26 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
 from idempotency_core.execution.steps import InvalidPipelineError, pipeline_validate
 from idempotency_core.intake.senders.profiles import API, PROFILE_NAMES
 from idempotency_core.intake.sources import (
+    HookSetup,
     InvalidProfileError,
-    source_create_with_key,
-    source_get_or_create,
+    SourceExistsError,
+    source_api_key_issue,
+    source_create,
     source_hook_configure,
     source_pipeline_set,
 )
+from idempotency_core.models import Source
 
 
 class Command(BaseCommand):
     help = (
-        "Create a source (if absent). Prints a new API key alone on the last line, or, "
-        "with --profile, the hook's path."
+        "Create a source. Prints its API key alone on the last line, or, with --profile, "
+        "the hook's path. An existing source is refused: see rotate_key."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -59,30 +66,26 @@ class Command(BaseCommand):
         if options["duplicates"] == "hold":
             # Not built yet (the reviewer-experience issue): refusing beats pretending.
             raise CommandError("--duplicates hold is not available yet; use flag.")
-        if options["profile"] == API:
-            source, created, key = source_create_with_key(name=name)
-        else:
-            source, created = source_get_or_create(name=name)
+        try:
+            # One transaction: a refused secret leaves no half-made source behind, which
+            # a second run would then refuse as existing.
+            with transaction.atomic():
+                source = source_create(name=name)
+                if steps:
+                    source_pipeline_set(source=source, steps=steps)
+                if options["profile"] == API:
+                    key = source_api_key_issue(source=source)
+                else:
+                    setup = _configure(source, options)
+        except (SourceExistsError, InvalidProfileError) as exc:
+            raise CommandError(str(exc)) from exc
         if steps:
-            source_pipeline_set(source=source, steps=steps)
             self.stdout.write(f"Pipeline: {' -> '.join(steps)}")
-        verb = "Created" if created else "Found"
         if options["profile"] == API:
-            self.stdout.write(f"{verb} source {source.name!r}. New API key (shown once):")
+            self.stdout.write(f"Created source {source.name!r}. New API key (shown once):")
             self.stdout.write(key)
             return
-        try:
-            setup = source_hook_configure(
-                source=source,
-                profile=options["profile"],
-                secrets=options["secret"],
-                form=options["form"],
-                thank_you_url=options["thank_you"],
-                duplicates=options["duplicates"],
-            )
-        except InvalidProfileError as exc:
-            raise CommandError(str(exc)) from exc
-        self.stdout.write(f"{verb} source {source.name!r} with profile {options['profile']}.")
+        self.stdout.write(f"Created source {source.name!r} with profile {options['profile']}.")
         for number, secret in enumerate(setup.secrets, 1):
             self.stdout.write(f"Signing secret {number} (shown once): {secret}")
         if setup.token:
@@ -90,3 +93,14 @@ class Command(BaseCommand):
         else:
             self.stdout.write("Post to:")
         self.stdout.write(setup.path)
+
+
+def _configure(source: Source, options: dict[str, Any]) -> HookSetup:
+    return source_hook_configure(
+        source=source,
+        profile=options["profile"],
+        secrets=options["secret"],
+        form=options["form"],
+        thank_you_url=options["thank_you"],
+        duplicates=options["duplicates"],
+    )
