@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -29,21 +29,21 @@ def review_case_open(
     """Opens a case, or returns the open one for this subject and kind.
 
     The partial unique constraint decides between concurrent openers; the loser
-    reads the winner's case instead of failing.
+    reads the winner's case instead of failing. The INSERT skips a conflict rather
+    than failing on it, so the database never logs a failed statement carrying the
+    case's summary and evidence (which can quote a destination's words).
     """
     if event is None and operation is not None:
         event = operation.event
-    try:
-        with transaction.atomic():
-            case = ReviewCase.objects.create(
-                kind=kind,
-                subject=subject,
-                summary=summary,
-                event=event,
-                operation=operation,
-                evidence=evidence or {},
-            )
-    except IntegrityError:
+    case = ReviewCase(
+        kind=kind,
+        subject=subject,
+        summary=summary,
+        event=event,
+        operation=operation,
+        evidence=evidence or {},
+    )
+    if not _insert_unless_conflicting(case):
         case = ReviewCase.objects.get(
             subject=subject, kind=kind, status__in=ReviewCase.OPEN_STATUSES
         )
@@ -58,6 +58,29 @@ def review_case_open(
         details={"kind": kind, "subject": subject},
     )
     return case, True
+
+
+def _insert_unless_conflicting(case: ReviewCase) -> bool:
+    """`INSERT ... ON CONFLICT DO NOTHING RETURNING id` (PostgreSQL, and SQLite 3.35+):
+    True, with `case.pk` set, when this row went in; False when an open case of the
+    same subject and kind was there first."""
+    meta = ReviewCase._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    values = [f.get_db_prep_save(f.pre_save(case, True), connection) for f in fields]
+    quote = connection.ops.quote_name
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(str(f.column)) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) "
+        f"ON CONFLICT DO NOTHING RETURNING {quote(str(meta.pk.column))}"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    case.pk = row[0]
+    case._state.adding = False
+    return True
 
 
 def review_cases_settle(

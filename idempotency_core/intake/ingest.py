@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -33,6 +33,10 @@ class KeyReusedError(Exception):
     def __init__(self, event: Event) -> None:
         super().__init__(f"idempotency key reused with a different payload (event {event.pk})")
         self.event = event
+
+
+class _EventExistsError(Exception):
+    """The (source, key) was inserted by a concurrent delivery first."""
 
 
 class InvalidRevisionError(Exception):
@@ -92,7 +96,7 @@ def event_ingest(
                 ),
                 created=True,
             )
-        except IntegrityError:
+        except _EventExistsError:
             # Another request inserted the same (source, key) first and committed.
             existing = Event.objects.get(source=source, key=key)
     return _repeat_delivery(event=existing, fingerprint=fingerprint, raw=raw)
@@ -130,7 +134,7 @@ def _event_create(
     destinations = {role: destination_for(source, role) for role in ("crm", "email")}
     now = timezone.now()
     with transaction.atomic():
-        event = Event.objects.create(
+        event = Event(
             source=source,
             key=key,
             fingerprint=fingerprint,
@@ -140,6 +144,12 @@ def _event_create(
             submitted_at=submitted_at,
             revises=revises,
         )
+        # INSERT ... ON CONFLICT DO NOTHING: the unique constraint still decides between
+        # racing first deliveries, but the loser's statement never fails, so the
+        # database never logs a failed INSERT with the contact's details in it.
+        Event.objects.bulk_create([event], ignore_conflicts=True)
+        if not Event.objects.filter(pk=event.pk).exists():
+            raise _EventExistsError
         pipeline = EDIT_PIPELINE if revises else pipeline_for(source, event.form)
         operations = Operation.objects.bulk_create(
             Operation(

@@ -122,9 +122,10 @@ def test_a_replay_refused_again_holds_them_again_under_the_new_case(sandbox, adm
 def test_a_verified_reference_releases_the_next_step(sandbox, admin_user):
     event = refused_enquiry(sandbox, "held-4")
     enquiry = op(event, "create_enquiry")
-    # Staff created the enquiry in the CRM by hand, then give its reference.
+    # Staff created the enquiry in the CRM by hand, with the operation's reference (the
+    # case page shows it), then give the record's id.
     made_by_hand = SandboxCrm(sandbox.url, timeout=5).create_record(
-        external_ref="by-hand-1", fields={"name": "Ada", "email": "ada@example.com"}
+        external_ref=enquiry.key, fields={"name": "Ada", "email": "ada@example.com"}
     )
     case = ReviewCase.objects.get(operation=enquiry)
 

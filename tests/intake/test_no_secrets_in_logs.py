@@ -293,15 +293,6 @@ def test_no_secret_signature_or_personal_data_reaches_a_log(
 RACING_PAIRS = 12
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product bug: event_ingest (intake/ingest.py) lets the losing racer's INSERT fail "
-    "on event_unique_source_key, and PostgreSQL logs that statement with its literal values "
-    "(log_min_error_statement=error, client-side binding): the contact and message land in "
-    "the server log. Remove this mark when the insert no longer errors or no longer "
-    "carries the values.",
-)
 def test_a_repeat_racing_its_first_delivery_leaves_no_personal_data_in_a_log(
     sandbox: Sandbox, web_server: WebServer, qcluster_factory, tmp_path: Path
 ):
