@@ -310,15 +310,12 @@ def events_of(source: Source) -> list[Event]:
     return list(Event.objects.filter(source=source).order_by("received_at"))
 
 
-def test_a_person_on_a_plain_website_makes_one_event_per_submission(
-    tab: Tab, site: Site, web_server, tmp_path: Path
-):
+def double_click_lands_once(
+    tab: Tab, site: Site, source: Source, form_url: str, screenshots: Path
+) -> str:
+    """a. Fill in the form and double-click Send: the thank-you page, one event.
+    Returns the submission id the browser sent."""
     page = tab.page
-    screenshots = tmp_path / "screenshots"
-    source, _ = html_source(site, web_server.url)
-    form_url = f"{site.url}/contact.html"
-
-    # a. Fill in the form and double-click Send: the thank-you page, one event.
     page.goto(form_url)
     fill(page, PERSON["message"])
     shot(page, screenshots, "html-form-filled")
@@ -338,6 +335,32 @@ def test_a_person_on_a_plain_website_makes_one_event_per_submission(
         "phone": "+442079460958",  # normalised as the JSON API's would be
     }
     assert payload["message"] == PERSON["message"]
+
+    return str(first_id)
+
+
+def honeypot_left_empty(tab: Tab, source: Source) -> list[str]:
+    """d. A person never fills the honeypot: every post carried it empty, and every
+    delivery was accepted or replayed; none was dropped as a bot's."""
+    assert tab.posts and all(p.get("website") == "" for p in tab.posts)
+    outcomes = list(
+        Delivery.objects.filter(source=source).order_by("pk").values_list("outcome", flat=True)
+    )
+    assert outcomes.count("accepted") == 2, outcomes
+    assert set(outcomes) == {"accepted", "replayed"}, outcomes
+    assert len(outcomes) == len(tab.posts), (outcomes, tab.posts)
+    return outcomes
+
+
+def test_a_person_on_a_plain_website_makes_one_event_per_submission(
+    tab: Tab, site: Site, web_server, tmp_path: Path
+):
+    page = tab.page
+    screenshots = tmp_path / "screenshots"
+    source, _ = html_source(site, web_server.url)
+    form_url = f"{site.url}/contact.html"
+
+    first_id = double_click_lands_once(tab, site, source, form_url, screenshots)
 
     # b. Back, then the same content again: the same submission id, still one event.
     back_to_the_form(tab, form_url)
@@ -366,13 +389,5 @@ def test_a_person_on_a_plain_website_makes_one_event_per_submission(
     assert events[1].key == f"html:-:{second_id}"
     assert (events[1].payload or {})["message"] == SECOND_MESSAGE
 
-    # d. A person never fills the honeypot: every post carried it empty, and every
-    # delivery was accepted or replayed; none was dropped as a bot's.
-    assert tab.posts and all(p.get("website") == "" for p in tab.posts)
-    outcomes = list(
-        Delivery.objects.filter(source=source).order_by("pk").values_list("outcome", flat=True)
-    )
-    assert outcomes.count("accepted") == 2, outcomes
-    assert set(outcomes) == {"accepted", "replayed"}, outcomes
-    assert len(outcomes) == len(tab.posts), (outcomes, tab.posts)
+    outcomes = honeypot_left_empty(tab, source)
     print(f"\nposts: {len(tab.posts)}; outcomes: {outcomes}; screenshots: {screenshots}")
