@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import secrets as random_secrets
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
+from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.steps import pipeline_validate
 from idempotency_core.intake.senders.profiles import API, PRESETS, profile_resolve
 from idempotency_core.intake.senders.verifying import token_digest
@@ -23,15 +28,6 @@ def source_api_key_issue(*, source: Source) -> str:
     key = new_api_key()
     SourceApiKey.objects.create(source=source, prefix=key[:10], digest=api_key_digest(key))
     return key
-
-
-def source_for_api_key(key: str) -> Source | None:
-    found = (
-        SourceApiKey.objects.select_related("source")
-        .filter(digest=api_key_digest(key), revoked_at__isnull=True)
-        .first()
-    )
-    return found.source if found else None
 
 
 def source_pipeline_set(*, source: Source, steps: list[str], form: str = "*") -> Source:
@@ -120,10 +116,6 @@ def source_secret_remove(*, source: Source, prefix: str) -> int:
 # -- Console and admin edits of a source: enabled, secrets; each one audited ---------
 # Appended as a section of its own (imports included) so that it stays clear of
 # concurrent edits to the functions above.
-
-from django.contrib.auth.models import User  # noqa: E402
-
-from idempotency_core.audit.entries import audit_record  # noqa: E402
 
 
 def _source_locked(source: Source, reason: str) -> Source:
@@ -219,14 +211,8 @@ def source_secret_revoke(*, source: Source, actor: User, prefix: str, reason: st
 # Appended as a section of its own (imports included), clear of concurrent edits above.
 # A key works while it is neither revoked nor past the end of its rotation overlap.
 
-from datetime import datetime, timedelta  # noqa: E402
-
-from django.db import IntegrityError  # noqa: E402
-from django.db.models import Q, QuerySet  # noqa: E402
-from django.utils import timezone  # noqa: E402
 
 # The module, not the name: the section above imports `audit_record` itself.
-from idempotency_core.audit import entries as audit_entries  # noqa: E402
 
 # The part of a key stored in clear (`source_api_key_issue`), to recognise it by.
 API_KEY_PREFIX_LENGTH = 10
@@ -320,7 +306,7 @@ def source_api_key_rotate(*, name: str, overlap: timedelta) -> KeyRotation:
             for prefix, end in working.order_by("created_at").values_list("prefix", "expires_at")
         )
         key = source_api_key_issue(source=source)
-        audit_entries.audit_record(
+        audit_record(
             action="api_key_rotated",
             system="rotate_key",
             details={
@@ -381,7 +367,7 @@ def api_key_revoke(*, prefix: str) -> KeyRevocation:
             )
         (key,) = chosen
         SourceApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=now)
-        audit_entries.audit_record(
+        audit_record(
             action="api_key_revoked",
             system="revoke_key",
             details={"source": key.source.name, "source_id": key.source_id, "prefix": key.prefix},
