@@ -189,6 +189,26 @@ Control and inspection (tests and drills only)
     ``<prefix>N-1``, all stamped ``created_at`` (default now), generated inside
     SQLite (a million in seconds). For benchmarks: uniqueness is not checked.
 
+Mail sink
+=========
+
+The sink speaks ESMTP and offers ``8BITMIME`` and ``SMTPUTF8`` (RFC 6531), as
+aiosmtpd's controller does by default, so a non-ASCII local part
+(``jörg@example.com``) is accepted when the client asks for SMTPUTF8 on MAIL
+FROM. ``mail_from`` and ``rcpt_to`` of a stored message are the envelope as
+sent: an internationalised domain appears in its ASCII (IDNA) form,
+``idn@xn--exmple-cua.com``.
+
+A sink that lacks SMTPUTF8, as many relays do, runs in process only::
+
+    from integrations.sandbox.smtp import SinkController
+
+    sink = SinkController(SandboxStore(), hostname="127.0.0.1", port=0, smtputf8=False)
+    sink.start()  # sink.port is the bound port; sink.stop()
+
+Its EHLO does not offer SMTPUTF8, MAIL FROM with ``SMTPUTF8`` is answered
+``501``, and a command with non-ASCII bytes ``500`` (strict ASCII).
+
 Concurrency
 ===========
 

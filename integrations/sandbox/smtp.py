@@ -88,11 +88,21 @@ class SinkController(Controller):
 
     The stock controller passes host and port to `create_server` and then
     connects to `self.port` to check it is up, which fails for port 0.
+
+    `smtputf8` says whether EHLO offers SMTPUTF8 (RFC 6531), aiosmtpd's
+    controller default, on: with it off, a client that sends a non-ASCII
+    address anyway is answered 500 (strict ASCII), as by a relay without it.
     """
 
-    def __init__(self, store: SandboxStore, *, hostname: str, port: int) -> None:
+    def __init__(
+        self, store: SandboxStore, *, hostname: str, port: int, smtputf8: bool = True
+    ) -> None:
         super().__init__(
-            SinkHandler(store), hostname=hostname, port=port, server_hostname=SERVER_HOSTNAME
+            SinkHandler(store),
+            hostname=hostname,
+            port=port,
+            server_hostname=SERVER_HOSTNAME,
+            enable_SMTPUTF8=smtputf8,
         )
         self._socket: socket.socket | None = None
 

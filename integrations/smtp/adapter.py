@@ -2,23 +2,68 @@
 
 The `Message-ID` is derived from the operation key so that receivers and mail
 stores can recognise a repeat. Classification follows where the SMTP dialogue
-broke: before DATA was accepted nothing was sent (retryable, or permanent on a
-5xx); once the message body went out, a lost reply is ambiguous.
+broke: until the first byte of the message body went out nothing can have been
+delivered, so a failure there is retryable (connection refused, a 4xx, a
+dropped connection) or permanent (a 5xx, an address or message that cannot be
+written at all); once the body went out, a lost or unclear reply is ambiguous.
+
+Addresses: the domain of an internationalised address is written in ASCII
+(IDNA 2008 with UTS 46 mapping, `idn@exämple.com` -> `idn@xn--exmple-cua.com`),
+which every server accepts. A local part outside ASCII can only travel over
+SMTPUTF8 (RFC 6531): the message is sent with it when the server offers it,
+and refused as permanent, before MAIL FROM, when it does not.
 """
 
 from __future__ import annotations
 
+import email.errors
+import email.policy
+import re
 import smtplib
 from email.message import EmailMessage
 from email.utils import format_datetime
 
+import idna
 from django.utils import timezone
 
 from integrations.base import Capabilities, Classification, DestinationError, Effect, smtp_reply
 
+# What a server's reply may quote of an address (`550 5.1.1 <ada@example.com>:
+# unknown user`): kept out of error messages, which reach review cases and logs.
+_QUOTED_ADDRESS = re.compile(r"[^\s<>@]+@[^\s<>@]+")
+# Lines that start with a dot are doubled on the wire (RFC 5321, 4.5.2).
+_LEADING_DOT = re.compile(rb"(?m)^\.")
+# Headers stay ASCII, the body is 7-bit (quoted-printable or base64 when needed):
+# a server that offers no 8BITMIME takes it as it is.
+_COMPOSE_POLICY = email.policy.SMTP.clone(cte_type="7bit")
+
 
 def message_id_for(operation_key: str) -> str:
     return f"<{operation_key}@onefold>"
+
+
+def envelope_address(address: str) -> str:
+    """`address` as it goes on the wire: its domain in ASCII (IDNA), its local part as is.
+
+    Raises DestinationError (permanent) when it cannot be written: no `@`, an
+    empty part, or a domain IDNA refuses. An ASCII domain is left alone (IDNA
+    would refuse names that are valid in mail, such as ones with underscores).
+    """
+    local, at, domain = address.strip().rpartition("@")
+    if not at or not local or not domain:
+        raise DestinationError(
+            "the recipient's address has no local part or no domain",
+            classification=Classification.PERMANENT,
+        )
+    if not domain.isascii():
+        try:
+            domain = idna.encode(domain, uts46=True).decode("ascii")
+        except idna.IDNAError as exc:
+            raise DestinationError(
+                "the recipient's domain cannot be written in ASCII (IDNA refuses it)",
+                classification=Classification.PERMANENT,
+            ) from exc
+    return f"{local}@{domain}"
 
 
 class SmtpSender:
@@ -33,74 +78,125 @@ class SmtpSender:
         self.sender = sender
 
     def send(self, *, operation_key: str, to: str, subject: str, body: str) -> Effect:
-        message = self._message(operation_key=operation_key, to=to, subject=subject, body=body)
+        sender, recipient = envelope_address(self.sender), envelope_address(to)
+        utf8 = not (sender.isascii() and recipient.isascii())
+        data = self._message_bytes(
+            operation_key=operation_key,
+            sender=sender,
+            to=recipient,
+            subject=subject,
+            body=body,
+            utf8=utf8,
+        )
         try:
             client = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
         except (OSError, smtplib.SMTPException) as exc:
             raise DestinationError(
                 f"SMTP connect failed: {exc}", classification=Classification.RETRYABLE
             ) from exc
-        with client:
-            self._envelope(client, to)
-            try:
-                code, reply = client.data(message.as_bytes())
-            except smtplib.SMTPDataError as exc:
-                # DATA itself was refused (no 354): the body never went out.
-                raise DestinationError(
-                    f"SMTP DATA refused: {exc.smtp_code} {exc.smtp_error!r}",
-                    classification=Classification.PERMANENT
-                    if exc.smtp_code >= 500
-                    else Classification.RETRYABLE,
-                    reply=smtp_reply(exc.smtp_code),
-                ) from exc
-            except (OSError, smtplib.SMTPException) as exc:
-                # The body went out and the reply never came: it may be delivered.
-                raise DestinationError(
-                    f"SMTP reply lost after DATA: {type(exc).__name__}: {exc}",
-                    classification=Classification.AMBIGUOUS,
-                ) from exc
+        try:
+            self._envelope(client, sender, recipient, utf8=utf8)
+            code, reply = self._data(client, data)
+        finally:
+            _quit_quietly(client)
         return self._accepted(code, reply, operation_key=operation_key)
 
-    def _message(self, *, operation_key: str, to: str, subject: str, body: str) -> EmailMessage:
-        message = EmailMessage()
-        message["From"] = self.sender
-        message["To"] = to
-        message["Subject"] = subject
-        message["Date"] = format_datetime(timezone.now())
-        message["Message-ID"] = message_id_for(operation_key)
-        message["X-Onefold-Operation"] = operation_key
-        message.set_content(body)
-        return message
+    def _message_bytes(
+        self, *, operation_key: str, sender: str, to: str, subject: str, body: str, utf8: bool
+    ) -> bytes:
+        """The message as it will be sent, written before connecting: what the email
+        package cannot write is a permanent failure, and nothing was sent."""
+        try:
+            message = EmailMessage(policy=_COMPOSE_POLICY)
+            message["From"] = sender
+            message["To"] = to
+            message["Subject"] = subject
+            message["Date"] = format_datetime(timezone.now())
+            message["Message-ID"] = message_id_for(operation_key)
+            message["X-Onefold-Operation"] = operation_key
+            message.set_content(body)
+            # SMTPUTF8 carries headers as UTF-8; otherwise they must be ASCII.
+            return message.as_bytes(policy=email.policy.SMTPUTF8 if utf8 else _COMPOSE_POLICY)
+        except (ValueError, TypeError, email.errors.MessageError) as exc:
+            # UnicodeError is a ValueError: an address or header that cannot be encoded.
+            raise DestinationError(
+                f"the message could not be written ({type(exc).__name__}); nothing was sent",
+                classification=Classification.PERMANENT,
+            ) from exc
 
-    def _envelope(self, client: smtplib.SMTP, to: str) -> None:
-        """MAIL FROM and RCPT TO: a failure here is before any of the body went out."""
+    def _envelope(self, client: smtplib.SMTP, sender: str, to: str, *, utf8: bool) -> None:
+        """EHLO, MAIL FROM and RCPT TO: a failure here is before any of the body went out."""
         try:
             client.ehlo_or_helo_if_needed()
-            code, reply = client.mail(self.sender)
+            if utf8 and not client.has_extn("smtputf8"):
+                raise DestinationError(
+                    "the mail server cannot deliver to a non-ASCII address "
+                    "(it does not offer SMTPUTF8); nothing was sent",
+                    classification=Classification.PERMANENT,
+                )
+            # With SMTPUTF8 smtplib writes the following commands in UTF-8.
+            code, reply = client.mail(sender, ["SMTPUTF8"] if utf8 else [])
             self._check_envelope(code, reply, "MAIL FROM")
             code, reply = client.rcpt(to)
             self._check_envelope(code, reply, "RCPT TO")
+        except UnicodeError as exc:
+            raise DestinationError(
+                f"SMTP envelope could not be encoded ({type(exc).__name__}); nothing was sent",
+                classification=Classification.PERMANENT,
+            ) from exc
         except (OSError, smtplib.SMTPException) as exc:
             raise DestinationError(
                 f"SMTP envelope failed: {exc}", classification=Classification.RETRYABLE
+            ) from exc
+
+    def _data(self, client: smtplib.SMTP, data: bytes) -> tuple[int, bytes]:
+        """DATA, then the body. smtplib's `data()` does both in one call, which would hide
+        whether a failure came before the first byte of the body or after it."""
+        try:
+            code, reply = client.docmd("data")
+        except (OSError, smtplib.SMTPException) as exc:
+            raise DestinationError(
+                f"SMTP DATA command failed, the body was not sent: {exc}",
+                classification=Classification.RETRYABLE,
+            ) from exc
+        if code != 354:
+            # DATA itself was refused: the body never went out.
+            raise DestinationError(
+                f"SMTP DATA refused: {code} {_reply_text(reply)}",
+                classification=Classification.PERMANENT
+                if code >= 500
+                else Classification.RETRYABLE,
+                reply=smtp_reply(code),
+            )
+        wire = _LEADING_DOT.sub(b"..", data)
+        if not wire.endswith(b"\r\n"):
+            wire += b"\r\n"
+        try:
+            client.send(wire + b".\r\n")
+            return client.getreply()
+        except (OSError, smtplib.SMTPException) as exc:
+            # The body went out and the reply never came: it may be delivered.
+            raise DestinationError(
+                f"SMTP reply lost after DATA: {type(exc).__name__}: {exc}",
+                classification=Classification.AMBIGUOUS,
             ) from exc
 
     def _accepted(self, code: int, reply: bytes, *, operation_key: str) -> Effect:
         """The reply to the body: 2xx is the message's Effect, anything else an error."""
         if code >= 500:
             raise DestinationError(
-                f"SMTP message rejected: {code} {reply.decode(errors='replace')}",
+                f"SMTP message rejected: {code} {_reply_text(reply)}",
                 classification=Classification.PERMANENT,
                 reply=smtp_reply(code),
             )
-        if code >= 400:
+        if not 200 <= code < 300:
             # RFC 5321 says a 4xx here means "not accepted", but servers that
             # accept and then time out or answer 4xx are common. Email is
             # at-most-once by design, so a 4xx after the body went out is
             # treated as ambiguous: a person decides, nothing is resent blindly.
+            # So is a reply smtplib could not read (it reports -1).
             raise DestinationError(
-                f"SMTP temporary failure after the body was sent: {code} "
-                f"{reply.decode(errors='replace')}",
+                f"SMTP temporary failure after the body was sent: {code} {_reply_text(reply)}",
                 classification=Classification.AMBIGUOUS,
                 reply=smtp_reply(code),
             )
@@ -111,7 +207,21 @@ class SmtpSender:
         if code < 400:
             return
         raise DestinationError(
-            f"SMTP {stage} refused: {code} {reply.decode(errors='replace')}",
+            f"SMTP {stage} refused: {code} {_reply_text(reply)}",
             classification=Classification.PERMANENT if code >= 500 else Classification.RETRYABLE,
             reply=smtp_reply(code),
         )
+
+
+def _reply_text(reply: bytes) -> str:
+    """A server's reply for an error message, without any address it quotes."""
+    return _QUOTED_ADDRESS.sub("[address]", reply.decode(errors="replace"))
+
+
+def _quit_quietly(client: smtplib.SMTP) -> None:
+    """Ends the session. Whatever QUIT meets (a closed connection, an odd reply)
+    changes nothing about the message, so it never replaces the outcome."""
+    try:
+        client.quit()
+    except (OSError, smtplib.SMTPException):
+        client.close()

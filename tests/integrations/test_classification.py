@@ -20,7 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from integrations.base import Classification, DestinationError, Reply
+from integrations.sandbox import SandboxStore
 from integrations.sandbox.adapter import SandboxCrm
+from integrations.sandbox.smtp import SinkController
 from integrations.smtp.adapter import SmtpSender, message_id_for
 from tests.support.processes import free_port
 
@@ -184,3 +186,181 @@ def test_smtp_with_nobody_listening_is_retryable():
     sender = SmtpSender("127.0.0.1", free_port(), timeout=5, sender="from@onefold.invalid")
     error = classify(lambda: sender.send(operation_key="k", to="a@b.c", subject="s", body="b"))
     assert error.classification == Classification.RETRYABLE
+
+
+# -- SMTP: internationalised addresses, and failures before the body -------------------
+
+
+@pytest.fixture
+def sink_without_smtputf8() -> Iterator[tuple[SinkController, SandboxStore]]:
+    """The sandbox's sink as a relay that does not offer SMTPUTF8, in process."""
+    store = SandboxStore()
+    sink = SinkController(store, hostname="127.0.0.1", port=0, smtputf8=False)
+    sink.start()
+    yield sink, store
+    sink.stop()
+
+
+def sender_to(port: int) -> SmtpSender:
+    return SmtpSender("127.0.0.1", port, timeout=5, sender="from@onefold.invalid")
+
+
+def test_an_idn_domain_travels_in_its_ascii_form(sandbox):
+    effect = sender_to(sandbox.smtp_port).send(
+        operation_key="opk_idn", to="idn@exämple.com", subject="Thanks", body="Hello"
+    )
+    assert effect.ref == message_id_for("opk_idn")
+    (message,) = sandbox.messages()
+    assert message["rcpt_to"] == ["idn@xn--exmple-cua.com"]
+    assert message["headers"]["To"] == "idn@xn--exmple-cua.com"
+
+
+def test_a_non_ascii_local_part_is_sent_over_smtputf8_when_the_server_offers_it(sandbox):
+    # The sandbox's sink offers SMTPUTF8 (aiosmtpd's controller default).
+    sender_to(sandbox.smtp_port).send(
+        operation_key="opk_utf8", to="jörg@bücher.example", subject="Danke", body="Grüße"
+    )
+    (message,) = sandbox.messages()
+    assert message["rcpt_to"] == ["jörg@xn--bcher-kva.example"]
+    assert message["body"].strip() == "Grüße"
+
+
+def test_a_non_ascii_local_part_without_smtputf8_is_refused_before_anything_is_sent(
+    sink_without_smtputf8,
+):
+    sink, store = sink_without_smtputf8
+    sender = sender_to(sink.port)
+    error = classify(
+        lambda: sender.send(operation_key="k", to="jörg@example.com", subject="s", body="b")
+    )
+    assert error.classification == Classification.PERMANENT
+    assert "cannot deliver to a non-ASCII address" in error.message
+    assert store.stats()["calls"].get("send_email", 0) == 0  # not even RCPT TO
+    # The same relay takes an internationalised domain: it travels as ASCII.
+    sender.send(operation_key="k2", to="idn@exämple.com", subject="s", body="b")
+    assert store.stats()["messages"] == 1
+
+
+@pytest.mark.parametrize(
+    "to",
+    [
+        "no-at-sign.example.com",
+        "@example.com",
+        "ada@",
+        "ada@exa mple.çom",  # IDNA refuses a space
+        "ada@example.com\r\nBcc: eve@example.com",  # a header cannot carry a line break
+    ],
+)
+def test_an_address_that_cannot_be_written_is_permanent_and_nothing_is_sent(sandbox, to):
+    error = classify(
+        lambda: sender_to(sandbox.smtp_port).send(operation_key="k", to=to, subject="s", body="b")
+    )
+    assert error.classification == Classification.PERMANENT
+    assert sandbox.stats()["calls"].get("send_email", 0) == 0
+    assert sandbox.stats()["messages"] == 0
+
+
+@dataclass
+class SmtpScript:
+    """A one-connection SMTP server that answers each command from a list."""
+
+    # Command verb -> reply line, or None to close the connection without one.
+    replies: dict[str, str | None]
+    received: list[bytes] = field(default_factory=list)
+    body_bytes: int = 0
+
+
+@pytest.fixture
+def smtp_scripted() -> Iterator[tuple[SmtpScript, int]]:
+    script = SmtpScript(replies={})
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        with connection, connection.makefile("rb") as lines:
+            if not _say(connection, script.replies.get("greeting", "220 scripted")):
+                return
+            in_body = False
+            for line in lines:
+                if in_body:
+                    script.body_bytes += len(line)
+                    if line != b".\r\n":
+                        continue
+                    in_body, verb = False, "END"
+                else:
+                    script.received.append(line)
+                    verb = line.split()[0].decode().upper() if line.split() else ""
+                reply = script.replies.get(verb, _SMTP_DEFAULTS.get(verb, "250 OK"))
+                if verb == "EHLO" and reply == "250 OK":
+                    reply = "250-scripted\r\n250 8BITMIME"
+                if not _say(connection, reply):
+                    return
+                in_body = verb == "DATA" and reply is not None and reply.startswith("354")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield script, listener.getsockname()[1]
+    listener.close()
+    thread.join(timeout=5)
+
+
+_SMTP_DEFAULTS = {"DATA": "354 end with <CRLF>.<CRLF>", "QUIT": "221 bye"}
+
+
+def _say(connection: socket.socket, reply: str | None) -> bool:
+    if reply is None:
+        connection.shutdown(socket.SHUT_RDWR)
+        return False
+    connection.sendall(reply.encode() + b"\r\n")
+    return True
+
+
+@pytest.mark.parametrize(
+    ("replies", "expected"),
+    [
+        ({"greeting": "554 no service"}, Classification.RETRYABLE),
+        ({"greeting": None}, Classification.RETRYABLE),  # hung up before the greeting
+        ({"EHLO": None, "HELO": None}, Classification.RETRYABLE),  # dropped at EHLO
+        ({"MAIL": "451 4.3.0 busy"}, Classification.RETRYABLE),
+        ({"MAIL": "553 5.1.8 sender refused"}, Classification.PERMANENT),
+        ({"MAIL": None}, Classification.RETRYABLE),  # dropped at MAIL FROM
+        ({"RCPT": None}, Classification.RETRYABLE),  # dropped at RCPT TO
+        ({"DATA": "451 4.3.0 not now"}, Classification.RETRYABLE),
+        ({"DATA": "554 5.5.0 no"}, Classification.PERMANENT),
+        ({"DATA": None}, Classification.RETRYABLE),  # dropped at DATA, before any body
+        ({"END": None}, Classification.AMBIGUOUS),  # the body went out, no reply
+        ({"END": "451 4.3.0 later"}, Classification.AMBIGUOUS),
+        ({"END": "552 5.3.4 too big"}, Classification.PERMANENT),
+    ],
+)
+def test_only_a_failure_after_the_body_went_out_is_ambiguous(smtp_scripted, replies, expected):
+    script, port = smtp_scripted
+    script.replies = replies
+    error = classify(
+        lambda: sender_to(port).send(operation_key="k", to="ada@example.com", subject="s", body="b")
+    )
+    assert error.classification == expected
+    assert (script.body_bytes > 0) == ("END" in replies)  # the body went out only then
+
+
+def test_a_server_reply_quoting_the_address_is_kept_out_of_the_error(smtp_scripted):
+    script, port = smtp_scripted
+    script.replies = {"RCPT": "550 5.1.1 <ada.lovelace@example.com>: unknown user"}
+    error = classify(
+        lambda: sender_to(port).send(
+            operation_key="k", to="ada.lovelace@example.com", subject="s", body="b"
+        )
+    )
+    assert error.classification == Classification.PERMANENT
+    assert "ada.lovelace" not in error.message
+    assert "unknown user" in error.message
+
+
+def test_an_odd_answer_to_quit_does_not_undo_a_delivered_message(smtp_scripted):
+    script, port = smtp_scripted
+    script.replies = {"QUIT": "500 what"}
+    effect = sender_to(port).send(operation_key="k", to="ada@example.com", subject="s", body="b")
+    assert effect.ref == message_id_for("k")
