@@ -214,20 +214,51 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+# Logging policy: log lines name ids (event, operation, delivery) and exception
+# classes, never a payload or a contact. config/logfilters.py scrubs what other
+# code writes; `configure` applies this dict, then puts that filter on every
+# handler it did not create (gunicorn's error log in a worker, for one).
+LOGGING_CONFIG = "config.logfilters.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "django.server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
+    },
     "filters": {"redact": {"()": "config.logfilters.RedactSecrets"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "plain",
             "filters": ["redact"],
-        }
+        },
+        "django.server": {
+            "class": "logging.StreamHandler",
+            "formatter": "django.server",
+            "filters": ["redact"],
+        },
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}, "mail.log": {"level": "WARNING"}},
+    "loggers": {
+        # Django's defaults give these handlers of their own: a console without the
+        # filter when DEBUG is on, and mail to ADMINS quoting the request and the
+        # frames' local variables. Here Django writes through the filtered console only.
+        "django": {"level": "INFO", "propagate": True},
+        "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
+        # SQL is logged with its parameters (payloads, addresses): never, whatever
+        # LOG_LEVEL says.
+        "django.db.backends": {"level": "INFO"},
+        # django-q2 adds an unfiltered handler of its own if it is imported before
+        # logging is set up; named here, it writes through the root's.
+        "django-q": {"propagate": True},
+        "httpx": {"level": "WARNING"},
+        "mail.log": {"level": "WARNING"},
+    },
 }
 
 REST_FRAMEWORK = {

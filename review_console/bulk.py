@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
@@ -140,7 +141,15 @@ def _replay_item(job: BulkReplayJob, item: BulkReplayItem) -> None:
     except (ReplayRefusedError, PermissionDenied) as exc:
         status, message = BulkReplayItem.Status.REFUSED, str(exc)
     except Exception as exc:  # one bad item must not stop the other 9,999
-        logger.exception("bulk replay %s: item %s failed", job.pk, item.pk)
+        # Ids and class only: the exception's text may quote the payload (the item keeps it).
+        logger.error(
+            "bulk replay %s: item %s (operation %s) failed: %s\n%s",
+            job.pk,
+            item.pk,
+            item.operation_id,
+            type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
         status, message = BulkReplayItem.Status.ERROR, f"{type(exc).__name__}: {exc}"
     else:
         status, message = BulkReplayItem.Status.REPLAYED, ""

@@ -10,6 +10,7 @@ manual replay) goes through `operation_execute`, so none can bypass the guards.
 from __future__ import annotations
 
 import logging
+import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -193,7 +194,15 @@ def operation_perform(claim: Claim) -> AttemptResult:
         )
     except Exception as exc:
         # A bug of ours after the call may have started: treat as may-have-happened.
-        logger.exception("operation %s: unexpected error", operation.pk)
+        # Logged by ids and class: the exception's text may quote the payload or a
+        # destination's answer. The attempt keeps the text, behind the console's login.
+        logger.error(
+            "operation %s (event %s): unexpected %s\n%s",
+            operation.pk,
+            operation.event_id,
+            type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
         return AttemptResult(
             outcome=Attempt.Outcome.AMBIGUOUS,
             message=f"unexpected error: {exc}",

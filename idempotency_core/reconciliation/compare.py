@@ -49,6 +49,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -268,7 +269,13 @@ def reconcile_daily() -> list[dict[str, Any]]:
                 trigger="schedule",
             )
         except Exception as exc:  # one unreachable CRM must not hide the others
-            logger.exception("daily reconciliation of %s failed", destination.name)
+            # Class only: a CRM's error text may quote its records.
+            logger.error(
+                "daily reconciliation of %s failed: %s\n%s",
+                destination.name,
+                type(exc).__name__,
+                "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+            )
             failures.append(f"{destination.name}: {exc}")
             continue
         results.append(run_summary(run))
