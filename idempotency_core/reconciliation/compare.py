@@ -276,7 +276,9 @@ def reconcile_daily() -> list[dict[str, Any]]:
                 type(exc).__name__,
                 "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
             )
-            failures.append(f"{destination.name}: {type(exc).__name__} (see the run in the console)")
+            failures.append(
+                f"{destination.name}: {type(exc).__name__} (see the run in the console)"
+            )
             continue
         results.append(run_summary(run))
     if failures:
