@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from idempotency_core.intake.sources import source_create_with_key
@@ -110,3 +111,38 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+
+
+# -- browser tests: the migrations' seed data across Playwright ----------------------
+
+
+@pytest.fixture(scope="module")
+def _seed_snapshot(django_db_setup: None) -> str | None:
+    """The migrations' seed data (groups, destinations), serialized at database setup.
+
+    Taken before Playwright starts: once its sync API runs, the test body sees a
+    fresh connection object without the snapshot, so serialized_rollback silently
+    restores nothing (pytest-django issue #1117) and the groups vanish after the
+    first test's flush.
+    """
+    from django.db import connections
+
+    return getattr(connections["default"], "_test_serialized_contents", None)
+
+
+@pytest.fixture
+def _seed_restored(transactional_db: None, _seed_snapshot: str | None) -> None:
+    from django.contrib.auth.models import Group
+    from django.db import connections
+
+    connection = connections["default"]
+    if _seed_snapshot and not Group.objects.filter(name="Reviewers").exists():
+        # The flush re-created content types and permissions with new ids; start
+        # from empty tables so the snapshot's ids (which groups refer to) fit.
+        call_command("flush", interactive=False, inhibit_post_migrate=True, verbosity=0)
+        connection.creation.deserialize_db_from_string(_seed_snapshot)
+    if _seed_snapshot and not hasattr(connection, "_test_serialized_contents"):
+        # Hand the snapshot to this connection too, so the flush after the test
+        # skips post_migrate and the next transactional test (here or in another
+        # module) restores the seed cleanly, as serialized_rollback intends.
+        connection._test_serialized_contents = _seed_snapshot

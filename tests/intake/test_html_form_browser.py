@@ -33,7 +33,6 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
-from django.core.management import call_command
 
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.models import Delivery, Event, Source
@@ -127,31 +126,6 @@ def site(tmp_path: Path) -> Iterator[Site]:
 
 
 # --- the browser, and the migrations' seed data around Playwright ---------------------
-
-
-@pytest.fixture(scope="module")
-def _seed_snapshot(django_db_setup: None) -> str | None:
-    """The migrations' seed data, serialized at database setup, taken before Playwright
-    starts (see tests/review_console/test_browser.py: once Playwright's sync API runs,
-    the test body sees a connection without the snapshot, pytest-django issue #1117)."""
-    from django.db import connections
-
-    return getattr(connections["default"], "_test_serialized_contents", None)
-
-
-@pytest.fixture
-def _seed_restored(transactional_db: None, _seed_snapshot: str | None) -> None:
-    from django.contrib.auth.models import Group
-    from django.db import connections
-
-    connection = connections["default"]
-    if _seed_snapshot and not Group.objects.filter(name="Reviewers").exists():
-        call_command("flush", interactive=False, inhibit_post_migrate=True, verbosity=0)
-        connection.creation.deserialize_db_from_string(_seed_snapshot)
-    if _seed_snapshot and not hasattr(connection, "_test_serialized_contents"):
-        # So the flush after the test skips post_migrate and the next transactional
-        # test restores the seed cleanly.
-        connection._test_serialized_contents = _seed_snapshot
 
 
 class FormScriptNotServed(AssertionError):

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
 from playwright.sync_api import expect
 
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
@@ -40,38 +39,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True, serialized_rollback=True),
 ]
-
-
-@pytest.fixture(scope="module")
-def _seed_snapshot(django_db_setup: None) -> str | None:
-    """The migrations' seed data (groups, destinations), serialized at database setup.
-
-    Taken before Playwright starts: once its sync API runs, the test body sees a
-    fresh connection object without the snapshot, so serialized_rollback silently
-    restores nothing (pytest-django issue #1117) and the groups vanish after the
-    first test's flush.
-    """
-    from django.db import connections
-
-    return getattr(connections["default"], "_test_serialized_contents", None)
-
-
-@pytest.fixture
-def _seed_restored(transactional_db: None, _seed_snapshot: str | None) -> None:
-    from django.contrib.auth.models import Group
-    from django.db import connections
-
-    connection = connections["default"]
-    if _seed_snapshot and not Group.objects.filter(name="Reviewers").exists():
-        # The flush re-created content types and permissions with new ids; start
-        # from empty tables so the snapshot's ids (which groups refer to) fit.
-        call_command("flush", interactive=False, inhibit_post_migrate=True, verbosity=0)
-        connection.creation.deserialize_db_from_string(_seed_snapshot)
-    if _seed_snapshot and not hasattr(connection, "_test_serialized_contents"):
-        # Hand the snapshot to this connection too, so the flush after the test
-        # skips post_migrate and the next transactional test (here or in another
-        # module) restores the seed cleanly, as serialized_rollback intends.
-        connection._test_serialized_contents = _seed_snapshot
 
 
 @pytest.fixture(scope="module")
