@@ -7,11 +7,12 @@ their file name only (Onefold forwards no attachments).
 
 from __future__ import annotations
 
-import json
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 from urllib.parse import parse_qsl
+
+from idempotency_core.intake import strictjson
 
 
 class MalformedDeliveryError(ValueError):
@@ -44,19 +45,17 @@ def parse_body(
 
 
 def _json(body: bytes) -> dict[str, Any]:
+    # The strict reader: NaN, huge numbers, deep nesting, NUL, lone surrogates and
+    # repeated keys are a malformed delivery (400), never a 500 or a stored row.
     try:
-        document = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        document = strictjson.loads(body)
+    except strictjson.StrictJSONError as exc:
         raise MalformedDeliveryError(f"the body is not valid JSON: {exc}") from exc
     if isinstance(document, list) and len(document) == 1 and isinstance(document[0], dict):
         return document[0]  # senders that post a one-element array of objects
     if not isinstance(document, dict):
         raise MalformedDeliveryError("the body must be a JSON object")
     return document
-
-
-def _refuse_constant(name: str) -> Any:
-    raise MalformedDeliveryError(f"the body contains {name}, which JSON does not allow")
 
 
 def _form(body: bytes) -> dict[str, Any]:
