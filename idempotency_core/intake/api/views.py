@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,12 +19,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from idempotency_core.intake import strictjson
 from idempotency_core.intake.api.authentication import SourceApiKeyAuthentication
 from idempotency_core.intake.api.serializers import (
+    KEY_RULE,
+    KEY_SCHEMA_PATTERN,
     ErrorSerializer,
     SubmissionAcceptedSerializer,
     SubmissionSerializer,
     SubmissionStatusSerializer,
+    is_event_key,
+    stored_payload,
 )
 from idempotency_core.intake.api.throttling import SourceRateThrottle
 from idempotency_core.intake.ingest import (
@@ -37,9 +40,6 @@ from idempotency_core.intake.ingest import (
     event_status,
 )
 from idempotency_core.models import Delivery, Event, Source
-
-# 1 to 255 visible ASCII characters (CONTRACT.md).
-IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,51 @@ class SourceAPIView(APIView):
     throttle_classes = [SourceRateThrottle]
 
 
+_RESPONSE_HEADERS = [
+    OpenApiParameter(
+        "Location",
+        OpenApiTypes.URI,
+        OpenApiParameter.HEADER,
+        description="The submission's status URL.",
+        response=[200, 202],
+        required=True,
+    ),
+    OpenApiParameter(
+        "Idempotent-Replayed",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        description="`true` when the answer comes from the stored event.",
+        response=[200],
+        required=True,
+    ),
+]
+_RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    OpenApiTypes.INT,
+    OpenApiParameter.HEADER,
+    description="Seconds until the source's rate admits requests again.",
+    response=[429],
+    required=True,
+)
+# What every source endpoint may answer besides its own codes.
+_SOURCE_REFUSALS = {
+    401: OpenApiResponse(ErrorSerializer, "No API key, or an unknown or revoked one."),
+    403: OpenApiResponse(ErrorSerializer, "The source is disabled."),
+    429: OpenApiResponse(ErrorSerializer, "`throttled`: over the source's rate."),
+}
+_REFUSALS = {
+    400: OpenApiResponse(
+        ErrorSerializer,
+        "`invalid_json` (with the reason), `invalid` (with field errors in `errors`), "
+        "`idempotency_key_missing` or `idempotency_key_invalid`.",
+    ),
+    411: OpenApiResponse(
+        ErrorSerializer, "`length_required`: a chunked body; send it with Content-Length."
+    ),
+    **_SOURCE_REFUSALS,
+}
+
+
 class SubmissionCreateView(SourceAPIView):
     # The body is read raw: size, media type and JSON are checked here so that
     # each refusal gets its own status code and nothing of it is stored.
@@ -85,25 +130,35 @@ class SubmissionCreateView(SourceAPIView):
 
     @extend_schema(
         operation_id="submissions_create",
-        request=SubmissionSerializer,
+        request={"application/json": SubmissionSerializer},
         parameters=[
             OpenApiParameter(
                 "Idempotency-Key",
                 OpenApiTypes.STR,
                 OpenApiParameter.HEADER,
-                description="Names the logical submission; else the body's submission_id.",
-            )
+                description=f"Names the logical submission ({KEY_RULE}; send it once: "
+                "repeated headers are joined with commas and refused); else the body's "
+                "submission_id.",
+                pattern=KEY_SCHEMA_PATTERN,
+            ),
+            *_RESPONSE_HEADERS,
+            _RETRY_AFTER,
         ],
         responses={
-            202: SubmissionAcceptedSerializer,
-            200: OpenApiResponse(SubmissionAcceptedSerializer, "Repeat of a known submission."),
-            400: ErrorSerializer,
-            401: ErrorSerializer,
-            403: ErrorSerializer,
-            413: ErrorSerializer,
-            415: ErrorSerializer,
-            422: ErrorSerializer,
-            429: ErrorSerializer,
+            202: OpenApiResponse(SubmissionAcceptedSerializer, "First receipt: the event."),
+            200: OpenApiResponse(
+                SubmissionAcceptedSerializer,
+                "A repeat (same key, same payload): the same event and its current status.",
+            ),
+            **_REFUSALS,
+            413: OpenApiResponse(ErrorSerializer, "`body_too_large`: over the body limit."),
+            415: OpenApiResponse(
+                ErrorSerializer, "`unsupported_media_type`: not application/json (UTF-8)."
+            ),
+            422: OpenApiResponse(
+                ErrorSerializer,
+                "`idempotency_key_reused`: the key names an event with another payload.",
+            ),
         },
     )
     def post(self, request: Request) -> Response:
@@ -171,8 +226,11 @@ class SubmissionCreateView(SourceAPIView):
                 status.HTTP_400_BAD_REQUEST,
                 errors=serializer.errors,
             )
+        # What was validated is what is stored (and fingerprinted): never the raw body.
         return Submission(
-            key=key, payload=payload, submitted_at=serializer.validated_data.get("submitted_at")
+            key=key,
+            payload=stored_payload(serializer),
+            submitted_at=serializer.validated_data.get("submitted_at"),
         )
 
 
@@ -181,14 +239,24 @@ def _refused(outcome: str, code: str, detail: str, http_status: int, **extra: An
 
 
 def _json_object(request: Request) -> dict[str, Any] | Refusal:
-    """The body as a JSON object: right media type, within the size limit, valid JSON."""
+    """The body as a JSON object: right media type, a declared length within the
+    limit, strict JSON (see strictjson)."""
     Outcome = Delivery.Outcome
-    if request.content_type.split(";")[0].strip().lower() != "application/json":
+    if not _is_utf8_json(request.content_type):
         return _refused(
             Outcome.UNSUPPORTED_MEDIA,
             "unsupported_media_type",
-            "Send the submission as application/json.",
+            "Send the submission as application/json, in UTF-8.",
             status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+        )
+    if "CONTENT_LENGTH" not in request.META and "HTTP_TRANSFER_ENCODING" in request.META:
+        # Django reads a body of the declared length only: a chunked one would be
+        # read as empty and refused as "not JSON", which would mislead the sender.
+        return _refused(
+            Outcome.INVALID,
+            "length_required",
+            "Send the body with a Content-Length header, not chunked.",
+            status.HTTP_411_LENGTH_REQUIRED,
         )
     limit = settings.ONEFOLD_MAX_BODY_BYTES
     try:
@@ -203,8 +271,8 @@ def _json_object(request: Request) -> dict[str, Any] | Refusal:
             status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     try:
-        payload = json.loads(request.body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        payload = strictjson.loads(request.body)
+    except strictjson.StrictJSONError as exc:
         return _refused(
             Outcome.INVALID,
             "invalid_json",
@@ -221,8 +289,18 @@ def _json_object(request: Request) -> dict[str, Any] | Refusal:
     return payload
 
 
+def _is_utf8_json(content_type: str) -> bool:
+    """application/json, with no charset or UTF-8 (JSON defines no other, RFC 8259)."""
+    media_type, *params = (part.strip().lower() for part in content_type.split(";"))
+    if media_type != "application/json":
+        return False
+    charsets = [p.partition("=")[2].strip('"') for p in params if p.startswith("charset=")]
+    return all(charset in ("utf-8", "utf8") for charset in charsets)
+
+
 def _idempotency_key(request: Request, payload: dict[str, Any]) -> str | Refusal:
-    """The `Idempotency-Key` header, else the body's `submission_id`; checked."""
+    """The `Idempotency-Key` header, else the body's `submission_id`; checked whole
+    (fullmatch: a trailing newline is not a visible character)."""
     key = request.headers.get("Idempotency-Key")
     if key is None:
         key = payload.get("submission_id")
@@ -233,18 +311,30 @@ def _idempotency_key(request: Request, payload: dict[str, Any]) -> str | Refusal
             "Send an Idempotency-Key header or a submission_id in the body.",
             status.HTTP_400_BAD_REQUEST,
         )
-    if not isinstance(key, str) or not IDEMPOTENCY_KEY_RE.match(key):
+    if not is_event_key(key):
         return _refused(
             Delivery.Outcome.INVALID,
             "idempotency_key_invalid",
-            "The idempotency key must be 1 to 255 visible ASCII characters.",
+            f"The idempotency key must be {KEY_RULE}, sent once.",
             status.HTTP_400_BAD_REQUEST,
         )
     return key
 
 
 class SubmissionDetailView(SourceAPIView):
-    @extend_schema(operation_id="submissions_retrieve", responses={200: SubmissionStatusSerializer})
+    @extend_schema(
+        operation_id="submissions_retrieve",
+        parameters=[_RETRY_AFTER],
+        responses={
+            200: SubmissionStatusSerializer,
+            **_SOURCE_REFUSALS,
+            (404, "application/json"): OpenApiResponse(
+                ErrorSerializer, "`not_found`: no such event of this source."
+            ),
+            # The route only matches a UUID: any other id gets Django's own page.
+            (404, "text/html"): OpenApiResponse(OpenApiTypes.STR, "The id is not a UUID."),
+        },
+    )
     def get(self, request: Request, event_id: uuid.UUID) -> Response:
         event = Event.objects.filter(pk=event_id, source=request_source(request)).first()
         if event is None:
