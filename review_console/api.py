@@ -15,6 +15,12 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import QueryDict
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import routers, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -22,6 +28,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from idempotency_core.intake.api.serializers import ErrorSerializer
 from idempotency_core.models import Operation, ReviewCase
 from idempotency_core.review.cases import (
     RESOLUTION_CODES,
@@ -159,6 +166,49 @@ class RefusalsAsConflict:
         return super().handle_exception(exc)  # type: ignore[misc]  # the view's own
 
 
+# The staff API's answers for the schema. Session authentication answers a missing
+# login with 403 (it names no WWW-Authenticate scheme), so 401 never occurs.
+_STAFF_ERRORS = {
+    400: OpenApiResponse(ErrorSerializer, "`invalid`: the body's field errors in `errors`."),
+    403: OpenApiResponse(
+        ErrorSerializer,
+        "Not signed in as staff holding the permission this needs, or no CSRF token.",
+    ),
+    404: OpenApiResponse(ErrorSerializer, "`not_found`: no such case or job."),
+    409: OpenApiResponse(
+        ErrorSerializer, "`refused`: the service refused in this state; `detail` says why."
+    ),
+    415: OpenApiResponse(
+        ErrorSerializer, "`unsupported_media_type`: send JSON (or a form encoding)."
+    ),
+}
+
+
+def _staff_answers(
+    ok: dict[int, Any], *codes: int, reworded: dict[int, str] | None = None
+) -> dict[int, Any]:
+    """`ok` and the listed error codes, some described for the endpoint (`reworded`)."""
+    answers = {**ok, **{code: _STAFF_ERRORS[code] for code in codes}}
+    for code, text in (reworded or {}).items():
+        answers[code] = OpenApiResponse(ErrorSerializer, text)
+    return answers
+
+
+@extend_schema_view(
+    list=extend_schema(
+        responses=_staff_answers(
+            {200: CaseSerializer(many=True)},
+            400,
+            403,
+            404,
+            reworded={
+                400: "`invalid`: a filter value is not valid (field errors in `errors`).",
+                404: "`not_found`: the cursor is not one this list printed.",
+            },
+        )
+    ),
+    retrieve=extend_schema(responses=_staff_answers({200: CaseDetailSerializer}, 403, 404)),
+)
 class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
     """Review cases. With no `status` filter the list shows open cases only."""
 
@@ -193,6 +243,10 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case = self.get_queryset().get(pk=case.pk)
         return Response(CaseDetailSerializer(case, context={"request": self.request}).data)
 
+    @extend_schema(
+        request=TakeSerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def take(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
@@ -207,6 +261,29 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
             raise CaseActionRefusedError("Already yours, owned by someone else, or not open.")
         return self._done(case)
 
+    @extend_schema(
+        request=None,
+        responses=_staff_answers(
+            {
+                200: inline_serializer(
+                    "LookupResult",
+                    {
+                        "found": serializers.BooleanField(
+                            allow_null=True,
+                            help_text="True: the effect exists (refs); false: absent; "
+                            "null: the destination cannot say, check by hand.",
+                        ),
+                        "method": serializers.CharField(),
+                        "message": serializers.CharField(),
+                        "refs": serializers.ListField(child=serializers.CharField()),
+                    },
+                )
+            },
+            403,
+            404,
+            409,
+        ),
+    )
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def lookup(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
@@ -217,6 +294,10 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         )
         return Response(result.as_details())
 
+    @extend_schema(
+        request=ReplaySerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
     @action(detail=True, methods=["post"], permission_classes=[CanReplay])
     def replay(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
@@ -232,6 +313,10 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         )
         return self._done(case)
 
+    @extend_schema(
+        request=ResolveSerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def resolve(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
@@ -240,6 +325,10 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case_mark_resolved(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
+    @extend_schema(
+        request=CloseSerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def close(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
@@ -248,6 +337,10 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case_close(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
+    @extend_schema(
+        request=ReasonSerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
     @action(
         detail=True,
         methods=["post"],
@@ -261,6 +354,10 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case_mark_not_duplicate(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
+    @extend_schema(
+        request=MergeSerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def merge(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
@@ -318,9 +415,23 @@ class BulkReplayViewSet(RefusalsAsConflict, viewsets.GenericViewSet):
     def get_permissions(self):
         return [CanReplay()] if self.action == "create" else [CanViewCases()]
 
+    @extend_schema(responses=_staff_answers({200: BulkReplayJobSerializer}, 403, 404))
     def retrieve(self, request: Request, pk: Any = None) -> Response:
         return Response(self.get_serializer(self.get_object()).data)
 
+    @extend_schema(
+        request=BulkReplayRequestSerializer,
+        responses=_staff_answers(
+            {202: BulkReplayJobSerializer},
+            400,
+            403,
+            409,
+            415,
+            reworded={
+                400: "`invalid`: no reason, or a filter value that is not valid (in `errors`)."
+            },
+        ),
+    )
     def create(self, request: Request) -> Response:
         body = BulkReplayRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
