@@ -272,6 +272,8 @@ REST_FRAMEWORK = {
 }
 
 SPECTACULAR_SETTINGS = {
+    # The case status appears in the staff API's list and detail: one enum name for it.
+    "ENUM_NAME_OVERRIDES": {"CaseStatusEnum": "idempotency_core.models.CaseStatus"},
     "TITLE": "Onefold API",
     "DESCRIPTION": "Exactly one business effect per form submission, or a review case.",
     "VERSION": "1",

@@ -44,7 +44,7 @@ from idempotency_core.keys import canonical_json
 from idempotency_core.models import Delivery, Source
 
 # An event key is 1 to 255 visible ASCII characters without commas (CONTRACT.md).
-_KEY_RE = re.compile(r"^[\x21-\x2b\x2d-\x7e]{1,255}$")
+_KEY_RE = re.compile(r"[\x21-\x2b\x2d-\x7e]{1,255}")
 DISABLED_RETRY_AFTER_SECONDS = 300
 
 
@@ -235,7 +235,7 @@ def _redacted(body: bytes, token: str) -> bytes:
 
 def _bounded(key: str) -> str:
     """Keys longer than 255 or outside visible ASCII are replaced by their digest."""
-    if _KEY_RE.match(key):
+    if _KEY_RE.fullmatch(key):
         return key
     return f"id:{hashlib.sha256(key.encode()).hexdigest()}"
 
