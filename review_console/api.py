@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import QueryDict
+from django.utils.dateparse import parse_datetime
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import (
     OpenApiResponse,
@@ -23,8 +24,8 @@ from drf_spectacular.utils import (
 )
 from rest_framework import routers, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -149,6 +150,22 @@ class CasePagination(CursorPagination):
     # Cursor pagination: stable and index-backed on a six-figure queue.
     ordering = ("created_at", "id")
     page_size = 50
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """DRF hands the cursor's position to the query unchecked; a position that is
+        not a timestamp (garbage, NUL bytes) would be a 500. It is a 404 instead,
+        DRF's own answer to an invalid cursor."""
+        cursor = super().decode_cursor(request)
+        position = cursor.position if cursor is not None else None
+        if position is not None:
+            try:
+                text = str(position)
+                valid = "\x00" not in text and parse_datetime(text) is not None
+            except ValueError:
+                valid = False
+            if not valid:
+                raise NotFound(self.invalid_cursor_message)
+        return cursor
 
 
 class RefusalsAsConflict:

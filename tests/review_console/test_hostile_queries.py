@@ -180,10 +180,5 @@ def test_a_malformed_page_link_is_refused_not_read_as_the_first_page(users):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DRF's CursorPagination passes the position `p` to the query unchecked; the fix "
-    "is a decode_cursor override on CasePagination in review_console/api.py",
-)
 def test_no_malformed_staff_api_cursor_gets_a_server_error(users):
     assert _server_errors(users, [("api", {"cursor": c}) for c in drf_cursors()]) == []
