@@ -291,7 +291,8 @@ def test_the_staff_schema_shows_the_staff_api_to_staff(client: Client, db: None)
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator:
+def chromium(_seed_snapshot: str | None) -> Iterator:
+    # `_seed_snapshot` first: once Playwright runs, see tests/conftest.py.
     if not Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is None:
         message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
         if os.environ.get("CI") == "true":
@@ -310,9 +311,12 @@ def chromium() -> Iterator:
 
 
 @pytest.mark.browser
-@pytest.mark.django_db
-def test_swagger_ui_and_the_sign_in_pages_render_under_the_policy(chromium, live_server) -> None:
-    # Nothing here needs rows: the live server's own connection reads the test database.
+# live_server needs real commits; serialized_rollback, with `_seed_restored`, leaves the
+# seed as the next transactional test (with serialized_rollback) expects it.
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_swagger_ui_and_the_sign_in_pages_render_under_the_policy(
+    chromium, live_server, _seed_restored
+) -> None:
     context = chromium.new_context(base_url=live_server.url)
     page = context.new_page()
     refused: list[str] = []
