@@ -4,14 +4,13 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('idempotency_core', '0013_source_profiles_and_hook_deliveries'),
+        ("idempotency_core", "0013_source_profiles_and_hook_deliveries"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='delivery',
-            index=models.Index(fields=['source', 'received_at'], name='delivery_source_recent_idx'),
+            model_name="delivery",
+            index=models.Index(fields=["source", "received_at"], name="delivery_source_recent_idx"),
         ),
     ]
