@@ -23,14 +23,25 @@ psycopg's error texts) and for what slips through:
 `configure` is Django's LOGGING_CONFIG: it applies LOGGING, then puts the
 filter on every handler that exists by then, including ones other code set
 up before Django (gunicorn's error log in a worker).
+
+`JsonFormatter` writes a record as one JSON object a line, for log shippers
+(LOG_FORMAT=json). It formats what the filter left: the redacted message and
+the traceback without messages, plus the ids the record names (`extra=`) or
+that the code running it bound with `log_ids_bound`. It adds no other field
+of the record, so nothing passed in `extra=` can carry a contact past the filter.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.config
 import re
 import traceback
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any
 
 REDACTED = "[redacted]"
@@ -213,6 +224,56 @@ def _redact_record(record: logging.LogRecord) -> None:
         record.exc_info = None
     elif record.exc_text:
         record.exc_text = redact(record.exc_text)
+
+
+# The ids a JSON line may carry; nothing else of a record's `extra=` is written.
+LOG_IDS = ("event_id", "operation_id", "delivery_id")
+# Ids of the work under way in this thread or task, for every line logged meanwhile
+# (the django-q2 worker binds the operation a task runs: observability/logcontext.py).
+log_ids: ContextVar[Mapping[str, str] | None] = ContextVar("onefold_log_ids", default=None)
+
+
+@contextmanager
+def log_ids_bound(**ids: object) -> Iterator[None]:
+    """Lines logged inside carry these ids (None values are left out)."""
+    token = log_ids.set(
+        {
+            **(log_ids.get() or {}),
+            **{k: str(v) for k, v in ids.items() if k in LOG_IDS and v is not None},
+        }
+    )
+    try:
+        yield
+    finally:
+        log_ids.reset(token)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, the ids known, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update(log_ids.get() or {})
+        for name in LOG_IDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                entry[name] = str(value)
+        if record.exc_info and record.exc_info[1] is not None:
+            # Only when no filter ran first: the same policy, frames and classes only.
+            entry["exception"] = redact(traceback_without_messages(record.exc_info[1]))
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = record.stack_info
+        # Non-ASCII stays as it is, so a search of the log finds what was written.
+        return json.dumps(entry, ensure_ascii=False, default=str)
 
 
 def redact_every_handler() -> None:

@@ -6,7 +6,9 @@ the web processes, the django-q2 workers and the management commands.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import TypedDict
@@ -69,12 +71,19 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     "csp",
+    # The web layer's request metrics (its two middlewares below), on /metrics.
+    "django_prometheus",
     "idempotency_core",
+    # /healthz, /readyz, /metrics and the ids on JSON log lines (README "Operations").
+    "idempotency_core.observability",
     "integrations",
     "review_console",
 ]
 
 MIDDLEWARE = [
+    # First and (but for axes) last, as django-prometheus requires: together they
+    # time and count every request, whatever the middlewares between them answer.
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the console's static files (htmx) from web, gunicorn or runserver alike.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -86,6 +95,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Inside every other middleware but axes, so a lockout page is counted as answered.
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
     # Last, as django-axes requires: it turns a lockout raised during login into
     # the lockout page.
     "axes.middleware.AxesMiddleware",
@@ -218,6 +229,16 @@ CONTENT_SECURITY_POLICY = {
 # classes, never a payload or a contact. config/logfilters.py scrubs what other
 # code writes; `configure` applies this dict, then puts that filter on every
 # handler it did not create (gunicorn's error log in a worker, for one).
+#
+# LOG_FORMAT: `json` (one object a line: time, level, logger, message, and the
+# event, operation and delivery ids when known; for log shippers) or `plain`.
+# Unset: plain when DEBUG is on or stderr is a terminal (`make run` stays
+# readable), json otherwise (a service manager, a container, a pipe).
+LOG_FORMAT = env_str("LOG_FORMAT", "") or (
+    "plain" if DEBUG or (sys.stderr is not None and sys.stderr.isatty()) else "json"
+)
+if LOG_FORMAT not in {"json", "plain"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} is neither json nor plain")
 LOGGING_CONFIG = "config.logfilters.configure"
 LOGGING = {
     "version": 1,
@@ -229,17 +250,18 @@ LOGGING = {
             "format": "[{server_time}] {message}",
             "style": "{",
         },
+        "json": {"()": "config.logfilters.JsonFormatter"},
     },
     "filters": {"redact": {"()": "config.logfilters.RedactSecrets"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
             "filters": ["redact"],
         },
         "django.server": {
             "class": "logging.StreamHandler",
-            "formatter": "django.server",
+            "formatter": "json" if LOG_FORMAT == "json" else "django.server",
             "filters": ["redact"],
         },
     },
@@ -331,6 +353,33 @@ if ONEFOLD_PAYLOAD_RETENTION_DAYS > ONEFOLD_KEY_RETENTION_DAYS:
 # resume it.
 ONEFOLD_RECONCILE_PAGE_SIZE = env_int("ONEFOLD_RECONCILE_PAGE_SIZE", 5000, minimum=1)
 ONEFOLD_RECONCILE_LEASE_SECONDS = env_float("ONEFOLD_RECONCILE_LEASE_SECONDS", 120, minimum=1)
+
+# --- Operations (README "Operations") ---------------------------------------
+
+
+def _networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not an address or a network (10.0.0.0/8, ::1)"
+            ) from None
+    return networks
+
+
+# /metrics: with a token set, only `Authorization: Bearer <token>` is served (401
+# otherwise); with networks set, only clients whose address (REMOTE_ADDR, the
+# proxy's when there is one) is in one of them (403 otherwise). Both set, both must
+# hold. Neither: anyone (system check onefold.W002 warns beyond loopback).
+ONEFOLD_METRICS_TOKEN = env_str("ONEFOLD_METRICS_TOKEN", "")
+ONEFOLD_METRICS_ALLOW_IPS = _networks("ONEFOLD_METRICS_ALLOW_IPS")
+# The span of the figures counted from the database on /metrics (submissions,
+# attempts): the last this many seconds.
+ONEFOLD_METRICS_WINDOW_SECONDS = env_int("ONEFOLD_METRICS_WINDOW_SECONDS", 300, minimum=1)
+# /readyz answers 503 when the database or the task queue has not answered by then.
+ONEFOLD_READY_TIMEOUT_SECONDS = env_float("ONEFOLD_READY_TIMEOUT_SECONDS", 2, minimum=0.1)
 
 # --- django-q2 (see shared TASK-QUEUE.md) ----------------------------------
 

@@ -1,4 +1,5 @@
-"""Top-level URL configuration: ingest API, hooks, OpenAPI schemas and docs, console, auth, admin.
+"""Top-level URL configuration: ingest API, hooks, probes and metrics, OpenAPI schemas and
+docs, console, auth, admin.
 
 Two schemas. /api/schema/ is public and documents what senders call: the routes
 in `public_api`. /console/api/schema/ documents the staff API and, like the
@@ -21,6 +22,7 @@ from django.urls import URLPattern, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from idempotency_core.intake.api import hooks
+from idempotency_core.observability import health, metrics
 from review_console.permissions import VIEW_CASES, console_permission
 
 # What senders call: the ingest API and the hooks (CONTRACT.md, "Senders").
@@ -68,6 +70,10 @@ accounts = [
 
 urlpatterns = [
     *public_api,
+    # Operations (README): probes and Prometheus, outside the API and its schema.
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(urlconf=public_api), name="schema"),
     path(
         "api/docs/",

@@ -1,0 +1,33 @@
+"""The ids a django-q2 worker's log lines carry while it runs a task.
+
+A task message carries one id and nothing else (TASK-QUEUE.md, rule 1), so the
+id it names is known before the task starts: django-q2's `pre_execute` signal,
+sent in the worker process just before the call, binds it for every line logged
+until `post_execute_in_worker`, whoever logs them (the engine, an adapter,
+httpx, django-q2 itself). No query: the event id, which would need one, is
+left to the lines that name it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.logfilters import log_ids
+from idempotency_core.execution.engine import TASK as OPERATION_TASK
+
+# A task's dotted path (a wire format: idempotency_core/tasks.py) -> what its one
+# argument is.
+_ID_OF_TASK = {
+    OPERATION_TASK: "operation_id",
+    "idempotency_core.tasks.late_repeat_check": "delivery_id",
+}
+
+
+def task_started(sender: object, task: dict[str, Any], **kwargs: Any) -> None:
+    name = _ID_OF_TASK.get(str(task.get("func", "")))
+    args = task.get("args") or ()
+    log_ids.set({name: str(args[0])} if name and args else None)
+
+
+def task_finished(sender: object, **kwargs: Any) -> None:
+    log_ids.set(None)
