@@ -108,11 +108,40 @@ class Capabilities:
         return self.key_retention is None or at < first_presented_at + self.key_retention
 
 
+@dataclass(frozen=True)
+class CapabilityCheck:
+    """One declared capability, checked against the live destination.
+
+    `how` says in one line what was asked and what the destination answered
+    (e.g. "GET /crm/v3/properties/deals/onefold_ref: hasUniqueValue=true"), for
+    `check_destinations` and for the worker's refusal. It never holds a credential.
+    """
+
+    capability: str  # a field name of Capabilities: "unique_external_ref", "lookup", ...
+    verified: bool
+    how: str
+
+
+class VerificationError(Exception):
+    """A destination whose declared capabilities do not hold: it is refused, never used."""
+
+    def __init__(self, destination: str, refused: list[CapabilityCheck]) -> None:
+        self.destination = destination
+        self.refused = refused
+        reasons = "; ".join(f"{check.capability}: {check.how}" for check in refused)
+        super().__init__(f"destination {destination} refused: {reasons}")
+
+
 @runtime_checkable
 class CrmAdapter(Protocol):
     """A CRM: enquiries (records) and the tasks linked to them, keyed by our reference."""
 
     capabilities: Capabilities
+
+    def verify(self) -> list[CapabilityCheck]:
+        """Each capability in `capabilities` checked against the live destination
+        (network calls). A capability the adapter does not claim is not listed."""
+        ...
 
     def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect: ...
 
@@ -145,6 +174,8 @@ class EmailAdapter(Protocol):
     """A mail service: one message per operation key."""
 
     capabilities: Capabilities
+
+    def verify(self) -> list[CapabilityCheck]: ...
 
     def send(self, *, operation_key: str, to: str, subject: str, body: str) -> Effect: ...
 

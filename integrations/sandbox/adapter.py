@@ -17,12 +17,14 @@ import httpx
 
 from integrations.base import (
     Capabilities,
+    CapabilityCheck,
     Classification,
     DestinationError,
     Effect,
     http_reply,
     parse_retry_after,
 )
+from integrations.http import json_object, send, timeout_of
 
 # Answers that say the request was refused before anything was applied.
 _RETRYABLE_STATUSES = {408, 425, 429, 503}
@@ -39,8 +41,24 @@ class SandboxCrm:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.capabilities = capabilities or Capabilities()
-        # Connect failures happen before a byte is sent; read timeouts after.
-        self.timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
+        self.timeout = timeout_of(timeout)
+
+    def verify(self) -> list[CapabilityCheck]:
+        """The declared capabilities against what GET /_sandbox/capabilities reports."""
+        response = self._send("GET", "/_sandbox/capabilities")
+        self._raise_for_status(response)
+        reported = json_object(response)
+        checks = []
+        for name in ("idempotency_keys", "unique_external_ref", "lookup"):
+            if not getattr(self.capabilities, name):
+                continue
+            holds = reported.get(name) is True
+            checks.append(
+                CapabilityCheck(
+                    name, holds, f"GET /_sandbox/capabilities: {name}={str(holds).lower()}"
+                )
+            )
+        return checks
 
     # -- records -------------------------------------------------------------
 
@@ -152,22 +170,7 @@ class SandboxCrm:
         return str(results[0]["id"]) if results else None
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        url = self.base_url + path
-        try:
-            return httpx.request(method, url, timeout=self.timeout, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            # No connection, so nothing was sent.
-            raise DestinationError(
-                f"{type(exc).__name__}: {exc}", classification=Classification.RETRYABLE
-            ) from exc
-        except httpx.TransportError as exc:
-            # Sent, then the answer was lost (timeout, reset, closed): it may
-            # have been applied.
-            safe = method == "GET"
-            raise DestinationError(
-                f"{type(exc).__name__}: {exc or 'no response'}",
-                classification=Classification.RETRYABLE if safe else Classification.AMBIGUOUS,
-            ) from exc
+        return send(method, self.base_url + path, timeout=self.timeout, **kwargs)
 
     @staticmethod
     def _raise_for_status(response: httpx.Response) -> None:

@@ -140,6 +140,8 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
     raw_body: bytes
     protocol_version = "HTTP/1.1"
     server_version = "OnefoldSandbox/1"
+    # (path pattern, {method: handler name}); vendor emulators extend it.
+    routes: list[Route] = _ROUTES
     # An idle keep-alive connection is closed after this long.
     timeout = 120
     # Headers and body go out in two writes; with Nagle on, the body waits for
@@ -182,7 +184,7 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
             self._send(_error(400, exc.detail))
             return
         reply = _error(404, f"no such endpoint: {path}")
-        for pattern, methods in _ROUTES:
+        for pattern, methods in self.routes:
             match = pattern.fullmatch(path)
             if match is None:
                 continue

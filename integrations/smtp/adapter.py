@@ -26,7 +26,14 @@ from email.utils import format_datetime
 import idna
 from django.utils import timezone
 
-from integrations.base import Capabilities, Classification, DestinationError, Effect, smtp_reply
+from integrations.base import (
+    Capabilities,
+    CapabilityCheck,
+    Classification,
+    DestinationError,
+    Effect,
+    smtp_reply,
+)
 
 # What a server's reply may quote of an address (`550 5.1.1 <ada@example.com>:
 # unknown user`): kept out of error messages, which reach review cases and logs.
@@ -70,6 +77,10 @@ class SmtpSender:
     """`EmailAdapter` over plain SMTP: it can recognise nothing of a repeat."""
 
     capabilities = Capabilities()
+
+    def verify(self) -> list[CapabilityCheck]:
+        """SMTP claims no way to recognise a repeat, so there is nothing to verify."""
+        return []
 
     def __init__(self, host: str, port: int, *, timeout: float, sender: str) -> None:
         self.host = host
