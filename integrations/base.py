@@ -98,6 +98,12 @@ class Capabilities:
     unique_external_ref: bool = False
     # Effects can be found by their external reference.
     lookup: bool = False
+    # Whether "not found" by that lookup proves the effect absent. False where the
+    # only lookup is a search that lags writes (Pipedrive): then an unclear create
+    # that is not found is a case, never a blind repeat.
+    lookup_proves_absence: bool = True
+    # How long after an unclear attempt a lookup is worth asking (search lag).
+    lookup_settle_seconds: float = 0.0
     # Records can be merged (duplicates settled in the CRM).
     merge: bool = False
 
