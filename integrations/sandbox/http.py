@@ -63,7 +63,12 @@ class SandboxHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(
-        self, address: tuple[str, int], store: SandboxStore, *, verbose: bool = False
+        self,
+        address: tuple[str, int],
+        store: SandboxStore,
+        *,
+        verbose: bool = False,
+        handler: type[BaseHTTPRequestHandler] | None = None,
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -71,7 +76,7 @@ class SandboxHTTPServer(ThreadingHTTPServer):
         self.verbose = verbose
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        super().__init__(address, SandboxRequestHandler)
+        super().__init__(address, handler or SandboxRequestHandler)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host name (getfqdn), which can
@@ -112,11 +117,16 @@ _ROUTES: list[Route] = [
         {"GET": "tasks_get", "POST": "tasks_post"},
     ),
     (re.compile(r"/crm/records/(?P<record_id>[^/]+)/merge"), {"POST": "merge_post"}),
-    (re.compile(r"/_sandbox/reset"), {"POST": "reset_post"}),
     (
         re.compile(r"/_sandbox/capabilities"),
         {"GET": "capabilities_get", "POST": "capabilities_post"},
     ),
+    (re.compile(r"/_sandbox/messages"), {"GET": "messages_get"}),
+    (re.compile(r"/_sandbox/seed"), {"POST": "seed_post"}),
+]
+# Tests' and drills' controls; every vendor emulator answers them the same way.
+CONTROL_ROUTES: list[Route] = [
+    (re.compile(r"/_sandbox/reset"), {"POST": "reset_post"}),
     (
         re.compile(r"/_sandbox/faults"),
         {"GET": "faults_get", "POST": "faults_post", "DELETE": "faults_delete"},
@@ -126,9 +136,8 @@ _ROUTES: list[Route] = [
         {"GET": "chaos_get", "POST": "chaos_post", "DELETE": "chaos_delete"},
     ),
     (re.compile(r"/_sandbox/stats"), {"GET": "stats_get"}),
-    (re.compile(r"/_sandbox/messages"), {"GET": "messages_get"}),
-    (re.compile(r"/_sandbox/seed"), {"POST": "seed_post"}),
 ]
+_ROUTES += CONTROL_ROUTES
 
 
 class SandboxRequestHandler(BaseHTTPRequestHandler):
@@ -254,7 +263,7 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         fault = self.store.take_fault(action)
         if fault is None:
             return work()
-        before = _answer_before_commit(fault)
+        before = self.fault_reply_before_commit(fault)
         if before is not None:
             return before
         if fault.mode == "slow":
@@ -268,8 +277,17 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         if fault.mode == "drop_response_after_commit":
             return Reply(drop=True)
         if fault.mode == "http_500_after_commit":
-            return _error(500, "injected failure after commit")
+            return self.fault_reply_after_commit(fault)
         return reply
+
+    def fault_reply_before_commit(self, fault: Fault) -> Reply | None:
+        """The answer of a fault that refuses the call before anything is stored
+        (None: the call goes ahead). Vendor emulators answer in their vendor's words."""
+        return _answer_before_commit(fault)
+
+    def fault_reply_after_commit(self, fault: Fault) -> Reply:
+        """The 500 of `http_500_after_commit`, sent after the effect was stored."""
+        return _error(500, "injected failure after commit")
 
     def _idempotency_key(self) -> str | None:
         return self.headers.get("Idempotency-Key") or None
