@@ -1,0 +1,79 @@
+"""OAuth 2.0 client-credentials tokens (RFC 6749, 4.4), fetched once and refreshed.
+
+Salesforce and Dataverse (through Microsoft Entra ID) hand out bearer tokens for
+a client id and secret. One `ClientCredentials` per configured destination keeps
+its token in memory, per process, until shortly before it expires (Entra ID
+answers `expires_in`; Salesforce does not, so its tokens are kept until the API
+answers 401, when the adapter calls `invalidate()` and asks once more).
+
+The secret and the token never appear in an exception's text or a log line:
+errors name the token endpoint and the answer's status only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from integrations.base import Classification, DestinationError, http_reply
+from integrations.http import json_object, send
+
+# A token is refreshed this long before the expiry the server announced.
+_EARLY_SECONDS = 60.0
+# Kept when the server announces no expiry; a 401 refreshes it sooner.
+_DEFAULT_LIFETIME_SECONDS = 3600.0
+
+
+@dataclass
+class ClientCredentials:
+    token_url: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    scope: str | None = None
+    _token: str | None = field(default=None, init=False, repr=False)
+    _expires_at: float = field(default=0.0, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def token(self, *, timeout: httpx.Timeout) -> str:
+        """A valid bearer token, fetched when none is held or it is about to expire."""
+        with self._lock:
+            if self._token is None or time.monotonic() >= self._expires_at:
+                self._token, lifetime = self._fetch(timeout)
+                self._expires_at = time.monotonic() + max(0.0, lifetime - _EARLY_SECONDS)
+            return self._token
+
+    def invalidate(self) -> None:
+        """Forgets the token (the API answered 401): the next call fetches a new one."""
+        with self._lock:
+            self._token = None
+
+    def _fetch(self, timeout: httpx.Timeout) -> tuple[str, float]:
+        form = {
+            "grant_type": "client_credentials",
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+        }
+        if self.scope:
+            form["scope"] = self.scope
+        response = send("POST", self.token_url, timeout=timeout, data=form)
+        body = json_object(response)
+        token = body.get("access_token")
+        if response.status_code != 200 or not isinstance(token, str) or not token:
+            status = response.status_code
+            raise DestinationError(
+                f"token endpoint {self.token_url} refused the client credentials (HTTP {status})",
+                # Wrong credentials stay wrong; a busy token endpoint may answer later.
+                classification=Classification.RETRYABLE
+                if status in (429, 503) or status >= 500
+                else Classification.PERMANENT,
+                reply=http_reply(status),
+            )
+        lifetime = body.get("expires_in")
+        try:
+            seconds = float(lifetime) if lifetime is not None else _DEFAULT_LIFETIME_SECONDS
+        except (TypeError, ValueError):
+            seconds = _DEFAULT_LIFETIME_SECONDS
+        return token, seconds
