@@ -312,6 +312,20 @@ DESTINATION_URL = env_str("DESTINATION_URL", "http://127.0.0.1:8765")
 EMAIL_HOST = env_str("EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = env_int("EMAIL_PORT", 8025, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "enquiries@onefold.invalid")
+# The adapters of the default destinations "crm" and "email" (a source may name
+# its own destinations): sandbox | hubspot | salesforce | pipedrive | dataverse,
+# and smtp | resend. Each vendor reads its own variables (README, "Destinations").
+ONEFOLD_CRM = env_str("ONEFOLD_CRM", "sandbox").strip().lower()
+ONEFOLD_EMAIL = env_str("ONEFOLD_EMAIL", "smtp").strip().lower()
+if ONEFOLD_CRM not in ("sandbox", "hubspot", "salesforce", "pipedrive", "dataverse"):
+    raise ImproperlyConfigured(
+        "ONEFOLD_CRM must be one of sandbox, hubspot, salesforce, pipedrive, dataverse"
+    )
+if ONEFOLD_EMAIL not in ("smtp", "resend"):
+    raise ImproperlyConfigured("ONEFOLD_EMAIL must be smtp or resend")
+# A worker checks a destination's declared capabilities before its first use,
+# then again once this many seconds have passed since the last check.
+ONEFOLD_VERIFY_TTL_SECONDS = env_float("ONEFOLD_VERIFY_TTL_SECONDS", 300, minimum=0)
 
 # --- Onefold ----------------------------------------------------------------
 

@@ -97,35 +97,56 @@ class SourceApiKey(models.Model):
 
 
 class Destination(models.Model):
-    """A configured adapter plus the capabilities it declares.
+    """A configured adapter: which CRM or mail service, and where it answers.
 
-    Recovery after an ambiguous attempt is chosen from these flags, so they must
-    describe the real system: declaring a capability it lacks can duplicate effects.
+    What the destination can recognise of a repeat (its `Capabilities`) is not
+    stored here: the adapter derives it from its configuration and verifies it
+    against the live destination (execution/destinations.py), so nobody can type
+    a capability the destination does not honour.
     """
 
     class Kind(models.TextChoices):
-        CRM_HTTP = "crm_http", "CRM over HTTP"
+        CRM_HTTP = "crm_http", "Sandbox CRM"
+        HUBSPOT = "hubspot", "HubSpot"
+        SALESFORCE = "salesforce", "Salesforce"
+        PIPEDRIVE = "pipedrive", "Pipedrive"
+        DATAVERSE = "dataverse", "Microsoft Dataverse"
         SMTP = "smtp", "Email over SMTP"
+        RESEND = "resend", "Resend (email API)"
+
+    CRM_KINDS = (Kind.CRM_HTTP, Kind.HUBSPOT, Kind.SALESFORCE, Kind.PIPEDRIVE, Kind.DATAVERSE)
+    EMAIL_KINDS = (Kind.SMTP, Kind.RESEND)
 
     name = models.SlugField(max_length=50, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices)
-    # Blank means the URL from settings (DESTINATION_URL / EMAIL_HOST).
+    # Blank means the URL from settings (DESTINATION_URL / EMAIL_HOST, or the
+    # vendor's own variable, e.g. HUBSPOT_BASE_URL, else its real URL).
     base_url = models.CharField(max_length=300, blank=True)
-    idempotency_keys = models.BooleanField(default=False)
-    idempotency_key_retention = models.DurationField(null=True, blank=True)
-    unique_external_ref = models.BooleanField(default=False)
-    lookup = models.BooleanField(default=False)
-    merge = models.BooleanField(default=False)
 
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=Q(kind__in=["crm_http", "smtp"]), name="destination_kind_valid"
+                condition=Q(
+                    kind__in=[
+                        "crm_http",
+                        "hubspot",
+                        "salesforce",
+                        "pipedrive",
+                        "dataverse",
+                        "smtp",
+                        "resend",
+                    ]
+                ),
+                name="destination_kind_valid",
             ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_crm(self) -> bool:
+        return self.kind in self.CRM_KINDS
 
 
 class Event(models.Model):

@@ -21,7 +21,7 @@ from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.engine import operation_execute, operation_hold_later
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
-from idempotency_core.models import Destination, Event, Operation, ReviewCase
+from idempotency_core.models import Event, Operation, ReviewCase
 from tests.support.processes import Sandbox
 
 # -- submissions and the ingest API ------------------------------------------------
@@ -106,11 +106,10 @@ def make_user(username: str, *, groups: tuple[str, ...] = (), staff: bool = True
     return user
 
 
-def crm_without_recognition() -> None:
-    """The CRM declares nothing that recognises a repeat: an unclear create goes to review."""
-    Destination.objects.filter(name="crm").update(
-        idempotency_keys=False, unique_external_ref=False, lookup=False
-    )
+def crm_without_recognition(sandbox: Sandbox) -> None:
+    """The sandbox CRM offers nothing that recognises a repeat: an unclear create goes
+    to review (its capabilities are what it reports, read when recovery is decided)."""
+    sandbox.capabilities(idempotency_keys=False, unique_external_ref=False, lookup=False)
 
 
 def permanent_case(key: str = "perm-1") -> ReviewCase:

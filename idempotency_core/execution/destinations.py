@@ -1,24 +1,115 @@
-"""Which destination a step talks to, and the adapter that speaks to it.
+"""Which destination a step talks to, the adapter that speaks to it, and whether it may.
 
-The one place that knows which adapter class serves which kind of destination:
-steps, the engine and reviewers' services ask here and see only the
-`CrmAdapter` / `EmailAdapter` interfaces. Building an adapter makes no network
-call, so its `Capabilities` (what it can recognise of a repeat) can be read
-anywhere, the console's replay preview included.
+The one place that knows which adapter serves which kind of destination: steps,
+the engine and reviewers' services ask here and see only the `CrmAdapter` /
+`EmailAdapter` interfaces.
+
+Kinds and adapters. Each kind names a factory by dotted path, imported on first
+use (`integrations.hubspot.adapter:adapter_from_env`, ...), called with the
+destination's `base_url` (None when blank: the vendor's own variable, else its
+real URL), the HTTP timeout and `os.environ`. The default destinations "crm"
+and "email" take their kind from ONEFOLD_CRM and ONEFOLD_EMAIL (`kind_of`); any
+other destination (a source's own) keeps the kind stored on its row.
+
+Capabilities belong to the adapter, derived from its configuration; the
+Destination row holds none. Building a vendor adapter makes no network call.
+The sandbox is the exception, by contract: its capabilities are what
+`GET /_sandbox/capabilities` reports when recovery is decided, since tests
+switch them while the stack runs. That read happens on the first access to
+`adapter.capabilities` of a sandbox adapter (one short call, bounded by
+`_CAPABILITY_READ_SECONDS`, cached on that adapter object only). The engine
+reads capabilities only after an unclear attempt or before a retry that
+follows one (so a plain success costs no extra call); the console reads them
+for a replay preview, a lookup or a merge, and a sandbox that does not answer
+reads as "offers nothing", which is the safe side (review, never a repeat).
+`SANDBOX_CAPABILITIES` (comma-separated) declares what the sandbox must offer;
+unset, it declares what it reports.
+
+Verification. `adapter.verify()` checks each declared capability against the
+live destination. `destination_ready()` is what a worker calls before using a
+destination: it verifies on first use in the process and again once
+ONEFOLD_VERIFY_TTL_SECONDS have passed; a destination whose declaration does
+not hold (or that could not be verified) raises `DestinationRefusedError`, a
+RETRYABLE `DestinationError`: nothing was sent, the attempt says why, and after
+the usual attempts the operation becomes a case that says why.
+`manage.py check_destinations` prints the same checks.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import httpx
 from django.conf import settings
 
 from idempotency_core.models import Destination, Source
-from integrations.base import Adapter, Capabilities, CrmAdapter, EmailAdapter
+from integrations.base import (
+    Adapter,
+    Capabilities,
+    CapabilityCheck,
+    Classification,
+    CrmAdapter,
+    DestinationError,
+    EmailAdapter,
+)
+from integrations.http import send, timeout_of
 from integrations.sandbox.adapter import SandboxCrm
 from integrations.smtp.adapter import SmtpSender
+
+logger = logging.getLogger(__name__)
+
+Kind = Destination.Kind
+
+# Vendor adapters, imported on first use: `module:function`, the function being
+# adapter_from_env(*, base_url, timeout, env) -> the adapter.
+FACTORIES: dict[str, str] = {
+    Kind.HUBSPOT: "integrations.hubspot.adapter:adapter_from_env",
+    Kind.SALESFORCE: "integrations.salesforce.adapter:adapter_from_env",
+    Kind.PIPEDRIVE: "integrations.pipedrive.adapter:adapter_from_env",
+    Kind.DATAVERSE: "integrations.dataverse.adapter:adapter_from_env",
+    Kind.RESEND: "integrations.resend.adapter:adapter_from_env",
+}
+
+# ONEFOLD_CRM / ONEFOLD_EMAIL values and the kind each one names.
+CRM_CHOICES: dict[str, str] = {
+    "sandbox": Kind.CRM_HTTP,
+    "hubspot": Kind.HUBSPOT,
+    "salesforce": Kind.SALESFORCE,
+    "pipedrive": Kind.PIPEDRIVE,
+    "dataverse": Kind.DATAVERSE,
+}
+EMAIL_CHOICES: dict[str, str] = {"smtp": Kind.SMTP, "resend": Kind.RESEND}
+
+# The sandbox's capability names (CONTRACT.md, "Sandbox destination").
+SANDBOX_CAPABILITIES = ("idempotency_keys", "unique_external_ref", "lookup")
+# A capability read must not hold up a worker or a console page for long.
+_CAPABILITY_READ_SECONDS = 2.0
 
 
 class NotACrmError(LookupError):
     """The destination is not a CRM (a lookup or a listing was asked of a mail relay)."""
+
+
+class AdapterUnavailableError(DestinationError):
+    """The destination's kind has no adapter installed here: nothing can be sent."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, classification=Classification.RETRYABLE)
+
+
+class DestinationRefusedError(DestinationError):
+    """The destination's declared capabilities do not hold (or could not be checked):
+    it is not called. Retryable: a corrected configuration is used at the next check."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, classification=Classification.RETRYABLE)
 
 
 def destination_for(source: Source, role: str) -> Destination:
@@ -27,24 +118,29 @@ def destination_for(source: Source, role: str) -> Destination:
     return override or Destination.objects.get(name=role)
 
 
-def declared_capabilities(destination: Destination) -> Capabilities:
-    """What the destination's configuration says it offers (the sandbox runs profiles)."""
-    return Capabilities(
-        idempotency_keys=destination.idempotency_keys,
-        key_retention=destination.idempotency_key_retention,
-        unique_external_ref=destination.unique_external_ref,
-        lookup=destination.lookup,
-        merge=destination.merge,
-    )
+def kind_of(destination: Destination) -> str:
+    """The kind in force: ONEFOLD_CRM / ONEFOLD_EMAIL for the default "crm" and
+    "email" destinations, the row's own kind for any other."""
+    if destination.name == "crm":
+        return CRM_CHOICES[settings.ONEFOLD_CRM]
+    if destination.name == "email":
+        return EMAIL_CHOICES[settings.ONEFOLD_EMAIL]
+    return str(destination.kind)
+
+
+def is_crm(destination: Destination) -> bool:
+    return kind_of(destination) in Destination.CRM_KINDS
 
 
 def adapter_for(destination: Destination, *, timeout: float | None = None) -> Adapter:
-    """The adapter for `destination`, carrying its capabilities. No network call.
+    """The adapter for `destination`. No network call (see the module's docstring).
 
     `timeout` (seconds) overrides ONEFOLD_HTTP_TIMEOUT_SECONDS, e.g. for long listings.
+    Raises `AdapterUnavailableError` for a kind whose adapter is not installed.
     """
     timeout = timeout or settings.ONEFOLD_HTTP_TIMEOUT_SECONDS
-    if destination.kind == Destination.Kind.SMTP:
+    kind = kind_of(destination)
+    if kind == Kind.SMTP:
         host, _, port = destination.base_url.partition(":")
         return SmtpSender(
             host or settings.EMAIL_HOST,
@@ -52,11 +148,33 @@ def adapter_for(destination: Destination, *, timeout: float | None = None) -> Ad
             timeout=timeout,
             sender=settings.DEFAULT_FROM_EMAIL,
         )
-    return SandboxCrm(
-        destination.base_url or settings.DESTINATION_URL,
-        timeout=timeout,
-        capabilities=declared_capabilities(destination),
+    if kind == Kind.CRM_HTTP:
+        return LiveSandboxCrm(
+            destination.base_url or settings.DESTINATION_URL, timeout=timeout, env=os.environ
+        )
+    factory = adapter_factory(kind)
+    adapter: Adapter = factory(
+        base_url=destination.base_url or None, timeout=timeout, env=os.environ
     )
+    return adapter
+
+
+def adapter_factory(kind: str) -> Callable[..., Any]:
+    """The vendor's `adapter_from_env`, imported now; a clear error when it is absent."""
+    path = FACTORIES.get(kind)
+    if path is None:
+        raise AdapterUnavailableError(f"no adapter for destination kind {kind!r}")
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise AdapterUnavailableError(
+                f"the {kind} adapter is not installed ({module_name} is missing)"
+            ) from exc
+        raise
+    factory: Callable[..., Any] = getattr(module, attribute)
+    return factory
 
 
 def crm_adapter_for(destination: Destination, *, timeout: float | None = None) -> CrmAdapter:
@@ -74,5 +192,149 @@ def email_adapter_for(destination: Destination) -> EmailAdapter:
 
 
 def capabilities_of(destination: Destination) -> Capabilities:
-    """The destination's capabilities, as its adapter reports them. No network call."""
-    return adapter_for(destination).capabilities
+    """The destination's capabilities, as its adapter reports them now.
+
+    A network read only for the sandbox (bounded; see the module's docstring).
+    An adapter that cannot be built offers nothing: recovery then goes to review.
+    """
+    try:
+        return adapter_for(destination).capabilities
+    except AdapterUnavailableError:
+        return Capabilities()
+
+
+# -- the sandbox: capabilities as it reports them -----------------------------------
+
+
+class LiveSandboxCrm(SandboxCrm):
+    """The sandbox's adapter, its capabilities read from the sandbox when first asked.
+
+    `SANDBOX_CAPABILITIES` in `env` declares what the sandbox must offer (checked
+    by `verify()`); unset, the declaration is whatever the sandbox reports.
+    """
+
+    def __init__(self, base_url: str, *, timeout: float, env: Mapping[str, str]) -> None:
+        super().__init__(base_url, timeout=timeout)
+        raw = env.get("SANDBOX_CAPABILITIES")
+        self.declared = (
+            None
+            if raw is None
+            else frozenset(name.strip() for name in raw.split(",") if name.strip())
+        )
+        self._capabilities: Capabilities | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            try:
+                self._capabilities = sandbox_capabilities(self._report(_CAPABILITY_READ_SECONDS))
+            except DestinationError as exc:
+                logger.warning("sandbox capabilities unknown (%s): treated as none", exc.message)
+                self._capabilities = Capabilities()
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, value: Capabilities) -> None:
+        # SandboxCrm.__init__ assigns its default; the live report replaces it.
+        self._capabilities = None
+
+    def verify(self) -> list[CapabilityCheck]:
+        """Each declared capability against what GET /_sandbox/capabilities reports."""
+        reported = self._report(self.timeout.read or _CAPABILITY_READ_SECONDS)
+        names = self.declared
+        if names is None:
+            names = frozenset(name for name in SANDBOX_CAPABILITIES if reported.get(name) is True)
+        checks = []
+        for name in sorted(names):
+            holds = reported.get(name) is True
+            how = f"GET /_sandbox/capabilities: {name}={str(reported.get(name)).lower()}"
+            checks.append(CapabilityCheck(name, holds, how))
+        return checks
+
+    def _report(self, seconds: float) -> dict[str, Any]:
+        response = send(
+            "GET", self.base_url + "/_sandbox/capabilities", timeout=timeout_of(seconds)
+        )
+        self._raise_for_status(response)
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise DestinationError(
+                "GET /_sandbox/capabilities answered no JSON object",
+                classification=Classification.RETRYABLE,
+            )
+        return data
+
+
+def sandbox_capabilities(reported: Mapping[str, Any]) -> Capabilities:
+    """The sandbox's report as `Capabilities`. Its lookup reads its own store (no lag),
+    and it always offers merge (POST /crm/records/<id>/merge)."""
+    ttl = reported.get("idempotency_key_ttl_seconds")
+    return Capabilities(
+        idempotency_keys=reported.get("idempotency_keys") is True,
+        key_retention=timedelta(seconds=float(ttl)) if isinstance(ttl, int | float) else None,
+        unique_external_ref=reported.get("unique_external_ref") is True,
+        lookup=reported.get("lookup") is True,
+        lookup_proves_absence=True,
+        merge=True,
+    )
+
+
+# -- verification, as the workers do it -------------------------------------------
+
+_verified_lock = threading.Lock()
+# (name, kind, base_url) -> (monotonic time the result expires, refusal or "")
+_verified: dict[tuple[str, str, str], tuple[float, str]] = {}
+
+
+def destination_checks(destination: Destination) -> list[CapabilityCheck]:
+    """The destination's declared capabilities checked against it (network calls).
+
+    A destination that cannot be built or reached gives one refused check,
+    "reachable", with the reason."""
+    try:
+        return list(adapter_for(destination).verify())
+    except DestinationError as exc:
+        return [CapabilityCheck("reachable", False, exc.message)]
+    except httpx.HTTPError as exc:
+        return [CapabilityCheck("reachable", False, f"{type(exc).__name__}: {exc}")]
+
+
+def destination_refusal(checks: list[CapabilityCheck]) -> str:
+    """Why the destination is refused ("" when every check holds)."""
+    return "; ".join(f"{c.capability}: {c.how}" for c in checks if not c.verified)
+
+
+def destination_ready(destination: Destination, *, now: float | None = None) -> None:
+    """Raises `DestinationRefusedError` unless the destination's declaration holds.
+
+    Verified on first use in this process, then again after ONEFOLD_VERIFY_TTL_SECONDS.
+    A refusal is remembered as long as a success (the destination is not asked
+    again on every attempt), except a failure to reach it, asked again next time.
+    """
+    now = time.monotonic() if now is None else now
+    key = (destination.name, kind_of(destination), destination.base_url)
+    with _verified_lock:
+        cached = _verified.get(key)
+    if cached is None or cached[0] <= now:
+        checks = destination_checks(destination)
+        refusal = destination_refusal(checks)
+        unreachable = any(c.capability == "reachable" for c in checks)
+        if refusal:
+            logger.warning("destination %s refused: %s", destination.name, refusal)
+        if not unreachable:
+            with _verified_lock:
+                _verified[key] = (now + settings.ONEFOLD_VERIFY_TTL_SECONDS, refusal)
+        cached = (now, refusal)
+    if cached[1]:
+        raise DestinationRefusedError(
+            f"destination {destination.name} refused, not called: {cached[1]}"
+        )
+
+
+def verification_forget() -> None:
+    """Forgets every verification of this process (tests; a changed configuration)."""
+    with _verified_lock:
+        _verified.clear()

@@ -555,10 +555,6 @@ def _run_cell(
     control.post(
         "/_sandbox/capabilities", json={**flags, "idempotency_key_ttl_seconds": window}
     ).raise_for_status()
-    Destination.objects.filter(pk=crm.pk).update(
-        **flags, idempotency_key_retention=timedelta(seconds=window)
-    )
-    crm.refresh_from_db()
     ctx = DrillContext(
         run=f"{run}-{case.__name__.removeprefix('case_')}-{profile_name}",
         control=control,

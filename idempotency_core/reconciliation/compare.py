@@ -69,7 +69,7 @@ from idempotency_core.audit.subjects import (
     operation_subject_sql,
     record_subject_prefix,
 )
-from idempotency_core.execution.destinations import crm_adapter_for, destination_for
+from idempotency_core.execution.destinations import crm_adapter_for, destination_for, is_crm
 from idempotency_core.models import (
     Destination,
     Event,
@@ -138,7 +138,7 @@ def reconciliation_start(
         raise ReconciliationError("--since must be before --until")
     if destination is None:
         destination = destination_for(source, "crm") if source else _default_crm()
-    if destination.kind != Destination.Kind.CRM_HTTP:
+    if not is_crm(destination):
         raise ReconciliationError(f"destination {destination.name} is not a CRM")
     unfinished = (
         ReconciliationRun.objects.filter(
@@ -260,7 +260,7 @@ def reconcile_daily() -> list[dict[str, Any]]:
     """
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     results, failures = [], []
-    for destination in Destination.objects.filter(kind=Destination.Kind.CRM_HTTP).order_by("name"):
+    for destination in Destination.objects.filter(kind__in=Destination.CRM_KINDS).order_by("name"):
         try:
             run = reconcile(
                 since=today - timedelta(days=1),

@@ -20,6 +20,7 @@ from idempotency_core.execution.destinations import (
     NotACrmError,
     capabilities_of,
     crm_adapter_for,
+    is_crm,
 )
 from idempotency_core.execution.steps import step_context, step_of
 from idempotency_core.models import AuditEntry, Destination, Operation, ReviewCase
@@ -86,7 +87,7 @@ def lookup_can_answer(operation: Operation) -> bool:
     """Whether `operation_destination_lookup` can tell if this operation's effect exists:
     by the destination's lookup, or (an enquiry in a CRM without one) its listing."""
     destination = operation.destination
-    if destination.kind != Destination.Kind.CRM_HTTP:
+    if not is_crm(destination):
         return False
     try:
         step = step_of(operation)

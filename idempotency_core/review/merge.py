@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.destinations import capabilities_of
+from idempotency_core.execution.destinations import capabilities_of, is_crm
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.steps import MERGE_STEP
 from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase
@@ -41,7 +41,7 @@ def merge_key(*, case_id: int, survivor_ref: str, duplicate_ref: str) -> str:
 def merge_destination(case: ReviewCase) -> Destination:
     """The CRM holding the records: the case operation's destination, else "crm"."""
     operation = case.operation
-    if operation is not None and operation.destination.kind == Destination.Kind.CRM_HTTP:
+    if operation is not None and is_crm(operation.destination):
         return operation.destination
     return Destination.objects.get(name="crm")
 

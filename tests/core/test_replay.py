@@ -7,7 +7,7 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 
 from idempotency_core.execution.engine import operation_execute
-from idempotency_core.models import AuditEntry, Destination, ReviewCase
+from idempotency_core.models import AuditEntry, ReviewCase
 from idempotency_core.review.refusals import ReplayRefusedError
 from idempotency_core.review.replay import operation_replay
 from tests.factories import ingest, op, run_pipeline
@@ -27,10 +27,6 @@ def reviewer() -> User:
     user = User.objects.create_user("reviewer", is_staff=True)
     user.groups.add(Group.objects.get(name="Reviewers"))
     return User.objects.get(pk=user.pk)
-
-
-def declare(**flags) -> None:
-    Destination.objects.filter(name="crm").update(**flags)
 
 
 def test_replay_refuses_a_succeeded_operation(sandbox, admin_user):
@@ -97,7 +93,6 @@ def run_pipeline_rest(event) -> None:
 
 def test_replay_after_an_unrecognisable_ambiguity_needs_a_destination_check(sandbox, admin_user):
     sandbox.capabilities(idempotency_keys=False, unique_external_ref=False, lookup=False)
-    declare(idempotency_keys=False, unique_external_ref=False, lookup=False)
     sandbox.fault("create_record", "drop_response_after_commit")
     event = ingest("unclear")
     enquiry = op(event, "create_enquiry")
@@ -114,7 +109,6 @@ def test_replay_after_exhausted_ambiguity_looks_up_instead_of_creating(
     # Lookup only, no uniqueness: a blind repeat would create a second record.
     settings.ONEFOLD_MAX_ATTEMPTS = 1
     sandbox.capabilities(idempotency_keys=False, unique_external_ref=False, lookup=True)
-    declare(idempotency_keys=False, unique_external_ref=False, lookup=True)
     sandbox.fault("create_record", "drop_response_after_commit")
     event = ingest("exhausted")
     enquiry = op(event, "create_enquiry")

@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
-from idempotency_core.models import Attempt, Destination, Operation
+from idempotency_core.models import Attempt, Operation
 from idempotency_core.review.refusals import ReplayRefusedError
 from idempotency_core.review.replay import operation_replay
 from review_console.selectors import replay_preview
+from tests.support.processes import Sandbox
 
 pytestmark = pytest.mark.django_db
 
@@ -63,9 +64,10 @@ def _as(status: object) -> dict[str, object]:
     return {"status": status}
 
 
-def _arrange(state: dict[str, object], n: int) -> Operation:
-    """One event in the given state; returns the operation to replay."""
-    Destination.objects.filter(name="crm").update(lookup=state["lookup"])
+def _arrange(state: dict[str, object], n: int, sandbox: Sandbox) -> Operation:
+    """One event in the given state; returns the operation to replay. Whether the
+    destination offers lookup is what the sandbox reports (read when asked)."""
+    sandbox.capabilities(lookup=bool(state["lookup"]))
     source, _ = source_get_or_create(name="rule")
     event = event_ingest(source=source, key=f"rule-{n}", payload={"form": "contact"}).event
     target = event.operations.get(step=state["step"])
@@ -113,7 +115,7 @@ def replayer(db: None) -> User:
     return User.objects.get(pk=user.pk)
 
 
-def test_preview_and_replay_agree_on_every_refusal(replayer: User) -> None:
+def test_preview_and_replay_agree_on_every_refusal(replayer: User, sandbox: Sandbox) -> None:
     counter = iter(range(10**6))
     seen: set[bool] = set()
 
@@ -125,7 +127,7 @@ def test_preview_and_replay_agree_on_every_refusal(replayer: User) -> None:
     @given(state=states)
     def agree(state: dict[str, object]) -> None:
         with transaction.atomic():
-            operation = _arrange(state, next(counter))
+            operation = _arrange(state, next(counter), sandbox)
             checked = bool(state["checked"])
             preview = replay_preview(operation, destination_checked=checked)
             refused = _replay_refusal(operation, replayer, checked=checked)

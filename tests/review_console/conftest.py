@@ -35,8 +35,7 @@ def ambiguous_case(sandbox) -> Callable[..., ReviewCase]:
     """Makes an ambiguous-outcome case for real: the first create fails in `mode`."""
 
     def make(key: str = "amb-1", mode: str = "drop_response_after_commit") -> ReviewCase:
-        sandbox.capabilities(idempotency_keys=False, unique_external_ref=False, lookup=False)
-        crm_without_recognition()
+        crm_without_recognition(sandbox)
         sandbox.fault("create_record", mode)
         event = ingest(key, message=f"Please call me back ({key}).")
         operation = event.operations.get(step="create_enquiry")
