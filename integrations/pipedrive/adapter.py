@@ -1,0 +1,446 @@
+"""Pipedrive as Onefold's CRM: a person found or created by email, a lead, an activity.
+
+Nothing in Pipedrive recognises a repeat: no idempotency key, no unique field, no
+upsert (CRM-FACTS.md, Pipedrive). The only lookup by our reference is the search
+index, which lags writes, so "not found" proves nothing. The capabilities say so
+(`lookup_proves_absence=False`, `lookup_settle_seconds`), and the engine, after an
+unclear create, looks up no sooner than the settling delay: found, it adopts;
+not found, it opens a case instead of creating again.
+
+- enquiry: the person is searched by email (exact match) and created when none is
+  found; then `POST /v1/leads` with `title`, `person_id` and our reference in a
+  custom field (40-hex key, `PIPEDRIVE_REFERENCE_FIELD`). Leads inherit the deal's
+  custom fields; `GET /v1/leadFields` lists them.
+- task: `POST /api/v2/activities` with `lead_id`; its own reference goes into the
+  activity's note as a line "Onefold reference: <key>" (activities have no
+  documented custom fields and no search), found again by listing the lead's
+  activities (`GET /api/v2/activities?lead_id=`).
+- the API token travels in the `x-api-token` header, never in a URL, so it cannot
+  reach a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from integrations.base import (
+    Capabilities,
+    CapabilityCheck,
+    Classification,
+    DestinationError,
+    Effect,
+    http_reply,
+    parse_retry_after,
+)
+from integrations.http import json_object, send, timeout_of
+
+DEFAULT_BASE_URL = "https://api.pipedrive.com"
+# How long after an unclear create the search is worth asking. Pipedrive documents no
+# freshness for its search (CRM-FACTS.md): this is a guess, and configurable.
+DEFAULT_SETTLE_SECONDS = 30.0
+# "Only the following custom field types are searchable: address, varchar, text,
+# varchar_auto, double, monetary and phone" (client-nodejs v2 persons-api.ts, searchPersons).
+SEARCHABLE_TYPES = frozenset(
+    {"address", "varchar", "text", "varchar_auto", "double", "monetary", "phone"}
+)
+CUSTOM_FIELD_KEY = re.compile(r"[0-9a-f]{40}")
+_PERMANENT_STATUSES = {400, 401, 402, 403, 404, 405, 410, 413, 415, 422}
+_RETRYABLE_STATUSES = {408, 425, 429, 503}
+_REFERENCE_LINE = "Onefold reference: {}"
+_REFERENCE_IN_NOTE = re.compile(r"Onefold reference: ([^\s<]+)")
+_PAGE = 500  # "a maximum value of 500 is allowed" (v2 activities-api.ts, limit)
+
+
+class PipedriveCrm:
+    """`CrmAdapter` for Pipedrive (integrations/pipedrive/__init__.py)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_token: str,
+        reference_field: str,
+        timeout: float,
+        settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        activity_type: str = "task",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = api_token
+        self.reference_field = reference_field
+        self.activity_type = activity_type
+        self.timeout = timeout_of(timeout)
+        self.capabilities = Capabilities(
+            idempotency_keys=False,
+            unique_external_ref=False,
+            lookup=True,
+            lookup_proves_absence=False,
+            lookup_settle_seconds=settle_seconds,
+            # Pipedrive merges persons and deals, not leads: duplicates are settled by hand.
+            merge=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"PipedriveCrm({self.base_url!r}, reference_field={self.reference_field!r})"
+
+    def verify(self) -> list[CapabilityCheck]:
+        """`lookup`: the reference field exists on leads and is of a searchable type.
+        Nothing else is claimed: no uniqueness, no idempotency key, no merge."""
+        fields = self._lead_fields()
+        field = fields.get(self.reference_field)
+        where = f"GET /v1/leadFields: {self.reference_field}"
+        if field is None:
+            how = f"{where} is not a lead field (leads inherit the deal's custom fields)"
+            return [CapabilityCheck("lookup", False, how)]
+        kind = str(field.get("field_type"))
+        name = field.get("name", "")
+        if field.get("active_flag") is False:
+            return [CapabilityCheck("lookup", False, f"{where} ({name!r}) is not active")]
+        if kind not in SEARCHABLE_TYPES or field.get("searchable_flag") is False:
+            how = f"{where} ({name!r}) is of type {kind}, which search cannot find"
+            return [CapabilityCheck("lookup", False, how)]
+        how = f"{where} ({name!r}) exists, type {kind}, searchable; search lags writes"
+        return [CapabilityCheck("lookup", True, how)]
+
+    # -- records (leads) -----------------------------------------------------
+
+    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
+        try:
+            person_id = self._person_for(fields)
+        except DestinationError as exc:
+            if exc.classification != Classification.AMBIGUOUS:
+                raise
+            # The lead was not sent: trying again risks a second person, never a second lead.
+            raise DestinationError(
+                f"the person's creation is unclear, the lead was not sent: {exc.message}",
+                classification=Classification.RETRYABLE,
+                reply=exc.reply,
+            ) from exc
+        body = {
+            "title": _title(fields),
+            "person_id": person_id,
+            self.reference_field: external_ref,
+        }
+        response = self._send("POST", "/v1/leads", json=body)
+        _raise_for_status(response)
+        return Effect(ref=str(_data(response)["id"]), reply=http_reply(response.status_code))
+
+    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
+        """PATCH the lead's title and person: the same update twice leaves it as once."""
+        body: dict[str, Any] = {"title": _title(fields)}
+        if fields.get("email"):
+            body["person_id"] = self._person_for(fields)
+        response = self._send("PATCH", f"/v1/leads/{_segment(record_id)}", json=body)
+        _raise_for_status(response)
+        return Effect(ref=str(_data(response).get("id", record_id)), reply=http_reply(200))
+
+    def get_record(self, record_id: str) -> dict[str, Any] | None:
+        if self.reference_check(record_id) is not None:
+            return None
+        response = self._send("GET", f"/v1/leads/{_segment(record_id)}")
+        if response.status_code == 404:
+            return None
+        _raise_for_status(response)
+        lead = _data(response)
+        record = self._record(lead)
+        person_id = lead.get("person_id")
+        if person_id:
+            person = self._send("GET", f"/api/v2/persons/{int(person_id)}")
+            if person.status_code == 200:
+                data = _data(person)
+                record["name"] = data.get("name", "")
+                record["email"] = _primary(data.get("emails"))
+        return record
+
+    def reference_check(self, record_id: str) -> str | None:
+        # "The unique ID of the lead in the UUID format" (client-nodejs v1 models/lead.ts).
+        try:
+            uuid.UUID(record_id)
+        except ValueError:
+            return "Pipedrive lead ids are UUIDs, like adf21080-0e10-11eb-879b-05d71fb426ec"
+        return None
+
+    def find_record(self, *, external_ref: str) -> str | None:
+        """The lead holding `external_ref` in the reference field, by search (which lags:
+        None means "not found yet", not "absent"). Several: a PERMANENT error."""
+        params = {
+            "term": external_ref,
+            "fields": "custom_fields",
+            "exact_match": "true",
+            "limit": _PAGE,
+        }
+        response = self._send("GET", "/api/v2/leads/search", params=params)
+        _raise_for_status(response)
+        items = (_data(response) or {}).get("items") or []
+        candidates = [str(entry["item"]["id"]) for entry in items if entry.get("item")]
+        # exact_match "is not case sensitive" (v2 leads-api.ts): read each candidate back
+        # and keep those whose field holds the reference exactly.
+        matches = [lead_id for lead_id in candidates if self._holds(lead_id, external_ref)]
+        if len(matches) > 1:
+            raise DestinationError(
+                f"{len(matches)} Pipedrive leads hold reference {external_ref}: "
+                + ", ".join(matches),
+                classification=Classification.PERMANENT,
+                reply=http_reply(response.status_code),
+            )
+        return matches[0] if matches else None
+
+    def merge_records(self, *, survivor_id: str, duplicate_id: str, key: str) -> Effect:
+        raise DestinationError(
+            "Pipedrive cannot merge leads (only persons, organizations and deals): "
+            f"archive or delete lead {duplicate_id} in Pipedrive",
+            classification=Classification.PERMANENT,
+        )
+
+    def iter_records(
+        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+    ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
+        """Leads by add_time, offset-paged (`start`/`limit`), in [since, until): the
+        listing has no time filter, so it reads from the start and skips earlier ones."""
+        low, high = _instant(since), _instant(until) if until else None
+        start = int(cursor) if cursor and cursor.isdigit() else 0
+        page_size = max(1, min(limit, _PAGE))
+        while True:
+            params = {"start": start, "limit": page_size, "sort": "add_time ASC"}
+            response = self._send("GET", "/v1/leads", params=params)
+            _raise_for_status(response)
+            leads = json_object(response).get("data") or []
+            more = _more_items(json_object(response))
+            start += len(leads)
+            added = [(_instant(lead["add_time"]), lead) for lead in leads]
+            page = [
+                self._record(lead)
+                for at, lead in added
+                if low <= at and (high is None or at < high)
+            ]
+            past_until = high is not None and any(at >= high for at, _ in added)
+            done = not more or not leads or past_until
+            yield page, None if done else str(start)
+            if done:
+                return
+
+    # -- tasks (activities) --------------------------------------------------
+
+    def create_task(
+        self, *, record_id: str, external_ref: str, title: str, assignee: str
+    ) -> Effect:
+        reference = _REFERENCE_LINE.format(html.escape(external_ref))
+        note = f"<p>Assignee: {html.escape(assignee)}</p><p>{reference}</p>"
+        body: dict[str, Any] = {
+            "subject": title,
+            "type": self.activity_type,
+            "lead_id": record_id,
+            "note": note,
+        }
+        if assignee.isdigit():
+            body["owner_id"] = int(assignee)
+        response = self._send("POST", "/api/v2/activities", json=body)
+        _raise_for_status(response)
+        return Effect(ref=str(_data(response)["id"]), reply=http_reply(response.status_code))
+
+    def find_task(self, *, record_id: str, external_ref: str) -> str | None:
+        """The lead's activity whose note carries `external_ref`, from the lead's activity
+        list (a filtered listing, not the search index)."""
+        found: list[str] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"lead_id": record_id, "limit": _PAGE}
+            if cursor:
+                params["cursor"] = cursor
+            response = self._send("GET", "/api/v2/activities", params=params)
+            _raise_for_status(response)
+            body = json_object(response)
+            found += [
+                str(activity["id"])
+                for activity in body.get("data") or []
+                if _note_reference(activity) == external_ref
+            ]
+            cursor = (body.get("additional_data") or {}).get("next_cursor")
+            if not cursor:
+                break
+        if len(found) > 1:
+            raise DestinationError(
+                f"{len(found)} activities of lead {record_id} carry reference {external_ref}",
+                classification=Classification.PERMANENT,
+                reply=http_reply(200),
+            )
+        return found[0] if found else None
+
+    # -- plumbing ------------------------------------------------------------
+
+    def _person_for(self, fields: Mapping[str, Any]) -> int:
+        """The person with this email (exact search), else a new one. The search lags
+        too: a person created moments ago may be created again. A duplicate person is
+        tolerable (Pipedrive merges persons: PUT /v1/persons/{id}/merge); a duplicate
+        lead is what Onefold prevents."""
+        email = str(fields.get("email") or "").strip()
+        if email:
+            params = {"term": email, "fields": "email", "exact_match": "true", "limit": 1}
+            response = self._send("GET", "/api/v2/persons/search", params=params)
+            _raise_for_status(response)
+            items = (_data(response) or {}).get("items") or []
+            if items:
+                return int(items[0]["item"]["id"])
+        body: dict[str, Any] = {"name": str(fields.get("name") or email or "Website visitor")}
+        if email:
+            body["emails"] = [{"value": email, "primary": True, "label": "work"}]
+        if fields.get("phone"):
+            body["phones"] = [{"value": str(fields["phone"]), "primary": True, "label": "work"}]
+        response = self._send("POST", "/api/v2/persons", json=body)
+        _raise_for_status(response)
+        return int(_data(response)["id"])
+
+    def _holds(self, lead_id: str, external_ref: str) -> bool:
+        response = self._send("GET", f"/v1/leads/{_segment(lead_id)}")
+        if response.status_code == 404:
+            return False  # deleted since the index saw it
+        _raise_for_status(response)
+        return _data(response).get(self.reference_field) == external_ref
+
+    def _lead_fields(self) -> dict[str, dict[str, Any]]:
+        fields: dict[str, dict[str, Any]] = {}
+        start = 0
+        while True:
+            response = self._send("GET", "/v1/leadFields", params={"start": start, "limit": _PAGE})
+            _raise_for_status(response)
+            body = json_object(response)
+            page = body.get("data") or []
+            fields.update({str(f.get("key")): f for f in page if isinstance(f, dict)})
+            start += len(page)
+            if not page or not _more_items(body):
+                return fields
+
+    def _record(self, lead: Mapping[str, Any]) -> dict[str, Any]:
+        """A lead in the shape reconciliation and review read from every CRM."""
+        return {
+            "id": str(lead["id"]),
+            "external_ref": lead.get(self.reference_field),
+            "name": "",
+            "email": "",
+            "message": "",
+            "title": lead.get("title", ""),
+            "created_at": lead.get("add_time"),
+            "updated_at": lead.get("update_time"),
+            "merged_into": None,
+        }
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"x-api-token": self._token, **kwargs.pop("headers", {})}
+        return send(method, self.base_url + path, timeout=self.timeout, headers=headers, **kwargs)
+
+
+def adapter_from_env(
+    *, base_url: str | None, timeout: float, env: Mapping[str, str]
+) -> PipedriveCrm:
+    """The adapter from PIPEDRIVE_* variables; `base_url` (the destination's) wins over
+    PIPEDRIVE_BASE_URL. A missing token or a malformed setting is a RETRYABLE
+    `DestinationError` naming the variable (never its value): nothing is sent until
+    the configuration is corrected."""
+    token = env.get("PIPEDRIVE_API_TOKEN", "")
+    if not token:
+        raise _misconfigured("PIPEDRIVE_API_TOKEN is not set")
+    field = env.get("PIPEDRIVE_REFERENCE_FIELD", "")
+    if CUSTOM_FIELD_KEY.fullmatch(field) is None:
+        raise _misconfigured(
+            "PIPEDRIVE_REFERENCE_FIELD must be the 40-hex key of the lead (deal) custom "
+            "field that holds Onefold's reference"
+        )
+    raw_settle = env.get("PIPEDRIVE_SETTLE_SECONDS", "")
+    try:
+        settle = float(raw_settle) if raw_settle else DEFAULT_SETTLE_SECONDS
+    except ValueError:
+        settle = -1.0
+    if not 0 <= settle < float("inf"):
+        raise _misconfigured("PIPEDRIVE_SETTLE_SECONDS must be a number of seconds, 0 or more")
+    return PipedriveCrm(
+        base_url or env.get("PIPEDRIVE_BASE_URL") or DEFAULT_BASE_URL,
+        api_token=token,
+        reference_field=field,
+        timeout=timeout,
+        settle_seconds=settle,
+        activity_type=env.get("PIPEDRIVE_ACTIVITY_TYPE") or "task",
+    )
+
+
+def _misconfigured(message: str) -> DestinationError:
+    return DestinationError(f"Pipedrive: {message}", classification=Classification.RETRYABLE)
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    """Pipedrive's answers in the engine's vocabulary. 429's delay is x-ratelimit-reset
+    (seconds; pipedrive.readme.io/docs/core-api-concepts-rate-limiting), else Retry-After."""
+    status = response.status_code
+    if status < 400:
+        return
+    body = json_object(response)
+    message = f"HTTP {status}: {body.get('error') or response.reason_phrase}"
+    if status in _RETRYABLE_STATUSES:
+        delay = parse_retry_after(response.headers.get("x-ratelimit-reset"))
+        if delay is None:
+            delay = parse_retry_after(response.headers.get("Retry-After"))
+        raise DestinationError(
+            message,
+            classification=Classification.RETRYABLE,
+            reply=http_reply(status),
+            retry_after=delay,
+        )
+    if status in _PERMANENT_STATUSES or status < 500:
+        raise DestinationError(
+            message, classification=Classification.PERMANENT, reply=http_reply(status)
+        )
+    # 500 and friends: a write may have been applied; a read may simply be asked again.
+    raise DestinationError(
+        message,
+        classification=Classification.RETRYABLE
+        if response.request.method == "GET"
+        else Classification.AMBIGUOUS,
+        reply=http_reply(status),
+    )
+
+
+def _data(response: httpx.Response) -> dict[str, Any]:
+    data = json_object(response).get("data")
+    return data if isinstance(data, dict) else {}
+
+
+def _more_items(body: Mapping[str, Any]) -> bool:
+    """v1 lists say so in additional_data (leads) or additional_data.pagination (others)."""
+    extra = body.get("additional_data") or {}
+    pagination = extra.get("pagination") or extra
+    return bool(pagination.get("more_items_in_collection"))
+
+
+def _title(fields: Mapping[str, Any]) -> str:
+    who = str(fields.get("name") or fields.get("email") or "a website visitor")
+    form = str(fields.get("form") or "").strip()
+    return f"Enquiry from {who}" + (f" ({form})" if form else "")
+
+
+def _primary(emails: Any) -> str:
+    if not isinstance(emails, list) or not emails:
+        return ""
+    primary = next((e for e in emails if isinstance(e, dict) and e.get("primary")), emails[0])
+    return str(primary.get("value", "")) if isinstance(primary, dict) else str(primary)
+
+
+def _note_reference(activity: Mapping[str, Any]) -> str | None:
+    match = _REFERENCE_IN_NOTE.search(str(activity.get("note") or ""))
+    return html.unescape(match.group(1)) if match else None
+
+
+def _instant(value: str) -> datetime:
+    """An ISO 8601 instant; Pipedrive's are UTC ("YYYY-MM-DDTHH:MM:SSZ", v1 models/lead.ts),
+    and so is one written without an offset."""
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
