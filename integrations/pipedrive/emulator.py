@@ -746,3 +746,12 @@ class PipedriveEmulator(EmulatorServer):
     vendor = "pipedrive"
     handler_class = PipedriveHandler
     store_class = PipedriveStore
+
+    def adapter_env(self) -> dict[str, str]:
+        """The PIPEDRIVE_* variables that point the adapter at this emulator as it
+        starts (after a reset): its URL, its token, its reference field's key."""
+        return {
+            "PIPEDRIVE_BASE_URL": self.http_url,
+            "PIPEDRIVE_API_TOKEN": DEFAULT_API_TOKEN,
+            "PIPEDRIVE_REFERENCE_FIELD": REFERENCE_FIELD_KEY,
+        }
