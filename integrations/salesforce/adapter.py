@@ -1,0 +1,643 @@
+"""Salesforce as Onefold's CRM: the enquiry is a Lead (or a Contact), the task a Task.
+
+Both are keyed by our reference in a custom field (`Onefold_Ref__c` by default)
+that the org marks External ID and Unique on Lead/Contact and on Task. Every
+behaviour relied on here is described, with its source, in store.py of the
+emulator ([UPSERT], [ERRORS], [FACTS], [DUPRULE], [ASSIGN], [QUERY], [IDS]).
+
+Create or adopt (create_record, create_task). One call of ours is:
+
+1. `GET /sobjects/Lead/Onefold_Ref__c/<ref>`: a record already holds our
+   reference (an earlier attempt whose answer was lost): adopted, and nothing is
+   written to it, so the lead assignment rule does not fire again and nothing a
+   person changed since is overwritten. 300 (several hold it): a case naming them.
+2. Absent: `PATCH /sobjects/Lead/Onefold_Ref__c/<ref>` (upsert by the external
+   id), without `Sforce-Auto-Assign`, so the org's assignment rule runs for the
+   new lead. 201: created. 200 `"created": false` or 204: another attempt
+   created it between the two calls: adopted. 400 DUPLICATE_VALUE: the same race
+   lost on the unique index: read again by the reference, adopted.
+
+Every write to an existing lead (`update_record`: edits and remaps) sends
+`Sforce-Auto-Assign: FALSE`: an update must not hand the lead to someone else.
+
+What becomes a case (PERMANENT, with the ids in the message, which the engine
+keeps as the attempt's text and the case's summary): 300 multiple matches
+(`SalesforceMultipleMatches`), 400 DUPLICATES_DETECTED from a duplicate rule
+(`SalesforceDuplicatesDetected`; where the rule only alerts, a reviewer may
+create anyway with `create_record_allowing_duplicates`). 403
+REQUEST_LIMIT_EXCEEDED is RETRYABLE after `limit_retry_seconds`; a 401 fetches
+a new token and asks once more.
+
+Merge: Salesforce's REST API has no merge (SOAP `merge()` does); it is not
+implemented, so `capabilities.merge` is False and duplicates are merged in
+Salesforce by a person.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from integrations.base import (
+    Capabilities,
+    CapabilityCheck,
+    Classification,
+    DestinationError,
+    Effect,
+    http_reply,
+    parse_retry_after,
+)
+from integrations.http import send, timeout_of
+from integrations.oauth import ClientCredentials
+
+KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
+DEFAULT_API_VERSION = "62.0"
+DEFAULT_REFERENCE_FIELD = "Onefold_Ref__c"
+# Salesforce's daily API allowance is a rolling 24 hours and its 403 names no
+# time: wait long (the engine caps it at ONEFOLD_RETRY_MAX_SECONDS).
+DEFAULT_LIMIT_RETRY_SECONDS = 3600.0
+_ID = re.compile(r"[A-Za-z0-9]{15}(?:[A-Za-z0-9]{3})?")
+_SUFFIX = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"
+
+
+class SalesforceError(DestinationError):
+    """A refusal carrying Salesforce's `errorCode` (DUPLICATE_VALUE, INVALID_FIELD, ...)."""
+
+    def __init__(self, message: str, *, error_code: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.error_code = error_code
+
+
+class SalesforceMultipleMatches(DestinationError):
+    """300: our reference matches several records. A person settles which one is ours."""
+
+    def __init__(self, message: str, record_ids: list[str]) -> None:
+        super().__init__(message, classification=Classification.PERMANENT, reply=http_reply(300))
+        self.record_ids = record_ids
+
+
+class SalesforceDuplicatesDetected(DestinationError):
+    """400 DUPLICATES_DETECTED: a duplicate rule matched existing records (a suspected
+    duplicate). `allow_save` says whether the rule only alerts."""
+
+    def __init__(self, message: str, record_ids: list[str], *, allow_save: bool, rule: str) -> None:
+        super().__init__(message, classification=Classification.PERMANENT, reply=http_reply(400))
+        self.record_ids = record_ids
+        self.allow_save = allow_save
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class SalesforceConfig:
+    instance_url: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    sobject: str = "Lead"
+    reference_field: str = DEFAULT_REFERENCE_FIELD
+    task_reference_field: str = DEFAULT_REFERENCE_FIELD
+    api_version: str = DEFAULT_API_VERSION
+    limit_retry_seconds: float = DEFAULT_LIMIT_RETRY_SECONDS
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.instance_url}/services/oauth2/token"
+
+
+def adapter_from_env(
+    *, base_url: str | None, timeout: float, env: Mapping[str, str]
+) -> SalesforceCrm:
+    """The adapter from SALESFORCE_* variables (README, "Salesforce"). No network call.
+    `base_url` (the destination's own) overrides SALESFORCE_INSTANCE_URL."""
+    sobject = env.get("SALESFORCE_OBJECT", "Lead") or "Lead"
+    reference = env.get("SALESFORCE_REFERENCE_FIELD") or DEFAULT_REFERENCE_FIELD
+    config = SalesforceConfig(
+        instance_url=(base_url or env.get("SALESFORCE_INSTANCE_URL") or "").rstrip("/"),
+        client_id=env.get("SALESFORCE_CLIENT_ID", ""),
+        client_secret=env.get("SALESFORCE_CLIENT_SECRET", ""),
+        sobject=sobject,
+        reference_field=reference,
+        task_reference_field=env.get("SALESFORCE_TASK_REFERENCE_FIELD") or reference,
+        api_version=env.get("SALESFORCE_API_VERSION") or DEFAULT_API_VERSION,
+        limit_retry_seconds=float(
+            env.get("SALESFORCE_LIMIT_RETRY_SECONDS") or DEFAULT_LIMIT_RETRY_SECONDS
+        ),
+    )
+    return SalesforceCrm(config, timeout=timeout)
+
+
+class SalesforceCrm:
+    """`CrmAdapter` for Salesforce's REST API (see the module's docstring)."""
+
+    def __init__(self, config: SalesforceConfig, *, timeout: float) -> None:
+        if config.sobject not in ("Lead", "Contact"):
+            raise ValueError(f"SALESFORCE_OBJECT must be Lead or Contact, not {config.sobject!r}")
+        self.config = config
+        self.timeout = timeout_of(timeout)
+        self.credentials = ClientCredentials(
+            config.token_url, config.client_id, config.client_secret
+        )
+        # Unique + External ID: a repeat finds the first record (lookup) and a
+        # racing insert is refused (unique); verify() checks both before use.
+        self.capabilities = Capabilities(
+            idempotency_keys=False,
+            unique_external_ref=True,
+            lookup=True,
+            lookup_proves_absence=True,
+            merge=False,
+        )
+
+    @property
+    def api(self) -> str:
+        return f"/services/data/v{self.config.api_version}"
+
+    # -- verification ----------------------------------------------------------------
+
+    def verify(self) -> list[CapabilityCheck]:
+        """Describes Lead (or Contact) and Task: the reference field on each must be
+        External ID (lookup) and External ID plus Unique (unique_external_ref)."""
+        flags = {}
+        for sobject, name in (
+            (self.config.sobject, self.config.reference_field),
+            ("Task", self.config.task_reference_field),
+        ):
+            flags[sobject] = (name, self._field_flags(sobject, name))
+        checks = []
+        for capability, needs_unique in (("unique_external_ref", True), ("lookup", False)):
+            parts, holds = [], True
+            for sobject, (name, found) in flags.items():
+                if found is None:
+                    parts.append(f"GET {self.api}/sobjects/{sobject}/describe: no field {name}")
+                    holds = False
+                    continue
+                external_id, unique = found
+                ok = external_id and (unique or not needs_unique)
+                holds = holds and ok
+                parts.append(
+                    f"GET {self.api}/sobjects/{sobject}/describe: {name} "
+                    f"externalId={str(external_id).lower()} unique={str(unique).lower()}"
+                )
+            how = "; ".join(parts)
+            if not holds:
+                how += (
+                    f" (mark {self.config.reference_field} External ID and Unique on "
+                    f"{self.config.sobject} and Task in Setup, Object Manager)"
+                )
+            checks.append(CapabilityCheck(capability, holds, how))
+        return checks
+
+    def _field_flags(self, sobject: str, name: str) -> tuple[bool, bool] | None:
+        response = self._call("GET", f"/sobjects/{sobject}/describe", safe=True)
+        for entry in _json(response).get("fields", []):
+            if isinstance(entry, dict) and entry.get("name") == name:
+                return entry.get("externalId") is True, entry.get("unique") is True
+        return None
+
+    # -- records ---------------------------------------------------------------------
+
+    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
+        return self._create_once(self.config.sobject, external_ref, self._record_body(fields))
+
+    def create_record_allowing_duplicates(
+        self, *, external_ref: str, fields: dict[str, Any]
+    ) -> Effect:
+        """A reviewer's decision on a suspected duplicate whose rule only alerts: the
+        same create, with `Sforce-Duplicate-Rule-Header: allowSave=true` ([DUPRULE]).
+        A blocking rule refuses it still."""
+        return self._create_once(
+            self.config.sobject,
+            external_ref,
+            self._record_body(fields),
+            headers={"Sforce-Duplicate-Rule-Header": "allowSave=true"},
+        )
+
+    def find_record(self, *, external_ref: str) -> str | None:
+        return self._find(self.config.sobject, self.config.reference_field, external_ref)
+
+    def reference_check(self, record_id: str) -> str | None:
+        prefix = KEY_PREFIXES[self.config.sobject]
+        return _id_problem(record_id, prefix, self.config.sobject)
+
+    def get_record(self, record_id: str) -> dict[str, Any] | None:
+        if _id_problem(record_id, KEY_PREFIXES[self.config.sobject], self.config.sobject):
+            return None
+        response = self._call(
+            "GET", f"/sobjects/{self.config.sobject}/{record_id}", safe=True, missing_ok=True
+        )
+        if response.status_code == 404:
+            return None
+        return self._record_of(_json(response))
+
+    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
+        """PATCH by id with `Sforce-Auto-Assign: FALSE` ([ASSIGN]): 204. Twice is as once."""
+        problem = self.reference_check(record_id)
+        if problem:
+            raise DestinationError(problem, classification=Classification.PERMANENT)
+        response = self._call(
+            "PATCH",
+            f"/sobjects/{self.config.sobject}/{record_id}",
+            json=self._record_body(fields),
+            headers={"Sforce-Auto-Assign": "FALSE"},
+        )
+        return Effect(ref=record_id, reply=http_reply(response.status_code))
+
+    def merge_records(self, *, survivor_id: str, duplicate_id: str, key: str) -> Effect:
+        raise DestinationError(
+            "Salesforce's REST API has no merge and Onefold does not call SOAP merge(): "
+            f"merge {duplicate_id} into {survivor_id} in Salesforce, then resolve the case",
+            classification=Classification.PERMANENT,
+        )
+
+    def iter_records(
+        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+    ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
+        """[QUERY]: one SOQL query by CreatedDate, then its nextRecordsUrl pages; the
+        cursor to resume after a page is that page's nextRecordsUrl."""
+        batch = max(200, min(2000, limit))
+        headers = {"Sforce-Query-Options": f"batchSize={batch}"}
+        if cursor:
+            response = self._call(
+                "GET", _api_relative(cursor, self.api), safe=True, headers=headers
+            )
+        else:
+            response = self._call(
+                "GET", "/query", safe=True, headers=headers, params={"q": self._soql(since, until)}
+            )
+        while True:
+            data = _json(response)
+            next_url = data.get("nextRecordsUrl") if data.get("done") is False else None
+            records = [self._listed(r) for r in data.get("records", []) if isinstance(r, dict)]
+            yield records, next_url
+            if not next_url:
+                return
+            response = self._call(
+                "GET", _api_relative(next_url, self.api), safe=True, headers=headers
+            )
+
+    def _soql(self, since: str, until: str | None) -> str:
+        ref = self.config.reference_field
+        where = f"CreatedDate >= {_soql_datetime(since, up=False)}"
+        if until:
+            where += f" AND CreatedDate < {_soql_datetime(until, up=True)}"
+        return (
+            f"SELECT Id, {ref}, CreatedDate, LastModifiedDate FROM {self.config.sobject} "
+            f"WHERE {where} ORDER BY CreatedDate, Id"
+        )
+
+    def _listed(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": str(row.get("Id")),
+            "external_ref": row.get(self.config.reference_field),
+            "created_at": _iso(row.get("CreatedDate")),
+            "updated_at": _iso(row.get("LastModifiedDate")),
+        }
+
+    def _record_of(self, row: dict[str, Any]) -> dict[str, Any]:
+        name = " ".join(str(row.get(k) or "") for k in ("FirstName", "LastName")).strip()
+        return {
+            **self._listed(row),
+            "object": self.config.sobject,
+            "name": name,
+            "email": row.get("Email") or "",
+            "phone": row.get("Phone") or "",
+            "message": row.get("Description") or "",
+            "owner_id": row.get("OwnerId"),
+            "merged_into": None,
+        }
+
+    def _record_body(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """Onefold's enquiry as Lead (or Contact) fields. LastName is required on both and
+        Company on Lead; a missing one is written "[not provided]"."""
+        name = str(fields.get("name") or "").strip()
+        first, _, last = name.rpartition(" ")
+        body: dict[str, Any] = {
+            "FirstName": first or None,
+            "LastName": last or "[not provided]",
+            "Email": fields.get("email") or None,
+            "Phone": fields.get("phone") or None,
+            "Description": _description(fields),
+            "LeadSource": "Web",
+        }
+        if self.config.sobject == "Lead":
+            body["Company"] = str(fields.get("company") or "[not provided]")
+        return body
+
+    # -- tasks ----------------------------------------------------------------------
+
+    def create_task(
+        self, *, record_id: str, external_ref: str, title: str, assignee: str
+    ) -> Effect:
+        """[FACTS]: Task with WhoId (a lead as WhoId leaves WhatId empty). `assignee`
+        becomes OwnerId when it is a user id (005...), else it is named in the
+        Description and the task stays with the integration user."""
+        body: dict[str, Any] = {
+            "Subject": title[:255],
+            "WhoId": record_id,
+            "Status": "Not Started",
+            "Priority": "Normal",
+        }
+        if assignee and _id_problem(assignee, "005", "User") is None:
+            body["OwnerId"] = assignee
+        elif assignee:
+            body["Description"] = f"Assignee: {assignee}"
+        return self._create_once("Task", external_ref, body)
+
+    def find_task(self, *, record_id: str, external_ref: str) -> str | None:
+        return self._find("Task", self.config.task_reference_field, external_ref)
+
+    # -- create once ------------------------------------------------------------------
+
+    def _ref_path(self, sobject: str, external_ref: str) -> str:
+        name = (
+            self.config.task_reference_field if sobject == "Task" else self.config.reference_field
+        )
+        return f"/sobjects/{sobject}/{name}/{_segment(external_ref)}"
+
+    def _create_once(
+        self,
+        sobject: str,
+        external_ref: str,
+        body: dict[str, Any],
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> Effect:
+        name = (
+            self.config.task_reference_field if sobject == "Task" else self.config.reference_field
+        )
+        existing = self._find(sobject, name, external_ref)
+        if existing:
+            return Effect(ref=existing, reply=http_reply(200), adopted=True)
+        try:
+            response = self._call(
+                "PATCH", self._ref_path(sobject, external_ref), json=body, headers=headers
+            )
+        except DestinationError as exc:
+            if not _duplicate_value(exc):
+                raise
+            # [FACTS]: a racing insert won on the unique field; read ours back.
+            found = self._find(sobject, name, external_ref)
+            if found is None:
+                raise
+            return Effect(ref=found, reply=exc.reply, adopted=True)
+        data = _json(response)
+        if response.status_code == 201:
+            return Effect(ref=str(data["id"]), reply=http_reply(201))
+        # 200 {"created": false} (API 46.0+) or 204 (older): it existed already.
+        found = str(data["id"]) if data.get("id") else self._find(sobject, name, external_ref)
+        if not found:
+            raise DestinationError(
+                f"HTTP {response.status_code}: the upsert updated a record it did not name",
+                classification=Classification.AMBIGUOUS,
+                reply=http_reply(response.status_code),
+            )
+        return Effect(ref=found, reply=http_reply(response.status_code), adopted=True)
+
+    def _find(self, sobject: str, name: str, external_ref: str) -> str | None:
+        """[UPSERT] GET by the external id: 200 the record, 404 none, 300 several."""
+        response = self._call(
+            "GET",
+            f"/sobjects/{sobject}/{name}/{_segment(external_ref)}",
+            safe=True,
+            missing_ok=True,
+            params={"fields": "Id"},
+        )
+        if response.status_code == 404:
+            return None
+        record_id = _json(response).get("Id")
+        return str(record_id) if record_id else None
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        safe: bool = False,
+        missing_ok: bool = False,
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """One API call with a bearer token; after a 401 the token is fetched again and
+        the call made once more ([ERRORS]). Answers classified; 404 returned when
+        `missing_ok`."""
+        self._require_credentials()
+        url = self.config.instance_url + self.api + path
+        for attempt in (1, 2):
+            token = self.credentials.token(timeout=self.timeout)
+            sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
+            response = send(method, url, timeout=self.timeout, headers=sent, **kwargs)
+            if response.status_code == 401 and attempt == 1:
+                self.credentials.invalidate()
+                continue
+            break
+        if response.status_code < 300 or (missing_ok and response.status_code == 404):
+            return response
+        raise self._error(method, response, safe=safe)
+
+    def _require_credentials(self) -> None:
+        missing = [
+            name
+            for name, value in (
+                ("SALESFORCE_INSTANCE_URL", self.config.instance_url),
+                ("SALESFORCE_CLIENT_ID", self.config.client_id),
+                ("SALESFORCE_CLIENT_SECRET", self.config.client_secret),
+            )
+            if not value
+        ]
+        if missing:
+            raise DestinationError(
+                f"Salesforce is not configured: {', '.join(missing)} not set",
+                classification=Classification.PERMANENT,
+            )
+
+    def _error(self, method: str, response: httpx.Response, *, safe: bool) -> DestinationError:
+        status = response.status_code
+        errors = _errors(response)
+        first = errors[0] if errors else {}
+        code = str(first.get("errorCode") or "")
+        text = str(first.get("message") or response.reason_phrase)
+        reply = http_reply(status)
+        if status == 300:
+            ids = _ids_of_matches(response)
+            where = re.search(r"/sobjects/(\w+)/(\w+)/", response.request.url.path)
+            field_name = f"{where[1]}.{where[2]}" if where else "the reference field"
+            return SalesforceMultipleMatches(
+                f"300 Multiple Choices: the reference matches records {', '.join(ids)} "
+                f"({field_name} holds the same value on {len(ids)} records): keep one, "
+                "then resolve the case with its id",
+                ids,
+            )
+        if code == "DUPLICATES_DETECTED":
+            return _duplicates_detected(first, text)
+        message = f"HTTP {status} {code}: {text}".replace("  ", " ")
+        if status == 403 and code == "REQUEST_LIMIT_EXCEEDED":
+            retry = parse_retry_after(response.headers.get("Retry-After"))
+            return DestinationError(
+                f"{message} ({response.headers.get('Sforce-Limit-Info', 'no usage header')})",
+                classification=Classification.RETRYABLE,
+                reply=reply,
+                retry_after=retry if retry is not None else self.config.limit_retry_seconds,
+            )
+        if status in (408, 425, 429, 503):
+            return DestinationError(
+                message,
+                classification=Classification.RETRYABLE,
+                reply=reply,
+                retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            )
+        if 400 <= status < 500:
+            return SalesforceError(
+                message, error_code=code, classification=Classification.PERMANENT, reply=reply
+            )
+        # 500 and others: a write may have been applied; a read can simply be asked again.
+        return DestinationError(
+            message,
+            classification=Classification.RETRYABLE if safe else Classification.AMBIGUOUS,
+            reply=reply,
+        )
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _duplicates_detected(error: dict[str, Any], text: str) -> SalesforceDuplicatesDetected:
+    """[FACTS]: matches under duplicateResut (sic) -> matchResults[].matchRecords[].record.Id."""
+    result = error.get("duplicateResut") or error.get("duplicateResult") or {}
+    ids = []
+    for match in result.get("matchResults") or []:
+        for record in match.get("matchRecords") or []:
+            record_id = (record.get("record") or {}).get("Id")
+            if record_id and record_id not in ids:
+                ids.append(str(record_id))
+    allow_save = result.get("allowSave") is True
+    rule = str(result.get("duplicateRule") or "a duplicate rule")
+    then = (
+        "the rule only alerts: a reviewer may link the enquiry to it, or create it anyway "
+        "(allowSave)"
+        if allow_save
+        else "the rule blocks: link the enquiry to it, or change the rule"
+    )
+    return SalesforceDuplicatesDetected(
+        f"400 DUPLICATES_DETECTED: suspected duplicate of records "
+        f"{', '.join(ids) or '(none named)'} "
+        f"by {rule}; {then}. Salesforce said: {text}",
+        ids,
+        allow_save=allow_save,
+        rule=rule,
+    )
+
+
+def _duplicate_value(exc: DestinationError) -> bool:
+    return isinstance(exc, SalesforceError) and exc.error_code == "DUPLICATE_VALUE"
+
+
+def _errors(response: httpx.Response) -> list[dict[str, Any]]:
+    try:
+        data = response.json()
+    except ValueError:
+        return []
+    if isinstance(data, dict):
+        data = [data]
+    return [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+
+
+def _ids_of_matches(response: httpx.Response) -> list[str]:
+    """[UPSERT]: a 300 lists the matching records: URLs (/sobjects/Lead/<id>) or
+    record objects; the id is the URL's last segment or the object's Id."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = []
+    ids = []
+    for item in data if isinstance(data, list) else []:
+        if isinstance(item, str):
+            ids.append(item.rstrip("/").rsplit("/", 1)[-1])
+        elif isinstance(item, dict):
+            url = (item.get("attributes") or {}).get("url", "")
+            ids.append(str(item.get("Id") or url.rstrip("/").rsplit("/", 1)[-1]))
+    return [i for i in ids if i]
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _description(fields: Mapping[str, Any]) -> str:
+    lines = [str(fields.get("message") or "")]
+    for label, key in (("Form", "form"), ("Source", "source"), ("Submitted at", "submitted_at")):
+        if fields.get(key):
+            lines.append(f"{label}: {fields[key]}")
+    extra = fields.get("fields") or {}
+    if isinstance(extra, dict):
+        lines += [f"{k}: {v}" for k, v in extra.items()]
+    return "\n".join(line for line in lines if line)[:32000]
+
+
+def _id_problem(value: str, prefix: str, sobject: str) -> str | None:
+    """[IDS]: 15 or 18 letters and digits, starting with the object's key prefix; an
+    18-character id's last three characters are the case checksum of the first 15."""
+    shape = f"Salesforce {sobject} ids are 15 or 18 letters and digits starting with {prefix}"
+    if not _ID.fullmatch(value) or not value.startswith(prefix):
+        return shape
+    if len(value) == 18 and value[15:].upper() != _checksum(value[:15]):
+        return f"{shape}; the last three characters of this one do not match the first 15"
+    return None
+
+
+def _checksum(id15: str) -> str:
+    suffix = ""
+    for start in range(0, 15, 5):
+        bits = sum(1 << i for i, ch in enumerate(id15[start : start + 5]) if "A" <= ch <= "Z")
+        suffix += _SUFFIX[bits]
+    return suffix
+
+
+def _segment(value: str) -> str:
+    if value in ("", ".", ".."):
+        raise DestinationError(
+            f"{value!r} cannot be an external id value", classification=Classification.PERMANENT
+        )
+    return quote(value, safe="")
+
+
+def _api_relative(url: str, api: str) -> str:
+    """A nextRecordsUrl (/services/data/vXX.X/query/...) as a path under `api`."""
+    path = urlsplit(url).path
+    marker = path.find("/query/")
+    if not path.startswith("/services/data/") or marker < 0:
+        raise DestinationError(
+            f"not a query locator: {url[:200]}", classification=Classification.PERMANENT
+        )
+    return path[marker:]
+
+
+def _soql_datetime(value: str, *, up: bool) -> str:
+    """[QUERY]: an unquoted dateTime literal in whole seconds, UTC. `since` is rounded
+    down and `until` up, so the window is never narrower than asked."""
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace(" ", "+"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
+    whole = moment.replace(microsecond=0)
+    if up and moment.microsecond:
+        whole += timedelta(seconds=math.ceil(moment.microsecond / 1e6))
+    return whole.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _iso(value: Any) -> str | None:
+    """Salesforce's 2026-11-29T10:15:00.000+0000 as ISO 8601 with a Z."""
+    if not value:
+        return None
+    moment = datetime.fromisoformat(str(value).replace("+0000", "+00:00"))
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,685 @@
+"""State of the Salesforce emulator: sObject rows, tokens, query cursors and org settings.
+
+The sandbox's store (faults, chaos, call counts) is the base; the Salesforce
+objects live beside it in memory, behind the same lock. Every answer is built
+here as `(status, body)` in Salesforce's own shapes; the HTTP layer
+(`emulator.py`) only routes, authenticates and applies faults.
+
+Sources, cited once here and by name on each behaviour below:
+
+- [UPSERT] REST API Developer Guide, "Insert or Update (Upsert) a Record Using
+  an External ID": https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/dome_upsert.htm
+  (201 created / 200 `"created": false` from API 46.0, 204 before; 300 when the
+  value matches several records; 404 NOT_FOUND for a bad field).
+- [ERRORS] "Status Codes and Error Responses":
+  https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/errorcodes.htm
+  (errors are a JSON array of `{"message", "errorCode", "fields"}`; 403
+  REQUEST_LIMIT_EXCEEDED; 401 for an expired or invalid session).
+- [FACTS] ../shared/CRM-FACTS.md, "Salesforce (REST API)" (DUPLICATE_VALUE text
+  with the id, DUPLICATES_DETECTED under `duplicateResut`, restforce#243).
+- [DUPRULE] "Duplicate Rule Header" (API 52.0+):
+  https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api/headers_duplicaterules.htm
+  and the DuplicateResult object (allowSave, duplicateRule, matchResults).
+- [ASSIGN] "Assignment Rule Header": https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api/headers_autoassign.htm
+  (Sforce-Auto-Assign; absent means TRUE, on create and on update of a Lead).
+- [QUERY] "Query" and "Query More Results" (nextRecordsUrl, done, totalSize;
+  batches of 200 to 2,000 by `Sforce-Query-Options: batchSize=`).
+- [IDS] "ID Field Type" (15-character case-sensitive ids, 18-character
+  case-safe ids with a 3-character suffix; key prefixes 00Q Lead, 003 Contact,
+  00T Task).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from integrations.sandbox.store import SandboxStore
+
+RECORD_OBJECTS = ("Lead", "Contact")
+KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
+# The emulated org's API user and the queue its lead assignment rule assigns to.
+API_USER_ID = "0055g00000ApIUsAAN"
+ASSIGNMENT_QUEUE_ID = "00G5g00000LeadQAAA"
+DEFAULT_CONFIG: dict[str, Any] = {
+    "client_id": "onefold-emulator",
+    "client_secret": "emulator-secret",
+    "reference_field": "Onefold_Ref__c",
+    # The field's describe flags on Lead and Contact, and on Task.
+    "reference_external_id": True,
+    "reference_unique": True,
+    "task_reference_external_id": True,
+    "task_reference_unique": True,
+    # A duplicate rule matching Lead (or Contact) on Email: off, alert or block.
+    "duplicate_rule": "off",
+    # Seconds between an upsert's match and its insert (the race window).
+    "upsert_race_seconds": 0.0,
+    # Sforce-Limit-Info: api-usage=N/limit.
+    "api_usage_limit": 15000,
+}
+_BOOL_CONFIG = {
+    "reference_external_id",
+    "reference_unique",
+    "task_reference_external_id",
+    "task_reference_unique",
+}
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "Lead": (
+        "FirstName",
+        "LastName",
+        "Company",
+        "Email",
+        "Phone",
+        "Description",
+        "LeadSource",
+        "Status",
+        "OwnerId",
+    ),
+    "Contact": ("FirstName", "LastName", "Email", "Phone", "Description", "LeadSource", "OwnerId"),
+    "Task": (
+        "Subject",
+        "WhoId",
+        "WhatId",
+        "Status",
+        "Priority",
+        "ActivityDate",
+        "Description",
+        "OwnerId",
+    ),
+}
+_REQUIRED = {"Lead": ("LastName", "Company"), "Contact": ("LastName",), "Task": ()}
+_DEFAULTS = {
+    "Lead": {"Status": "Open - Not Contacted"},
+    "Contact": {},
+    "Task": {"Status": "Not Started", "Priority": "Normal"},
+}
+_SYSTEM_FIELDS = ("Id", "CreatedDate", "LastModifiedDate")
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_SUFFIX = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"
+_DUPLICATE_MESSAGE = (
+    "You're creating a duplicate record. We recommend you use an existing record instead."
+)
+
+
+class Refused(Exception):
+    """An answer other than success, in Salesforce's shape."""
+
+    def __init__(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+def sf_error(status: int, code: str, message: str, fields: list[str] | None = None) -> Refused:
+    """[ERRORS]: a JSON array of error objects."""
+    error: dict[str, Any] = {"message": message, "errorCode": code}
+    if fields is not None:
+        error["fields"] = fields
+    return Refused(status, [error])
+
+
+def not_found() -> Refused:
+    return sf_error(404, "NOT_FOUND", "The requested resource does not exist")
+
+
+def case_safe_id(id15: str) -> str:
+    """[IDS]: the 18-character form: one suffix letter per 5 characters, whose bits
+    say which of them are upper case."""
+    suffix = ""
+    for start in range(0, 15, 5):
+        bits = sum(1 << i for i, ch in enumerate(id15[start : start + 5]) if "A" <= ch <= "Z")
+        suffix += _SUFFIX[bits]
+    return id15 + suffix
+
+
+def sf_datetime(moment: datetime | None = None) -> str:
+    """Salesforce's JSON dateTime: 2026-11-29T10:15:00.000+0000."""
+    moment = moment or datetime.now(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}+0000"
+
+
+def _parse_sf_datetime(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("+0000", "+00:00"))
+
+
+class SalesforceStore(SandboxStore):
+    """The emulated org. All Salesforce state is guarded by the sandbox store's lock."""
+
+    def __init__(self, db_path: str | None = None) -> None:
+        super().__init__(db_path)
+        self._sf_lock = threading.RLock()
+        self._clear_org()
+
+    def _clear_org(self) -> None:
+        with self._sf_lock:
+            self.config: dict[str, Any] = dict(DEFAULT_CONFIG)
+            self.rows: dict[str, dict[str, dict[str, Any]]] = {o: {} for o in KEY_PREFIXES}
+            self.assignments: dict[str, int] = {}
+            self.tokens: set[str] = set()
+            self.locators: dict[str, list[dict[str, Any]]] = {}
+            self.api_usage = 0
+            self._seq = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._clear_org()
+
+    # -- org settings ----------------------------------------------------------
+
+    def set_config(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(changes) - set(DEFAULT_CONFIG)
+        if unknown:
+            raise sf_error(400, "INVALID_FIELD", f"unknown settings: {', '.join(sorted(unknown))}")
+        for name, value in changes.items():
+            if name in _BOOL_CONFIG and not isinstance(value, bool):
+                raise sf_error(400, "INVALID_FIELD", f"{name} must be true or false")
+            if name == "duplicate_rule" and value not in ("off", "alert", "block"):
+                raise sf_error(400, "INVALID_FIELD", "duplicate_rule is off, alert or block")
+        with self._sf_lock:
+            self.config.update(changes)
+            return dict(self.config)
+
+    def limit_info(self) -> str:
+        """Sforce-Limit-Info, sent on every API answer ([FACTS])."""
+        with self._sf_lock:
+            self.api_usage += 1
+            return f"api-usage={self.api_usage}/{self.config['api_usage_limit']}"
+
+    # -- OAuth -----------------------------------------------------------------
+
+    def issue_token(self, form: Mapping[str, str], instance_url: str) -> dict[str, Any]:
+        """OAuth 2.0 client credentials flow: 400 invalid_client for wrong credentials
+        (RFC 6749 5.2); Salesforce's token answer carries no expires_in."""
+        if form.get("grant_type") != "client_credentials":
+            raise Refused(
+                400,
+                {
+                    "error": "unsupported_grant_type",
+                    "error_description": "grant type not supported",
+                },
+            )
+        with self._sf_lock:
+            good = (form.get("client_id"), form.get("client_secret")) == (
+                self.config["client_id"],
+                self.config["client_secret"],
+            )
+            if not good:
+                raise Refused(
+                    400,
+                    {"error": "invalid_client", "error_description": "invalid client credentials"},
+                )
+            token = "00D5g000004Emul!" + secrets.token_urlsafe(24)
+            self.tokens.add(token)
+        return {
+            "access_token": token,
+            "instance_url": instance_url,
+            "id": f"{instance_url}/id/00D5g000004EmulEAA/{API_USER_ID}",
+            "token_type": "Bearer",
+            "issued_at": str(int(time.time() * 1000)),
+            "signature": secrets.token_urlsafe(16),
+            "scope": "api",
+        }
+
+    def token_valid(self, authorization: str | None) -> bool:
+        scheme, _, token = (authorization or "").partition(" ")
+        with self._sf_lock:
+            return scheme.lower() == "bearer" and token in self.tokens
+
+    def expire_tokens(self) -> int:
+        """Every session ends (as when an admin revokes them, or they time out)."""
+        with self._sf_lock:
+            count = len(self.tokens)
+            self.tokens.clear()
+            return count
+
+    # -- ids and rows ------------------------------------------------------------
+
+    def _new_id(self, sobject: str) -> str:
+        self._seq += 1
+        number = self._seq * 7_919_777 + 48_271
+        digits = ""
+        while number:
+            number, rest = divmod(number, 62)
+            digits = _BASE62[rest] + digits
+        return case_safe_id((KEY_PREFIXES[sobject] + "5g0" + digits.rjust(9, "0"))[:15])
+
+    def _find_id(self, sobject: str, record_id: str) -> str | None:
+        """[IDS]: a 15-character id names the same row as its 18-character form."""
+        if len(record_id) not in (15, 18):
+            return None
+        for existing in self.rows[sobject]:
+            if existing[:15] == record_id[:15]:
+                return existing
+        return None
+
+    def _ref_field(self, sobject: str) -> str:
+        return str(self.config["reference_field"])
+
+    def _field_flags(self, sobject: str) -> tuple[bool, bool]:
+        """(externalId, unique) of the reference field on `sobject`."""
+        prefix = "task_reference" if sobject == "Task" else "reference"
+        return bool(self.config[f"{prefix}_external_id"]), bool(self.config[f"{prefix}_unique"])
+
+    def _matching(self, sobject: str, value: str) -> list[str]:
+        field = self._ref_field(sobject)
+        return [rid for rid, row in self.rows[sobject].items() if row.get(field) == value]
+
+    def record_json(self, sobject: str, record_id: str, version: str) -> dict[str, Any]:
+        row = self.rows[sobject][record_id]
+        return {"attributes": _attributes(sobject, record_id, version), **row}
+
+    def _known_object(self, sobject: str) -> None:
+        if sobject not in KEY_PREFIXES:
+            raise not_found()
+
+    def _check_fields(self, sobject: str, body: Mapping[str, Any]) -> None:
+        allowed = set(_FIELDS[sobject]) | {self._ref_field(sobject)}
+        for name in body:
+            if name not in allowed:
+                # [ERRORS]: INVALID_FIELD names the column and the object.
+                raise sf_error(
+                    400,
+                    "INVALID_FIELD",
+                    f"No such column '{name}' on sobject of type {sobject}",
+                    [],
+                )
+
+    def _insert(self, sobject: str, body: Mapping[str, Any], *, auto_assign: bool) -> str:
+        missing = [f for f in _REQUIRED[sobject] if not body.get(f)]
+        if missing:
+            raise sf_error(
+                400,
+                "REQUIRED_FIELD_MISSING",
+                f"Required fields are missing: [{', '.join(missing)}]",
+                missing,
+            )
+        if sobject == "Task" and body.get("WhoId") and not self._who_exists(str(body["WhoId"])):
+            raise sf_error(
+                400, "INVALID_CROSS_REFERENCE_KEY", "invalid cross reference id", ["WhoId"]
+            )
+        record_id = self._new_id(sobject)
+        stamp = sf_datetime()
+        row = {"Id": record_id, **_DEFAULTS[sobject], "OwnerId": API_USER_ID, **body}
+        row.update(CreatedDate=stamp, LastModifiedDate=stamp)
+        self.rows[sobject][record_id] = row
+        if sobject == "Lead" and auto_assign:
+            self._assign(record_id)
+        return record_id
+
+    def _assign(self, record_id: str) -> None:
+        """[ASSIGN]: the org's active lead assignment rule hands the lead to a queue."""
+        self.rows["Lead"][record_id]["OwnerId"] = ASSIGNMENT_QUEUE_ID
+        self.assignments[record_id] = self.assignments.get(record_id, 0) + 1
+
+    def _update(
+        self, sobject: str, record_id: str, body: Mapping[str, Any], *, auto_assign: bool
+    ) -> None:
+        row = self.rows[sobject][record_id]
+        row.update(body)
+        row["LastModifiedDate"] = sf_datetime()
+        if sobject == "Lead" and auto_assign:
+            self._assign(record_id)
+
+    def _who_exists(self, who_id: str) -> bool:
+        return any(self._find_id(o, who_id) for o in RECORD_OBJECTS)
+
+    # -- the API -----------------------------------------------------------------
+
+    def upsert(
+        self,
+        sobject: str,
+        field: str,
+        value: str,
+        body: Mapping[str, Any],
+        *,
+        version: str,
+        auto_assign: bool,
+        allow_save: bool,
+    ) -> tuple[int, Any]:
+        """[UPSERT] by an external id: no match creates, one updates, several answer 300.
+
+        Like the real one, it is not atomic: the match is read, then (after
+        `upsert_race_seconds`) the row inserted; a unique field refuses the second
+        of two racing inserts with DUPLICATE_VALUE ([FACTS]), a field that is not
+        unique takes both (restforce#243)."""
+        self._known_object(sobject)
+        self._external_field(sobject, field)
+        self._check_fields(sobject, body)
+        with self._sf_lock:
+            matches = self._matching(sobject, value)
+            if len(matches) > 1:
+                raise Refused(300, [_attributes(sobject, m, version)["url"] for m in matches])
+            if matches:
+                self._update(sobject, matches[0], body, auto_assign=auto_assign)
+                return _upserted(matches[0], created=False, version=version)
+        race = float(self.config["upsert_race_seconds"])
+        if race > 0:
+            time.sleep(race)
+        with self._sf_lock:
+            row = {**body, self._ref_field(sobject): value}
+            record_id = self._create_checked(
+                sobject, row, auto_assign=auto_assign, allow_save=allow_save
+            )
+            return _upserted(record_id, created=True, version=version)
+
+    def _external_field(self, sobject: str, field: str) -> None:
+        """[UPSERT]: a field that is not an External ID cannot key an upsert or a read.
+        The exact answer for an existing field without the flag is *unverified*;
+        404 NOT_FOUND as for a bad field is what the adapter treats safely."""
+        external_id, _ = self._field_flags(sobject)
+        if field != self._ref_field(sobject) or not external_id:
+            raise sf_error(
+                404,
+                "NOT_FOUND",
+                f"Provided external ID field does not exist or is not accessible: {field}",
+            )
+
+    def _create_checked(
+        self, sobject: str, row: Mapping[str, Any], *, auto_assign: bool, allow_save: bool
+    ) -> str:
+        field = self._ref_field(sobject)
+        _, unique = self._field_flags(sobject)
+        value = row.get(field)
+        if unique and value is not None:
+            held = self._matching(sobject, str(value))
+            if held:
+                # [FACTS]: the id of the record holding the value is only in the text.
+                raise sf_error(
+                    400,
+                    "DUPLICATE_VALUE",
+                    f"duplicate value found: {field} duplicates value on record with id: {held[0]}",
+                    [],
+                )
+        self._duplicate_rule(sobject, row, allow_save=allow_save)
+        return self._insert(sobject, row, auto_assign=auto_assign)
+
+    def _duplicate_rule(self, sobject: str, row: Mapping[str, Any], *, allow_save: bool) -> None:
+        """[FACTS]/[DUPRULE]: a rule matching on Email, run on create. Through the API an
+        alerting rule blocks too, unless the request says allowSave=true."""
+        mode = self.config["duplicate_rule"]
+        email = str(row.get("Email") or "").strip().lower()
+        if mode == "off" or sobject not in RECORD_OBJECTS or not email:
+            return
+        matches = [
+            rid
+            for rid, existing in self.rows[sobject].items()
+            if str(existing.get("Email") or "").strip().lower() == email
+        ]
+        if not matches or (mode == "alert" and allow_save):
+            return
+        raise Refused(400, [_duplicates_detected(sobject, matches, alert=mode == "alert")])
+
+    def create(
+        self,
+        sobject: str,
+        body: Mapping[str, Any],
+        *,
+        version: str,
+        auto_assign: bool,
+        allow_save: bool,
+    ) -> tuple[int, Any]:
+        """POST /sobjects/{sobject}: 201 {"id", "success", "errors"}."""
+        self._known_object(sobject)
+        self._check_fields(sobject, body)
+        with self._sf_lock:
+            record_id = self._create_checked(
+                sobject, body, auto_assign=auto_assign, allow_save=allow_save
+            )
+        return 201, {"id": record_id, "success": True, "errors": []}
+
+    def get_by_ref(self, sobject: str, field: str, value: str, *, version: str) -> tuple[int, Any]:
+        """[UPSERT] "Retrieve a Record Using an External ID": 200, 300 or 404."""
+        self._known_object(sobject)
+        self._external_field(sobject, field)
+        with self._sf_lock:
+            matches = self._matching(sobject, value)
+            if len(matches) > 1:
+                raise Refused(300, [_attributes(sobject, m, version)["url"] for m in matches])
+            if not matches:
+                raise not_found()
+            return 200, self.record_json(sobject, matches[0], version)
+
+    def get(self, sobject: str, record_id: str, *, version: str) -> tuple[int, Any]:
+        self._known_object(sobject)
+        with self._sf_lock:
+            found = self._find_id(sobject, record_id)
+            if found is None:
+                raise not_found()
+            return 200, self.record_json(sobject, found, version)
+
+    def update(
+        self, sobject: str, record_id: str, body: Mapping[str, Any], *, auto_assign: bool
+    ) -> tuple[int, Any]:
+        """PATCH /sobjects/{sobject}/{id}: 204."""
+        self._known_object(sobject)
+        self._check_fields(sobject, body)
+        with self._sf_lock:
+            found = self._find_id(sobject, record_id)
+            if found is None:
+                raise not_found()
+            self._update(sobject, found, body, auto_assign=auto_assign)
+        return 204, None
+
+    def delete(self, sobject: str, record_id: str) -> tuple[int, Any]:
+        self._known_object(sobject)
+        with self._sf_lock:
+            found = self._find_id(sobject, record_id)
+            if found is None:
+                raise not_found()
+            del self.rows[sobject][found]
+        return 204, None
+
+    def describe(self, sobject: str) -> tuple[int, Any]:
+        """GET /sobjects/{sobject}/describe: the fields with their flags (externalId,
+        unique, idLookup), as an admin set them."""
+        self._known_object(sobject)
+        with self._sf_lock:
+            external_id, unique = self._field_flags(sobject)
+            fields = [_describe_field(name, name == "Id") for name in _SYSTEM_FIELDS[:1]]
+            fields += [_describe_field(name) for name in (*_FIELDS[sobject], *_SYSTEM_FIELDS[1:])]
+            ref = _describe_field(self._ref_field(sobject))
+            ref.update(externalId=external_id, unique=unique, idLookup=external_id or unique)
+            fields.append(ref)
+        return 200, {
+            "name": sobject,
+            "keyPrefix": KEY_PREFIXES[sobject],
+            "createable": True,
+            "updateable": True,
+            "fields": fields,
+        }
+
+    # -- query -------------------------------------------------------------------
+
+    def query(self, soql: str, *, version: str, batch_size: int) -> tuple[int, Any]:
+        """[QUERY] The subset of SOQL the adapter sends: SELECT fields FROM object
+        [WHERE field op literal [AND ...]] [ORDER BY fields]."""
+        select, sobject, conditions, order = _parse_soql(soql)
+        self._known_object(sobject)
+        with self._sf_lock:
+            rows = [r for r in self.rows[sobject].values() if all(c(r) for c in conditions)]
+            rows.sort(key=lambda r: tuple(str(r.get(f, "")) for f in order))
+            records = [
+                {
+                    "attributes": _attributes(sobject, r["Id"], version),
+                    **{f: r.get(f) for f in select},
+                }
+                for r in rows
+            ]
+            locator = "01g5g00000" + secrets.token_hex(4)
+            self.locators[locator] = records
+        return 200, self._page(locator, 0, version=version, batch_size=batch_size)
+
+    def query_more(self, locator_offset: str, *, version: str, batch_size: int) -> tuple[int, Any]:
+        locator, _, offset = locator_offset.rpartition("-")
+        with self._sf_lock:
+            if locator not in self.locators or not offset.isdigit():
+                raise sf_error(400, "INVALID_QUERY_LOCATOR", "invalid query locator")
+            return 200, self._page(locator, int(offset), version=version, batch_size=batch_size)
+
+    def _page(self, locator: str, offset: int, *, version: str, batch_size: int) -> dict[str, Any]:
+        records = self.locators[locator]
+        page = records[offset : offset + batch_size]
+        done = offset + batch_size >= len(records)
+        body: dict[str, Any] = {"totalSize": len(records), "done": done, "records": page}
+        if not done:
+            body["nextRecordsUrl"] = (
+                f"/services/data/v{version}/query/{locator}-{offset + batch_size}"
+            )
+        return body
+
+    # -- tests' seeding and counting ---------------------------------------------
+
+    def seed_rows(self, sobject: str, rows: list[Mapping[str, Any]]) -> list[str]:
+        """Rows stored as given, past uniqueness and duplicate rules: records made
+        before the field was marked Unique, or by an import."""
+        self._known_object(sobject)
+        created = []
+        with self._sf_lock:
+            for row in rows:
+                self._check_fields(sobject, row)
+                created.append(self._insert(sobject, dict(row), auto_assign=False))
+        return created
+
+    def stats(self, *, detail: bool = True) -> dict[str, Any]:
+        """The sandbox's keys, counted over Leads and Contacts (records) and Tasks."""
+        result = super().stats(detail=detail)
+        with self._sf_lock:
+            field = str(self.config["reference_field"])
+            records = [r for o in RECORD_OBJECTS for r in self.rows[o].values()]
+            tasks = list(self.rows["Task"].values())
+            result["records"] = len(records)
+            result["tasks"] = len(tasks)
+            if detail:
+                result["records_by_external_ref"] = _count_by(records, field)
+                result["tasks_by_external_ref"] = _count_by(tasks, field)
+                result["assignments_by_external_ref"] = {
+                    str(self.rows["Lead"][rid].get(field)): n
+                    for rid, n in self.assignments.items()
+                    if rid in self.rows["Lead"]
+                }
+        return result
+
+
+def _count_by(rows: list[dict[str, Any]], field: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        value = row.get(field)
+        if value is not None:
+            counts[str(value)] = counts.get(str(value), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _attributes(sobject: str, record_id: str, version: str) -> dict[str, str]:
+    return {"type": sobject, "url": f"/services/data/v{version}/sobjects/{sobject}/{record_id}"}
+
+
+def _upserted(record_id: str, *, created: bool, version: str) -> tuple[int, Any]:
+    """[UPSERT]: 201 on create; an update answers 200 with "created": false from
+    API 46.0 and 204 without a body before it."""
+    if not created and float(version) < 46.0:
+        return 204, None
+    body = {"id": record_id, "success": True, "errors": [], "created": created}
+    return (201 if created else 200), body
+
+
+def _duplicates_detected(sobject: str, matches: list[str], *, alert: bool) -> dict[str, Any]:
+    """[FACTS]: the REST JSON spells the key `duplicateResut`."""
+    match_records = [
+        {
+            "additionalInformation": [],
+            "fieldDiffs": [],
+            "matchConfidence": 100.0,
+            "record": {"attributes": _attributes(sobject, rid, "60.0"), "Id": rid},
+        }
+        for rid in matches
+    ]
+    return {
+        "duplicateResut": {
+            "allowSave": alert,
+            "duplicateRule": f"Onefold_{sobject}_Email_Rule",
+            "duplicateRuleEntityType": sobject,
+            "errorMessage": _DUPLICATE_MESSAGE,
+            "matchResults": [
+                {
+                    "entityType": sobject,
+                    "errors": [],
+                    "matchEngine": "ExactMatchEngine",
+                    "matchRecords": match_records,
+                    "rule": f"Onefold_{sobject}_Email_Match",
+                    "size": len(match_records),
+                    "success": True,
+                }
+            ],
+        },
+        "errorCode": "DUPLICATES_DETECTED",
+        "message": _DUPLICATE_MESSAGE,
+    }
+
+
+def _describe_field(name: str, is_id: bool = False) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": name.removesuffix("__c").replace("_", " "),
+        "type": "id" if is_id else "string",
+        "custom": name.endswith("__c"),
+        "externalId": False,
+        "unique": False,
+        "idLookup": is_id,
+        "caseSensitive": False,
+        "createable": not is_id,
+        "updateable": not is_id,
+        "length": 18 if is_id else 255,
+    }
+
+
+_SOQL = re.compile(
+    r"SELECT\s+(?P<select>[\w\s,]+?)\s+FROM\s+(?P<sobject>\w+)"
+    r"(?:\s+WHERE\s+(?P<where>.+?))?(?:\s+ORDER\s+BY\s+(?P<order>[\w\s,]+?))?\s*",
+    re.IGNORECASE | re.DOTALL,
+)
+_CONDITION = re.compile(r"(?P<field>\w+)\s*(?P<op>>=|<=|!=|=|<|>)\s*(?P<literal>'[^']*'|\S+)")
+_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+
+
+def _parse_soql(soql: str) -> tuple[list[str], str, list[Any], list[str]]:
+    match = _SOQL.fullmatch(soql.strip())
+    if match is None:
+        raise sf_error(400, "MALFORMED_QUERY", f"unexpected query: {soql[:200]}")
+    select = [f.strip() for f in match["select"].split(",") if f.strip()]
+    order = [f.strip() for f in (match["order"] or "Id").split(",") if f.strip()]
+    conditions = []
+    for part in re.split(r"\s+AND\s+", match["where"] or "", flags=re.IGNORECASE):
+        if not part.strip():
+            continue
+        cond = _CONDITION.fullmatch(part.strip())
+        if cond is None:
+            raise sf_error(400, "MALFORMED_QUERY", f"unexpected condition: {part[:200]}")
+        conditions.append(_condition(cond["field"], cond["op"], cond["literal"]))
+    return select, match["sobject"], conditions, order
+
+
+def _condition(field: str, op: str, literal: str) -> Any:
+    compare = _OPS[op]
+    if _DATETIME.fullmatch(literal):
+        # [QUERY] dateTime literals are unquoted; compared as instants.
+        moment = datetime.fromisoformat(literal.replace("Z", "+00:00"))
+        return lambda row: (
+            row.get(field) is not None and compare(_parse_sf_datetime(str(row[field])), moment)
+        )
+    value: Any = None if literal.lower() == "null" else literal.strip("'")
+    return lambda row: compare(row.get(field), value)
