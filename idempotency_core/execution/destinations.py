@@ -48,6 +48,7 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from django.db.models import Q
 
 from idempotency_core.models import Destination, Source
 from integrations.base import (
@@ -338,3 +339,39 @@ def verification_forget() -> None:
     """Forgets every verification of this process (tests; a changed configuration)."""
     with _verified_lock:
         _verified.clear()
+
+
+def destinations_in_use() -> list[Destination]:
+    """The default "crm" and "email" destinations and those an active source names."""
+    active = Source.objects.filter(is_active=True)
+    return list(
+        Destination.objects.filter(
+            Q(name__in=("crm", "email"))
+            | Q(pk__in=active.values("crm"))
+            | Q(pk__in=active.values("mailer"))
+        ).order_by("name")
+    )
+
+
+def destinations_verify_all(**_: Any) -> None:
+    """Verifies every destination in use, for this process's cache (a worker's start).
+
+    Connected to django-q2's `post_spawn`: never raises, so a refused or
+    unreachable destination cannot stop the cluster; it is logged, and the
+    workers refuse it when a step would use it."""
+    try:
+        destinations = destinations_in_use()
+    except Exception as exc:  # the database may not be ready; the first use verifies
+        logger.warning("destinations not verified at worker start: %s", type(exc).__name__)
+        return
+    for destination in destinations:
+        try:
+            destination_ready(destination)
+        except DestinationRefusedError:
+            pass  # logged by destination_ready
+        except Exception as exc:
+            logger.warning(
+                "destination %s not verified at worker start: %s",
+                destination.name,
+                type(exc).__name__,
+            )

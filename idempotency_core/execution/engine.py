@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -28,7 +29,7 @@ from django_q.tasks import async_task
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.audit.subjects import operation_subject
-from idempotency_core.execution.destinations import capabilities_of
+from idempotency_core.execution.destinations import capabilities_of, destination_ready
 from idempotency_core.execution.policy import (
     AttemptReport,
     Decision,
@@ -87,6 +88,8 @@ class AttemptResult:
     destination_ref: str = ""
     adopted: bool = False
     retry_after: float | None = None
+    # A lookup found nothing, and the destination's lookup cannot prove absence.
+    absence_unproven: bool = False
 
 
 def operation_claim(*, operation_id: int) -> Claim | None:
@@ -183,6 +186,8 @@ def operation_perform(claim: Claim) -> AttemptResult:
             "longer recognise a repeat; not called",
         )
     try:
+        # Never a call to a destination whose declared capabilities do not hold.
+        destination_ready(operation.destination)
         return _call_destination(operation, rule=rule)
     except DestinationError as exc:
         return AttemptResult(
@@ -220,6 +225,14 @@ def _call_destination(operation: Operation, *, rule: str) -> AttemptResult:
             return AttemptResult(
                 outcome=Attempt.Outcome.SUCCEEDED, destination_ref=found, adopted=True
             )
+        if not context.adapter.capabilities.lookup_proves_absence:
+            return AttemptResult(
+                outcome=Attempt.Outcome.AMBIGUOUS,
+                error_class="AbsenceUnproven",
+                message="the lookup by reference found nothing, and this destination's "
+                "lookup lags its writes: not proof of absence; not repeated",
+                absence_unproven=True,
+            )
     effect = step.perform(context)
     return AttemptResult(
         outcome=Attempt.Outcome.SUCCEEDED,
@@ -249,9 +262,12 @@ def operation_record_outcome(
     decision = decide(
         state=operation_state(operation, attempt_number=claim.attempt.number),
         report=AttemptReport(
-            outcome=result.outcome, message=result.message, retry_after=result.retry_after
+            outcome=result.outcome,
+            message=result.message,
+            retry_after=result.retry_after,
+            absence_unproven=result.absence_unproven,
         ),
-        capabilities=capabilities_of(operation.destination),
+        capabilities=partial(capabilities_of, operation.destination),
         now=now,
         policy=RetryPolicy.from_settings(),
     )

@@ -1,12 +1,20 @@
 """Pure decisions of the engine: retry delays and recovery after an unclear outcome.
 
 No database, no network: these functions are unit-tested exhaustively and are the
-one place where "what happens next" is decided.
+one place where "what happens next" is decided. The destination's capabilities
+may be handed over as a function: `decide()` calls it only after an unclear
+attempt (reading the sandbox's capabilities is a network call, made by the caller).
+
+A lookup that lags its writes (Capabilities.lookup_proves_absence False, e.g. a
+search index) is asked no sooner than `lookup_settle_seconds` after the unclear
+attempt; what it finds is adopted, and "not found" is not taken for absence:
+the operation goes to review with a case that says why, never a blind repeat.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -73,6 +81,9 @@ class AttemptReport:
     outcome: str
     message: str = ""
     retry_after: float | None = None
+    # The attempt was a lookup after an unclear one, it found nothing, and the
+    # destination's lookup cannot prove absence (it lags writes).
+    absence_unproven: bool = False
 
 
 def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at: datetime) -> str:
@@ -111,13 +122,15 @@ def decide(
     *,
     state: OperationState,
     report: AttemptReport,
-    capabilities: Capabilities,
+    capabilities: Capabilities | Callable[[], Capabilities],
     now: datetime,
     policy: RetryPolicy,
     rng: random.Random | None = None,
 ) -> Decision:
     """What follows an attempt's outcome. The operation never silently stops:
-    every branch ends succeeded, scheduled for a retry, or with a review case."""
+    every branch ends succeeded, scheduled for a retry, or with a review case.
+    `capabilities` (or the function giving them) is consulted after an unclear
+    attempt only."""
     if report.outcome == Attempt.Outcome.SUCCEEDED:
         return Decision(status=Operation.Status.SUCCEEDED)
     if report.outcome == Attempt.Outcome.PERMANENT:
@@ -130,7 +143,13 @@ def decide(
     # earlier unclear attempt, whose effect may still exist.
     rule = state.current_recovery
     if unclear:
-        rule = recovery_for(state=state, capabilities=capabilities, retry_at=retry_at)
+        offered = capabilities() if callable(capabilities) else capabilities
+        rule = recovery_for(state=state, capabilities=offered, retry_at=retry_at)
+        if report.absence_unproven:
+            return _absence_unprovable(state, report, rule=rule, capabilities=offered)
+        if rule == Recovery.LOOKUP_FIRST:
+            # A lagging lookup is worth asking only once the write could show.
+            retry_at = max(retry_at, now + timedelta(seconds=offered.lookup_settle_seconds))
     if state.attempt_number >= policy.max_attempts:
         return _exhausted(state, report, rule=rule, may_exist=unclear or bool(rule))
     if not unclear or rule != Recovery.REVIEW:
@@ -197,5 +216,25 @@ def _unrecognisable(state: OperationState, report: AttemptReport, *, rule: str) 
             "to tell (no idempotency key within its window, no unique reference, no lookup). "
             "A reviewer should look for the effect in the destination, then mark resolved "
             "with its reference, or replay if it is certainly absent."
+        ),
+    )
+
+
+def _absence_unprovable(
+    state: OperationState, report: AttemptReport, *, rule: str, capabilities: Capabilities
+) -> Decision:
+    """The lookup after an unclear attempt found nothing, and its "nothing" proves nothing."""
+    return Decision(
+        status=Operation.Status.NEEDS_REVIEW,
+        recovery=rule,
+        case_kind=ReviewCase.Kind.AMBIGUOUS,
+        summary=(
+            f"{state.step} may have been applied ({report.message}). Onefold cannot tell: "
+            "this destination's only lookup is a search that lags its writes, and it found "
+            f"nothing {capabilities.lookup_settle_seconds:g} seconds after the attempt, which "
+            "does not prove the effect absent; it has no unique reference or idempotency key "
+            "to make a repeat safe, so repeating could make a duplicate. Onefold does not "
+            "repeat it. A reviewer should look for the effect in the destination, then mark "
+            "resolved with its reference, or replay if it is certainly absent."
         ),
     )

@@ -1,0 +1,62 @@
+"""`manage.py check_destinations`: each declared capability, checked against the live destination.
+
+One line per destination and capability: name, capability, `verified` or
+`refused`, and how it was verified (what was asked, what the destination
+answered). Exit status 0 only when every declared capability of every
+destination holds; otherwise non-zero, naming the refused destinations on
+stderr. A destination that cannot be reached or built (no adapter installed,
+missing credentials) is refused with the reason, as capability "reachable".
+A destination that declares nothing (plain SMTP) prints one "-" line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from idempotency_core.execution.destinations import (
+    destination_checks,
+    destinations_in_use,
+    kind_of,
+)
+from idempotency_core.models import Destination
+
+
+class Command(BaseCommand):
+    help = (
+        "Check every destination in use (the default crm and email, and those active "
+        "sources name) against the live service: one line per declared capability."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "names",
+            nargs="*",
+            metavar="NAME",
+            help="Destinations to check (default: every destination in use).",
+        )
+
+    def handle(self, *args: Any, names: list[str], **options: Any) -> None:
+        if names:
+            destinations = list(Destination.objects.filter(name__in=names).order_by("name"))
+            unknown = sorted(set(names) - {d.name for d in destinations})
+            if unknown:
+                raise CommandError(f"no such destination: {', '.join(unknown)}")
+        else:
+            destinations = destinations_in_use()
+        refused = []
+        for destination in destinations:
+            checks = destination_checks(destination)
+            kind = kind_of(destination)
+            if not checks:
+                self.stdout.write(
+                    f"{destination.name}\t-\tverified\t{kind}: declares no recovery capability"
+                )
+            for check in checks:
+                verdict = "verified" if check.verified else "refused"
+                self.stdout.write(f"{destination.name}\t{check.capability}\t{verdict}\t{check.how}")
+            if any(not check.verified for check in checks):
+                refused.append(destination.name)
+        if refused:
+            raise CommandError(f"refused: {', '.join(refused)}", returncode=1)
