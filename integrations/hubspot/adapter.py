@@ -479,7 +479,9 @@ def seconds_to_midnight(zone: str, *, now: datetime | None = None) -> float:
     """Seconds from `now` to the next midnight in time zone `zone`."""
     local = (now or datetime.now(UTC)).astimezone(ZoneInfo(zone))
     midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    return max(1.0, (midnight - local).total_seconds())
+    # Subtracted in UTC: aware datetimes of one zone subtract as wall clocks, wrong
+    # across a daylight-saving change.
+    return max(1.0, (midnight.astimezone(UTC) - local.astimezone(UTC)).total_seconds())
 
 
 def _described(response: httpx.Response) -> str:

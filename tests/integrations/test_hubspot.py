@@ -1,0 +1,330 @@
+"""The HubSpot adapter against the HubSpot emulator on loopback, answer by answer.
+
+Each test counts what the emulator holds afterwards (contacts, deals, tasks by
+our reference), so "adopted" always means "no second object", never only a flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from integrations.base import Classification, CrmAdapter, DestinationError
+from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env, seconds_to_midnight
+from integrations.hubspot.emulator import HubSpotEmulator
+
+TOKEN = "pat-na1-test-secret-0123456789"
+ADA = {
+    "name": "Ada Lovelace",
+    "email": "ada@example.com",
+    "phone": "+44 20 7946 0000",
+    "message": "Please quote for a kitchen refit.",
+    "form": "contact",
+    "fields": {"budget": "10k"},
+}
+
+
+@pytest.fixture
+def hubspot() -> Iterator[HubSpotEmulator]:
+    with HubSpotEmulator() as emulator:
+        emulator.hubspot.set_config({"token": TOKEN})
+        yield emulator
+
+
+def adapter(emulator: HubSpotEmulator, **env: str) -> HubSpotCrm:
+    return adapter_from_env(
+        base_url=emulator.http_url, timeout=5, env={"HUBSPOT_TOKEN": TOKEN, **env}
+    )
+
+
+@pytest.fixture
+def crm(hubspot: HubSpotEmulator) -> HubSpotCrm:
+    return adapter(hubspot)
+
+
+def stats(emulator: HubSpotEmulator) -> dict[str, Any]:
+    return emulator.hubspot.stats()
+
+
+def fault(emulator: HubSpotEmulator, action: str, mode: str, **extra: Any) -> None:
+    emulator.hubspot.add_fault(action=action, mode=mode, **extra)
+
+
+def search_by_ref(emulator: HubSpotEmulator, object_type: str, ref: str) -> int:
+    """What a search-based integration would see: HubSpot's search for our reference."""
+    response = httpx.post(
+        f"{emulator.http_url}/crm/v3/objects/{object_type}/search",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        json={"filterGroups": [{"filters": [{"propertyName": "onefold_ref", "value": ref}]}]},
+    )
+    response.raise_for_status()
+    return int(response.json()["total"])
+
+
+def test_the_adapter_speaks_the_crm_protocol(crm):
+    assert isinstance(crm, CrmAdapter)
+    caps = crm.capabilities
+    assert (caps.unique_external_ref, caps.lookup, caps.lookup_proves_absence) == (True, True, True)
+    assert (caps.idempotency_keys, caps.merge) == (False, True)
+
+
+# -- contact, enquiry, task ---------------------------------------------------------
+
+
+def test_an_enquiry_is_a_contact_and_a_deal_associated_to_it(hubspot, crm):
+    effect = crm.create_record(external_ref="opk_1", fields=ADA)
+    assert not effect.adopted and str(effect.reply) == "HTTP 201"
+    record = crm.get_record(effect.ref)
+    assert record["external_ref"] == "opk_1"
+    assert (record["name"], record["email"]) == ("Ada Lovelace", "ada@example.com")
+    assert "kitchen refit" in record["message"] and record["merged_into"] is None
+    counts = stats(hubspot)
+    assert (counts["contacts"], counts["records"]) == (1, 1)
+    assert counts["records_by_external_ref"] == {"opk_1": 1}
+
+
+def test_a_returning_customer_is_the_same_contact_with_a_second_deal(hubspot, crm):
+    first = crm.create_record(external_ref="opk_1", fields=ADA)
+    second = crm.create_record(
+        external_ref="opk_2", fields={**ADA, "email": "ADA@example.com", "message": "Again"}
+    )
+    assert first.ref != second.ref and not second.adopted
+    counts = stats(hubspot)
+    assert (counts["contacts"], counts["records"]) == (1, 2)
+    assert counts["contacts_by_email"] == {"ada@example.com": 1}
+    # Both deals hang off the one contact (its id came from the 409's message text).
+    assert crm.get_record(second.ref)["email"] == "ada@example.com"
+    assert counts["calls"]["create_contact"] == 2
+
+
+def test_a_repeated_create_adopts_the_deal_it_made(hubspot, crm):
+    first = crm.create_record(external_ref="opk_1", fields=ADA)
+    again = crm.create_record(external_ref="opk_1", fields=ADA)
+    assert again.adopted and again.ref == first.ref and str(again.reply) == "HTTP 409"
+    counts = stats(hubspot)
+    assert (counts["contacts"], counts["records"], counts["calls"]["create_record"]) == (1, 1, 2)
+
+
+def test_a_lost_create_answer_under_search_lag_is_found_by_id_property(hubspot, crm):
+    hubspot.hubspot.set_config({"search_lag_seconds": 5})
+    fault(hubspot, "create_record", "drop_response_after_commit")
+    with pytest.raises(DestinationError) as lost:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert lost.value.classification == Classification.AMBIGUOUS
+    # Search does not see the deal yet: "not found in search" would be a lie.
+    assert search_by_ref(hubspot, "deals", "opk_1") == 0
+    found = crm.find_record(external_ref="opk_1")
+    assert found is not None
+    retried = crm.create_record(external_ref="opk_1", fields=ADA)
+    assert retried.adopted and retried.ref == found
+    counts = stats(hubspot)
+    assert (counts["contacts"], counts["records"]) == (1, 1)
+
+
+def test_a_lost_contact_answer_is_followed_by_one_contact(hubspot, crm):
+    fault(hubspot, "create_contact", "drop_response_after_commit")
+    with pytest.raises(DestinationError) as lost:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert lost.value.classification == Classification.AMBIGUOUS
+    assert (stats(hubspot)["contacts"], stats(hubspot)["records"]) == (1, 0)
+    effect = crm.create_record(external_ref="opk_1", fields=ADA)
+    assert not effect.adopted
+    assert (stats(hubspot)["contacts"], stats(hubspot)["records"]) == (1, 1)
+
+
+def test_a_lost_task_answer_is_adopted_on_the_retry(hubspot, crm):
+    record = crm.create_record(external_ref="opk_1", fields=ADA).ref
+    fault(hubspot, "create_task", "drop_response_after_commit")
+    with pytest.raises(DestinationError) as lost:
+        crm.create_task(record_id=record, external_ref="opk_t", title="Follow up", assignee="sales")
+    assert lost.value.classification == Classification.AMBIGUOUS
+    found = crm.find_task(record_id=record, external_ref="opk_t")
+    retried = crm.create_task(
+        record_id=record, external_ref="opk_t", title="Follow up", assignee="sales"
+    )
+    assert retried.adopted and retried.ref == found
+    counts = stats(hubspot)
+    assert (counts["tasks"], counts["tasks_by_external_ref"]) == (1, {"opk_t": 1})
+
+
+def test_a_conflict_on_another_property_is_not_adopted(hubspot, crm):
+    # An admin made the deal's name unique: the same customer's second enquiry clashes
+    # there, and adopting the first deal would lose the second enquiry.
+    hubspot.hubspot.set_config({"unique_properties": {"deals": ["dealname"]}})
+    crm.create_record(external_ref="opk_1", fields=ADA)
+    with pytest.raises(DestinationError) as refused:
+        crm.create_record(external_ref="opk_2", fields=ADA)
+    assert refused.value.classification == Classification.PERMANENT
+    assert str(refused.value.reply) == "HTTP 409"
+    assert "not on onefold_ref: not adopted" in refused.value.message
+    assert stats(hubspot)["records_by_external_ref"] == {"opk_1": 1}
+
+
+def test_tickets_by_configuration(hubspot):
+    crm = adapter(hubspot, HUBSPOT_ENQUIRY_OBJECT="tickets")
+    record = crm.create_record(external_ref="opk_1", fields=ADA).ref
+    task = crm.create_task(record_id=record, external_ref="opk_t", title="Call", assignee="42")
+    assert crm.find_record(external_ref="opk_1") == record
+    assert crm.find_task(record_id=record, external_ref="opk_t") == task.ref
+    ticket = hubspot.hubspot.read(
+        "tickets", record, id_property=None, wanted=None, with_associations=("contacts", "tasks")
+    )
+    assert ticket["properties"]["hs_pipeline_stage"] == "1"
+    assert ticket["associations"]["tasks"]["results"][0]["id"] == task.ref
+    assert (stats(hubspot)["records"], stats(hubspot)["tasks"]) == (1, 1)
+
+
+def test_update_merge_and_listing(hubspot, crm):
+    survivor = crm.create_record(external_ref="opk_1", fields=ADA).ref
+    duplicate = crm.create_record(external_ref="opk_2", fields=ADA).ref
+    third = crm.create_record(external_ref="opk_3", fields={**ADA, "email": "kim@example.com"})
+    crm.update_record(record_id=survivor, fields={**ADA, "name": "Ada King"})
+    assert crm.get_record(survivor)["extra"]["dealname"] == "Contact enquiry from Ada King"
+    pages = list(crm.iter_records(since="2000-01-01T00:00:00Z", limit=2))
+    assert [len(page) for page, _ in pages] == [2, 1] and pages[-1][1] is None
+    resumed = list(crm.iter_records(since="2000-01-01T00:00:00Z", cursor=pages[0][1], limit=2))
+    assert [r["id"] for page, _ in resumed for r in page] == [third.ref]
+    assert list(crm.iter_records(since="2999-01-01T00:00:00Z")) == [([], None)]
+    assert not crm.merge_records(survivor_id=survivor, duplicate_id=duplicate, key="m").adopted
+    # A repeat of the merge is refused by HubSpot; the duplicate reads as merged: adopted.
+    assert crm.merge_records(survivor_id=survivor, duplicate_id=duplicate, key="m").adopted
+    assert crm.get_record(duplicate)["merged_into"] == survivor
+    assert stats(hubspot)["records"] == 2
+
+
+def test_reference_check_names_hubspot_ids_only(crm):
+    assert crm.reference_check("12345678") is None
+    for typed in ("rec_000001", "../_sandbox/stats", "0", "12 3", ""):
+        assert crm.reference_check(typed) is not None
+
+
+# -- classification -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "mode", "classification"),
+    [
+        ("create_record", "fail_before_commit", Classification.AMBIGUOUS),
+        ("create_record", "http_500_after_commit", Classification.AMBIGUOUS),
+        ("create_record", "drop_response_after_commit", Classification.AMBIGUOUS),
+        ("create_record", "http_400", Classification.PERMANENT),
+        ("create_record", "http_503", Classification.RETRYABLE),
+        ("create_contact", "http_400", Classification.PERMANENT),
+        ("create_contact", "http_503", Classification.RETRYABLE),
+    ],
+)
+def test_each_answer_is_classified(hubspot, crm, action, mode, classification):
+    fault(hubspot, action, mode, seconds=2)
+    with pytest.raises(DestinationError) as failed:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert failed.value.classification == classification
+    if mode == "http_503":
+        assert failed.value.retry_after == 2
+
+
+def test_the_ten_second_limit_waits_ten_seconds_or_retry_after(hubspot, crm):
+    fault(hubspot, "create_record", "http_429")
+    with pytest.raises(DestinationError) as limited:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert limited.value.classification == Classification.RETRYABLE
+    assert limited.value.retry_after == 10
+    assert "RATE_LIMIT (TEN_SECONDLY_ROLLING)" in limited.value.message
+    hubspot.hubspot.set_config({"retry_after_header": True})
+    fault(hubspot, "create_record", "http_429", seconds=3)
+    with pytest.raises(DestinationError) as told:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert told.value.retry_after == 3
+    assert stats(hubspot)["records"] == 0
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Pacific/Auckland", "America/Los_Angeles"])
+def test_the_daily_limit_waits_for_the_accounts_midnight(hubspot, zone):
+    crm = adapter(hubspot, HUBSPOT_ACCOUNT_TIMEZONE=zone)
+    hubspot.hubspot.set_config({"rate_limit_policy": "DAILY"})
+    fault(hubspot, "create_record", "http_429")
+    with pytest.raises(DestinationError) as limited:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert limited.value.classification == Classification.RETRYABLE
+    assert "RATE_LIMIT (DAILY)" in limited.value.message
+    assert limited.value.retry_after == pytest.approx(seconds_to_midnight(zone), abs=5)
+
+
+def test_midnight_is_the_accounts_own():
+    now = datetime(2026, 11, 30, 22, 30, tzinfo=UTC)
+    assert seconds_to_midnight("UTC", now=now) == 5400
+    assert seconds_to_midnight("Europe/Paris", now=now) == 1800  # 23:30 there
+    assert seconds_to_midnight("America/New_York", now=now) == 23400  # 17:30 there
+    # The night clocks go back in New York: 01:00 EDT (05:00Z) to midnight is 24 hours.
+    fall_back = datetime(2026, 11, 1, 5, 0, tzinfo=UTC)
+    assert seconds_to_midnight("America/New_York", now=fall_back) == 24 * 3600
+
+
+def test_a_refused_token_is_permanent_and_never_repeated_in_the_message(hubspot):
+    crm = adapter_from_env(
+        base_url=hubspot.http_url, timeout=5, env={"HUBSPOT_TOKEN": "pat-wrong-secret-42"}
+    )
+    with pytest.raises(DestinationError) as refused:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert refused.value.classification == Classification.PERMANENT
+    assert str(refused.value.reply) == "HTTP 401"
+    assert "INVALID_AUTHENTICATION" in refused.value.message
+    assert "pat-wrong-secret-42" not in refused.value.message
+    assert (stats(hubspot)["contacts"], stats(hubspot)["records"]) == (0, 0)
+
+
+def test_lookup_by_a_property_that_is_not_unique_is_refused(hubspot, crm):
+    hubspot.hubspot.set_config({"reference_unique": False})
+    with pytest.raises(DestinationError) as refused:
+        crm.find_record(external_ref="opk_1")
+    assert refused.value.classification == Classification.PERMANENT
+    assert "non-unique" in refused.value.message
+
+
+# -- verification -------------------------------------------------------------------
+
+
+def test_verify_holds_when_the_property_is_unique_on_both_objects(crm):
+    checks = crm.verify()
+    assert [(c.capability, c.verified) for c in checks] == [
+        ("unique_external_ref", True),
+        ("lookup", True),
+    ]
+    assert "GET /crm/v3/properties/deals/onefold_ref: hasUniqueValue=true" in checks[0].how
+    assert "GET /crm/v3/properties/tasks/onefold_ref: hasUniqueValue=true" in checks[0].how
+
+
+def test_verify_refuses_a_reference_without_unique_values(hubspot, crm):
+    hubspot.hubspot.set_config({"reference_unique": False})
+    checks = crm.verify()
+    assert [c.verified for c in checks] == [False, False]
+    assert "deals/onefold_ref: hasUniqueValue=false" in checks[0].how
+
+
+def test_verify_refuses_when_tasks_lack_the_property(hubspot):
+    hubspot.hubspot.set_config({"reference_missing_on": ["tasks"]})
+    checks = adapter(hubspot, HUBSPOT_ENQUIRY_OBJECT="tickets").verify()
+    assert [c.verified for c in checks] == [False, False]
+    assert "tickets/onefold_ref: hasUniqueValue=true" in checks[0].how
+    assert "tasks/onefold_ref: 404, the property does not exist on tasks" in checks[0].how
+
+
+def test_verify_without_a_token_asks_nothing(hubspot):
+    crm = adapter_from_env(base_url=hubspot.http_url, timeout=5, env={})
+    checks = crm.verify()
+    assert [c.verified for c in checks] == [False, False]
+    assert "HUBSPOT_TOKEN is not set" in checks[0].how
+    assert stats(hubspot)["calls"].get("get_property", 0) == 0
+
+
+def test_configuration_errors_are_loud():
+    with pytest.raises(ValueError, match="HUBSPOT_ENQUIRY_OBJECT"):
+        adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_ENQUIRY_OBJECT": "leads"})
+    with pytest.raises(ValueError, match="HUBSPOT_ACCOUNT_TIMEZONE"):
+        adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_ACCOUNT_TIMEZONE": "Mars/Base"})
+    crm = adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_BASE_URL": "http://x:1/"})
+    assert crm.base_url == "http://x:1"
+    assert adapter_from_env(base_url=None, timeout=5, env={}).base_url == "https://api.hubapi.com"
