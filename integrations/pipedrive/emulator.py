@@ -361,7 +361,7 @@ class PipedriveStore(SandboxStore):
             result["tasks_by_external_ref"] = _count(_activity_reference(a) for a in tasks)
             result["messages_by_recipient"] = {}
             result["messages_by_message_id"] = {}
-        result["calls"] = base["calls"]
+        result["calls"] = {**dict.fromkeys(("create_person", "lookup_person"), 0), **base["calls"]}
         return result
 
     # -- plumbing ------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""The pipeline against the Pipedrive emulator: an unclear create is never repeated.
+
+Real parts: PostgreSQL, the engine's own attempts (`operation_execute`, as a
+worker runs them), the Pipedrive emulator over loopback for the CRM and the
+sandbox's SMTP sink for the confirmation. The default "crm" destination is
+switched to Pipedrive by ONEFOLD_CRM, configured from PIPEDRIVE_* variables
+as in production.
+
+Nothing in Pipedrive recognises a repeat and its search lags writes, so after a
+lost answer the engine waits the settle delay, looks up, adopts what it finds,
+and otherwise opens a case saying why it cannot tell. No second lead, ever.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from idempotency_core.execution.destinations import verification_forget
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.models import Attempt, Operation, ReviewCase
+from integrations.pipedrive.emulator import DEFAULT_API_TOKEN, PipedriveEmulator
+from tests.factories import ingest, op
+from tests.support.processes import wait_for
+
+SETTLE = 0.6  # PIPEDRIVE_SETTLE_SECONDS in these tests
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[PipedriveEmulator]:
+    with PipedriveEmulator() as server:
+        yield server
+
+
+@pytest.fixture
+def pipedrive(
+    emulator: PipedriveEmulator, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[httpx.Client]:
+    """The emulator, reset, as the default CRM; mail still goes to the sandbox's sink."""
+    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
+        assert control.post("/_sandbox/reset").status_code == 200
+        for name, value in emulator.adapter_env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("PIPEDRIVE_SETTLE_SECONDS", str(SETTLE))
+        settings.ONEFOLD_CRM = "pipedrive"
+        verification_forget()
+        yield control
+        verification_forget()
+
+
+def configure(control: httpx.Client, **changes: Any) -> None:
+    assert control.post("/_sandbox/config", json=changes).status_code == 200
+
+
+def fault(control: httpx.Client, action: str, mode: str) -> None:
+    body = {"action": action, "mode": mode}
+    assert control.post("/_sandbox/faults", json=body).status_code == 200
+
+
+def stats(control: httpx.Client) -> dict[str, Any]:
+    return control.get("/_sandbox/stats").json()
+
+
+def execute_when_due(operation: Operation, *, timeout: float = 20) -> str:
+    """Runs the operation's next attempt as soon as the engine lets it be claimed."""
+    outcome = wait_for(
+        lambda: operation_execute(operation_id=operation.pk),
+        timeout=timeout,
+        interval=0.05,
+        what=f"{operation.step} to be due",
+    )
+    return str(outcome)
+
+
+def unclear_create(control: httpx.Client, mode: str) -> tuple[Operation, float]:
+    """An enquiry whose create ends unclear (`mode`); returns it and when that was."""
+    fault(control, "create_record", mode)
+    event = ingest(f"pd-{uuid.uuid4().hex[:8]}", contact_from_key=True)
+    enquiry = op(event, "create_enquiry")
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.AMBIGUOUS
+    return enquiry, time.monotonic()
+
+
+def test_a_lost_create_answer_is_adopted_after_the_settle_delay(
+    pipedrive: httpx.Client, sandbox: Any
+) -> None:
+    configure(pipedrive, search_lag_seconds=SETTLE / 3)
+    enquiry, unclear_at = unclear_create(pipedrive, "drop_response_after_commit")
+    assert operation_execute(operation_id=enquiry.pk) is None  # not before the settle delay
+
+    assert execute_when_due(enquiry) == Attempt.Outcome.SUCCEEDED
+    assert time.monotonic() - unclear_at >= SETTLE
+    enquiry.refresh_from_db()
+    assert enquiry.status == Operation.Status.SUCCEEDED
+    for step in ("assign_task", "send_confirmation"):
+        assert execute_when_due(op(enquiry.event, step)) == Attempt.Outcome.SUCCEEDED
+
+    counted = stats(pipedrive)
+    assert counted["records_by_external_ref"] == {enquiry.key: 1}
+    assert counted["calls"]["create_record"] == 1  # found, never sent again
+    assert (counted["records"], counted["tasks"]) == (1, 1)
+    leads = pipedrive.get("/v1/leads", headers={"x-api-token": DEFAULT_API_TOKEN}).json()["data"]
+    assert [lead["id"] for lead in leads] == [enquiry.destination_ref]
+    assert len(sandbox.messages()) == 1
+    assert not ReviewCase.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "mode", ["drop_response_after_commit", "fail_before_commit"], ids=["lost-answer", "500"]
+)
+def test_an_unclear_create_that_search_cannot_show_is_a_case_not_a_repeat(
+    pipedrive: httpx.Client, sandbox: Any, mode: str
+) -> None:
+    """The search lags longer than the settle delay (or the lead never came to be):
+    the lookup finds nothing, which proves nothing, so a person decides."""
+    configure(pipedrive, search_lag_seconds=SETTLE * 10)
+    enquiry, _ = unclear_create(pipedrive, mode)
+
+    assert execute_when_due(enquiry) == Attempt.Outcome.AMBIGUOUS
+    enquiry.refresh_from_db()
+    assert enquiry.status == Operation.Status.NEEDS_REVIEW
+    case = ReviewCase.objects.get(operation=enquiry)
+    assert "Onefold cannot tell" in case.summary
+    assert "search that lags its writes" in case.summary
+
+    counted = stats(pipedrive)
+    assert counted["calls"]["create_record"] == 1  # the create was never repeated
+    expected = {enquiry.key: 1} if mode == "drop_response_after_commit" else {}
+    assert counted["records_by_external_ref"] == expected
+    # The later steps wait behind the case: no task, no email.
+    assert counted["tasks"] == 0
+    assert operation_execute(operation_id=op(enquiry.event, "assign_task").pk) is None
+    assert sandbox.messages() == []
+
+
+def test_a_refused_reference_field_stops_the_worker_before_any_call(
+    pipedrive: httpx.Client, sandbox: Any
+) -> None:
+    configure(pipedrive, lead_fields=[])
+    event = ingest(f"pd-{uuid.uuid4().hex[:8]}", contact_from_key=True)
+    enquiry = op(event, "create_enquiry")
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.RETRYABLE
+    attempt = enquiry.attempts.get()
+    assert "is not a lead field" in attempt.error_message
+    counted = stats(pipedrive)
+    assert counted["calls"]["create_record"] == 0 and counted["calls"]["create_person"] == 0
