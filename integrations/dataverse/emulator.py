@@ -1,0 +1,885 @@
+"""A local stand-in for Microsoft Dataverse's Web API and its Entra ID token endpoint.
+
+Leads, tasks regarding a lead, the alternate key on the reference column, the
+Merge action, OData paging, and the client-credentials token that every call
+needs; answers in Dataverse's words, plus the `/_sandbox/` controls every
+emulator shares (integrations/emulator_kit.py). integrations/dataverse/__init__.py
+describes the API, the controls and what is simplified.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+import secrets
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlencode
+
+from integrations.emulator_kit import EmulatorServer
+from integrations.sandbox.http import CONTROL_ROUTES, Reply, Route, SandboxRequestHandler
+from integrations.sandbox.store import Fault, InvalidInput, SandboxStore
+
+API = "/api/data/v9.2"
+_GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_ALTERNATE_KEY = re.compile(r"(?P<column>\w+)='(?P<value>.*)'")
+# The columns this emulator knows (Web API lead/task EntityType references,
+# https://learn.microsoft.com/power-apps/developer/data-platform/webapi/reference/lead
+# and .../task); the configured reference column is added to both.
+LEAD_COLUMNS = frozenset(
+    {
+        "subject",
+        "firstname",
+        "lastname",
+        "emailaddress1",
+        "telephone1",
+        "description",
+        "companyname",
+    }
+)
+TASK_COLUMNS = frozenset(
+    {
+        "subject",
+        "description",
+        "scheduledend",
+        "prioritycode",
+        "regardingobjectid_lead_task@odata.bind",
+        "ownerid@odata.bind",
+    }
+)
+KEY_STATUSES = ("Pending", "InProgress", "Active", "Failed")
+DEFAULT_CONFIG: dict[str, Any] = {
+    # EntityKeyIndexStatus of the alternate key on the reference column: Pending,
+    # InProgress, Active, Failed (EntityKeyIndexStatus EnumType,
+    # https://learn.microsoft.com/power-apps/developer/data-platform/webapi/reference/entitykeyindexstatus).
+    "alternate_key_status": "Active",
+    "reference_column": "onefold_ref",
+    # The one client secret the token endpoint accepts; None: any non-empty one.
+    "client_secret": None,
+    "token_lifetime_seconds": 3599,
+}
+MAX_PAGE_SIZE = 5000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS dv_leads (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    leadid TEXT NOT NULL UNIQUE,
+    ref TEXT,
+    data TEXT NOT NULL,
+    createdon TEXT NOT NULL,
+    modifiedon TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1,
+    statecode INTEGER NOT NULL DEFAULT 0,
+    merged INTEGER NOT NULL DEFAULT 0,
+    masterid TEXT
+);
+CREATE TABLE IF NOT EXISTS dv_tasks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    activityid TEXT NOT NULL UNIQUE,
+    regarding TEXT,
+    ref TEXT,
+    data TEXT NOT NULL,
+    createdon TEXT NOT NULL,
+    modifiedon TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dv_config (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class DataverseError(Exception):
+    """An answer in Dataverse's error shape {"error": {"code", "message"}}
+    (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/compose-http-requests-handle-errors)."""
+
+    def __init__(self, status: int, message: str, code: str = "", **headers: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = headers
+
+    def reply(self) -> Reply:
+        body = {"error": {"code": self.code, "message": self.message}}
+        return Reply(self.status, body, {"OData-Version": "4.0", **self.headers})
+
+
+def now_stamp() -> str:
+    """Dataverse date-times: UTC, whole seconds, a Z."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def not_found(entity: str, record_id: str) -> DataverseError:
+    # "account With Id = ... Does Not Exist" (Prevent create in upsert,
+    # https://learn.microsoft.com/power-apps/developer/data-platform/webapi/perform-conditional-operations-using-web-api).
+    return DataverseError(404, f"{entity} With Id = {record_id} Does Not Exist", "0x80040217")
+
+
+def record_exists() -> DataverseError:
+    # If-None-Match: * on an existing record: 412 (Prevent update in upsert, same page).
+    return DataverseError(412, "A record with matching key values already exists.")
+
+
+class DataverseStore(SandboxStore):
+    """The sandbox store (faults, chaos, calls) plus leads, tasks, config and tokens."""
+
+    def __init__(self, db_path: str | None = None) -> None:
+        super().__init__(db_path)
+        with self._lock:
+            self._conn.executescript(_SCHEMA)
+        self._tokens: dict[str, float] = {}
+        self._tokens_lock = threading.Lock()
+
+    def reset(self) -> None:
+        super().reset()
+        with self._transaction() as db:
+            for table in ("dv_leads", "dv_tasks", "dv_config"):
+                db.execute(f"DELETE FROM {table}")
+        self.revoke_tokens()
+
+    # -- configuration and tokens --------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        with self._lock:
+            rows = self._conn.execute("SELECT name, value FROM dv_config").fetchall()
+        current = dict(DEFAULT_CONFIG)
+        current.update({row["name"]: json.loads(row["value"]) for row in rows})
+        return current
+
+    def set_config(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        changes = dict(changes)
+        if changes.pop("revoke_tokens", False) is True:
+            self.revoke_tokens()
+        unknown = set(changes) - set(DEFAULT_CONFIG)
+        if unknown:
+            raise InvalidInput(f"unknown settings: {', '.join(sorted(unknown))}")
+        if changes.get("alternate_key_status", "Active") not in KEY_STATUSES:
+            raise InvalidInput(f"alternate_key_status must be one of {', '.join(KEY_STATUSES)}")
+        lifetime = changes.get("token_lifetime_seconds", 1)
+        if isinstance(lifetime, bool) or not isinstance(lifetime, int) or lifetime < 0:
+            raise InvalidInput("token_lifetime_seconds must be a whole number >= 0")
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO dv_config (name, value) VALUES (?, ?)",
+                [(name, json.dumps(value)) for name, value in changes.items()],
+            )
+        return self.config()
+
+    def issue_token(self) -> tuple[str, int]:
+        lifetime = int(self.config()["token_lifetime_seconds"])
+        token = "eyJ0eXAiOiJKV1Qi." + secrets.token_urlsafe(32)
+        with self._tokens_lock:
+            self._tokens[token] = time.monotonic() + lifetime
+        return token, lifetime
+
+    def token_valid(self, token: str) -> bool:
+        with self._tokens_lock:
+            expires = self._tokens.get(token)
+        return expires is not None and time.monotonic() < expires
+
+    def revoke_tokens(self) -> None:
+        with self._tokens_lock:
+            self._tokens.clear()
+
+    # -- leads ---------------------------------------------------------------
+
+    def lead(self, key: str) -> dict[str, Any]:
+        """A lead by its GUID or by `column='value'` on the alternate key."""
+        with self._lock:
+            row = self._lead_row(self._conn, key)
+        return self._dv_lead_dict(row)
+
+    def put_lead(self, leadid: str, body: Mapping[str, Any], *, condition: str) -> bool:
+        """PATCH leads(id): `condition` "create" (If-None-Match: *), "update" (If-Match:
+        *) or "upsert" (neither). Returns True when it created the lead."""
+        ref_column = self.config()["reference_column"]
+        _check_columns(body, LEAD_COLUMNS | {ref_column}, "lead")
+        stamp = now_stamp()
+        with self._transaction() as db:
+            row = db.execute("SELECT * FROM dv_leads WHERE leadid = ?", (leadid,)).fetchone()
+            if row is not None and condition == "create":
+                raise record_exists()
+            if row is None and condition == "update":
+                raise not_found("lead", leadid)
+            ref = body.get(ref_column, row["ref"] if row is not None else None)
+            self._check_unique_ref(db, ref, leadid)
+            if row is None:
+                db.execute(
+                    "INSERT INTO dv_leads (leadid, ref, data, createdon, modifiedon) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (leadid, ref, json.dumps(dict(body)), stamp, stamp),
+                )
+                return True
+            data = {**json.loads(row["data"]), **body}
+            db.execute(
+                "UPDATE dv_leads SET ref = ?, data = ?, modifiedon = ?, version = version + 1 "
+                "WHERE leadid = ?",
+                (ref, json.dumps(data), stamp, leadid),
+            )
+        return False
+
+    def delete_lead(self, leadid: str) -> None:
+        with self._transaction() as db:
+            if db.execute("DELETE FROM dv_leads WHERE leadid = ?", (leadid,)).rowcount == 0:
+                raise not_found("lead", leadid)
+            # Lead_Tasks cascades Delete (lead EntityType relationships).
+            db.execute("DELETE FROM dv_tasks WHERE regarding = ?", (leadid,))
+
+    def list_leads(
+        self, conditions: list[tuple[str, str, Any]], after: tuple[str, str] | None, size: int
+    ) -> tuple[list[dict[str, Any]], tuple[str, str] | None]:
+        """A page of leads matching every condition, by (createdon, leadid)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM dv_leads ORDER BY createdon, leadid"
+            ).fetchall()
+        leads = [self._dv_lead_dict(row) for row in rows]
+        matching = [lead for lead in leads if all(_holds(lead, *c) for c in conditions)]
+        if after is not None:
+            matching = [lead for lead in matching if (lead["createdon"], lead["leadid"]) > after]
+        page = matching[:size]
+        more = len(matching) > size
+        return page, ((page[-1]["createdon"], page[-1]["leadid"]) if more else None)
+
+    def merge(self, target: str, subordinate: str, update: Mapping[str, Any]) -> None:
+        """The Merge action (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/merge-entity-using-web-api):
+        the subordinate is deactivated, marked merged, its master set; its tasks move to
+        the target (Lead_Tasks cascades Merge)."""
+        if target == subordinate:
+            raise DataverseError(400, "The target and the subordinate must differ.")
+        _check_columns(update, LEAD_COLUMNS | {self.config()["reference_column"]}, "lead")
+        stamp = now_stamp()
+        with self._transaction() as db:
+            rows = {
+                key: db.execute("SELECT * FROM dv_leads WHERE leadid = ?", (key,)).fetchone()
+                for key in (target, subordinate)
+            }
+            for key, row in rows.items():
+                if row is None:
+                    raise not_found("lead", key)
+            if rows[subordinate]["merged"] or rows[target]["merged"]:
+                raise DataverseError(400, "A merged (inactive) lead cannot be merged again.")
+            data = {**json.loads(rows[target]["data"]), **update}
+            db.execute(
+                "UPDATE dv_leads SET data = ?, modifiedon = ?, version = version + 1 "
+                "WHERE leadid = ?",
+                (json.dumps(data), stamp, target),
+            )
+            # Deactivated: a merged lead is closed as Disqualified (statecode 2; unverified).
+            db.execute(
+                "UPDATE dv_leads SET merged = 1, masterid = ?, statecode = 2, modifiedon = ?, "
+                "version = version + 1 WHERE leadid = ?",
+                (target, stamp, subordinate),
+            )
+            db.execute(
+                "UPDATE dv_tasks SET regarding = ? WHERE regarding = ?", (target, subordinate)
+            )
+
+    # -- tasks ---------------------------------------------------------------
+
+    def task(self, activityid: str) -> dict[str, Any]:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT * FROM dv_tasks WHERE activityid = ?", (activityid,)
+            ).fetchone()
+        if row is None:
+            raise not_found("task", activityid)
+        return self._dv_task_dict(row)
+
+    def tasks_regarding(self, leadid: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM dv_tasks WHERE regarding = ? ORDER BY createdon, activityid",
+                (leadid,),
+            ).fetchall()
+        return [self._dv_task_dict(row) for row in rows]
+
+    def put_task(self, activityid: str, body: Mapping[str, Any], *, condition: str) -> bool:
+        """PATCH tasks(id), with the same conditions as `put_lead`."""
+        ref_column = self.config()["reference_column"]
+        _check_columns(body, TASK_COLUMNS | {ref_column}, "task")
+        regarding = _bound_lead(body.get("regardingobjectid_lead_task@odata.bind"))
+        stamp = now_stamp()
+        with self._transaction() as db:
+            if (
+                regarding is not None
+                and db.execute("SELECT 1 FROM dv_leads WHERE leadid = ?", (regarding,)).fetchone()
+                is None
+            ):
+                raise not_found("lead", regarding)
+            row = db.execute(
+                "SELECT * FROM dv_tasks WHERE activityid = ?", (activityid,)
+            ).fetchone()
+            if row is not None and condition == "create":
+                raise record_exists()
+            if row is None and condition == "update":
+                raise not_found("task", activityid)
+            if row is None:
+                db.execute(
+                    "INSERT INTO dv_tasks "
+                    "(activityid, regarding, ref, data, createdon, modifiedon) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        activityid,
+                        regarding,
+                        body.get(ref_column),
+                        json.dumps(dict(body)),
+                        stamp,
+                        stamp,
+                    ),
+                )
+                return True
+            data = {**json.loads(row["data"]), **body}
+            db.execute(
+                "UPDATE dv_tasks SET regarding = COALESCE(?, regarding), ref = ?, data = ?, "
+                "modifiedon = ? WHERE activityid = ?",
+                (regarding, data.get(ref_column), json.dumps(data), stamp, activityid),
+            )
+        return False
+
+    # -- inspection ----------------------------------------------------------
+
+    def stats(self, *, detail: bool = True) -> dict[str, Any]:
+        """The sandbox's keys: live (unmerged) leads and the tasks regarding them, each
+        counted by the reference column's value; no messages."""
+        result = super().stats(detail=detail)
+        with self._lock:
+            leads = self._conn.execute("SELECT ref FROM dv_leads WHERE merged = 0").fetchall()
+            tasks = self._conn.execute(
+                "SELECT dv_tasks.ref FROM dv_tasks JOIN dv_leads "
+                "ON dv_leads.leadid = dv_tasks.regarding WHERE dv_leads.merged = 0"
+            ).fetchall()
+        result.update(records=len(leads), tasks=len(tasks), messages=0)
+        if detail:
+            result.update(
+                records_by_external_ref=_count(row["ref"] for row in leads),
+                tasks_by_external_ref=_count(row["ref"] for row in tasks),
+                messages_by_recipient={},
+                messages_by_message_id={},
+            )
+        return result
+
+    # -- helpers -------------------------------------------------------------
+
+    def _check_unique_ref(self, db: sqlite3.Connection, ref: Any, leadid: str) -> None:
+        """The alternate key: enforced only once its index is Active ("Alternate keys are
+        built asynchronously and work only once Active", CRM-FACTS.md)."""
+        config = self.config()
+        if ref is None or config["alternate_key_status"] != "Active":
+            return
+        clash = db.execute(
+            "SELECT leadid FROM dv_leads WHERE ref = ? AND leadid != ? AND merged = 0",
+            (ref, leadid),
+        ).fetchone()
+        if clash is not None:
+            column = config["reference_column"]
+            # 412 DuplicateRecord naming the key, not the record (CRM-FACTS.md table;
+            # the status of this case is unverified).
+            raise DataverseError(
+                412,
+                f"A record that has the attribute values {column} already exists. The entity "
+                f"key {column}_key requires that this set of attributes contains unique "
+                "values. Select unique values and try again.",
+                "0x80060892",
+            )
+
+    def _lead_row(self, db: sqlite3.Connection, key: str) -> sqlite3.Row:
+        if _GUID.fullmatch(key):
+            found: sqlite3.Row | None = db.execute(
+                "SELECT * FROM dv_leads WHERE leadid = ?", (key.lower(),)
+            ).fetchone()
+            if found is None:
+                raise not_found("lead", key)
+            return found
+        match = _ALTERNATE_KEY.fullmatch(key)
+        config = self.config()
+        if match is None or match.group("column") != config["reference_column"]:
+            raise DataverseError(400, f"Invalid key segment: {key}", "0x80060888")
+        if config["alternate_key_status"] != "Active":
+            # Unverified wording; third-party reports say a key that is not Active is a 400.
+            raise DataverseError(
+                400, f"The entity key {match.group('column')}_key is not active yet.", "0x80060891"
+            )
+        value = unquote(match.group("value")).replace("''", "'")
+        row: sqlite3.Row | None = db.execute(
+            "SELECT * FROM dv_leads WHERE ref = ? AND merged = 0 ORDER BY seq LIMIT 1", (value,)
+        ).fetchone()
+        if row is None:
+            raise DataverseError(
+                404,
+                "A record with the specified key values does not exist in lead entity",
+                "0x80040217",
+            )
+        return row
+
+    def _dv_lead_dict(self, row: sqlite3.Row) -> dict[str, Any]:
+        data = json.loads(row["data"])
+        names = [data.get("firstname"), data.get("lastname")]
+        return {
+            "@odata.etag": f'W/"{row["version"]}"',
+            **data,
+            "leadid": row["leadid"],
+            self.config()["reference_column"]: row["ref"],
+            "fullname": " ".join(n for n in names if n),
+            "createdon": row["createdon"],
+            "modifiedon": row["modifiedon"],
+            "statecode": row["statecode"],
+            "merged": bool(row["merged"]),
+            "_masterid_value": row["masterid"],
+        }
+
+    def _dv_task_dict(self, row: sqlite3.Row) -> dict[str, Any]:
+        data = json.loads(row["data"])
+        data.pop("regardingobjectid_lead_task@odata.bind", None)
+        return {
+            **data,
+            "activityid": row["activityid"],
+            self.config()["reference_column"]: row["ref"],
+            "_regardingobjectid_value": row["regarding"],
+            "createdon": row["createdon"],
+            "modifiedon": row["modifiedon"],
+        }
+
+
+def _count(values: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        if value is not None:
+            counts[value] = counts.get(value, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _check_columns(
+    body: Mapping[str, Any], allowed: frozenset[str] | set[str], entity: str
+) -> None:
+    for name in body:
+        if name not in allowed:
+            raise DataverseError(
+                400,
+                f"Invalid property '{name}' was found in entity 'Microsoft.Dynamics.CRM.{entity}'.",
+                "0x80060888",
+            )
+
+
+def _bound_lead(value: Any) -> str | None:
+    """`/leads(<guid>)` of an @odata.bind (associate on create, Web API docs)."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"/?leads\((" + _GUID.pattern + r")\)", str(value))
+    if match is None:
+        raise DataverseError(400, f"Invalid @odata.bind value: {value}", "0x80060888")
+    return match.group(1).lower()
+
+
+_CONDITION = re.compile(
+    r"(?P<name>[\w@.]+) (?P<op>eq|ne|ge|gt|le|lt) (?P<value>'(?:[^']|'')*'|\S+)"
+)
+
+
+def parse_filter(text: str | None) -> list[tuple[str, str, Any]]:
+    """The part of OData's $filter this emulator serves: comparisons joined by `and`
+    (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/query/filter-rows)."""
+    if not text:
+        return []
+    conditions = []
+    for part in re.split(r"\s+and\s+", text.strip()):
+        match = _CONDITION.fullmatch(part.strip())
+        if match is None:
+            raise DataverseError(400, f"Could not parse the $filter clause: {part}", "0x80060888")
+        raw = match.group("value")
+        value: Any
+        if raw.startswith("'"):
+            value = raw[1:-1].replace("''", "'")
+        elif raw in ("true", "false"):
+            value = raw == "true"
+        elif raw == "null":
+            value = None
+        else:
+            value = _normalised_instant(raw) if "T" in raw else raw
+        conditions.append((match.group("name"), match.group("op"), value))
+    return conditions
+
+
+def _normalised_instant(raw: str) -> str:
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise DataverseError(400, f"Invalid date-time literal: {raw}", "0x80060888") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "ge": lambda a, b: a is not None and a >= b,
+    "gt": lambda a, b: a is not None and a > b,
+    "le": lambda a, b: a is not None and a <= b,
+    "lt": lambda a, b: a is not None and a < b,
+}
+
+
+def _holds(record: Mapping[str, Any], name: str, op: str, value: Any) -> bool:
+    return _OPERATORS[op](record.get(name), value)
+
+
+def _encode_skiptoken(after: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode("|".join(after).encode()).decode().rstrip("=")
+
+
+def _decode_skiptoken(token: str) -> tuple[str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        createdon, leadid = raw.split("|")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise DataverseError(400, "Invalid $skiptoken", "0x80060888") from None
+    return createdon, leadid
+
+
+class DataverseRequestHandler(SandboxRequestHandler):
+    """Dataverse's Web API paths and the token endpoint; the sandbox's controls."""
+
+    server_version = "OnefoldDataverseEmulator/1"
+    routes: list[Route] = [
+        (re.compile(r"/(?P<tenant>[^/]+)/oauth2/v2\.0/token"), {"POST": "dv_token_post"}),
+        (
+            re.compile(
+                re.escape(API) + r"/EntityDefinitions\(LogicalName='(?P<entity>\w+)'\)/Keys"
+            ),
+            {"GET": "dv_keys_get"},
+        ),
+        (re.compile(re.escape(API) + r"/WhoAmI"), {"GET": "dv_whoami_get"}),
+        (re.compile(re.escape(API) + r"/leads"), {"GET": "dv_leads_get"}),
+        (
+            re.compile(re.escape(API) + r"/leads\((?P<key>[^/]+)\)"),
+            {"GET": "dv_lead_get", "PATCH": "dv_lead_patch", "DELETE": "dv_lead_delete"},
+        ),
+        (re.compile(re.escape(API) + r"/tasks"), {"GET": "dv_tasks_get"}),
+        (
+            re.compile(re.escape(API) + r"/tasks\((?P<key>[^/]+)\)"),
+            {"GET": "dv_task_get", "PATCH": "dv_task_patch"},
+        ),
+        (re.compile(re.escape(API) + r"/Merge"), {"POST": "dv_merge_post"}),
+        (re.compile(r"/_sandbox/config"), {"GET": "config_get", "POST": "config_post"}),
+        *CONTROL_ROUTES,
+    ]
+
+    @property
+    def dataverse(self) -> DataverseStore:
+        store = self.server.store
+        assert isinstance(store, DataverseStore)
+        return store
+
+    def _answer(self, work: Callable[[], Reply], *, authorized: bool = True) -> Reply:
+        """Runs `work` behind the bearer token; Dataverse's errors become answers."""
+        try:
+            if authorized:
+                self._authorize()
+            return work()
+        except DataverseError as exc:
+            return exc.reply()
+
+    def _authorize(self) -> None:
+        """Every Web API call needs `Authorization: Bearer <token>` from Entra ID
+        (https://learn.microsoft.com/power-apps/developer/data-platform/authenticate-oauth);
+        a missing, expired or revoked token is 401 with WWW-Authenticate."""
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not self.dataverse.token_valid(token):
+            tenant_url = f"http://{self.headers.get('Host', 'localhost')}/emulator-tenant"
+            raise DataverseError(
+                401,
+                "The bearer token is missing, expired or not valid.",
+                **{"WWW-Authenticate": f'Bearer authorization_uri="{tenant_url}/oauth2/authorize"'},
+            )
+
+    def _condition(self) -> str:
+        """If-None-Match: * only creates, If-Match: * only updates, neither upserts
+        (Limit upsert operations, perform-conditional-operations-using-web-api)."""
+        if (self.headers.get("If-None-Match") or "").strip() == "*":
+            return "create"
+        if (self.headers.get("If-Match") or "").strip() == "*":
+            return "update"
+        return "upsert"
+
+    def _written(self, entity_set: str, record_id: str) -> Reply:
+        # 204 with OData-EntityId naming the record (create-entity-web-api).
+        url = f"http://{self.headers.get('Host', 'localhost')}{API}/{entity_set}({record_id})"
+        return Reply(204, None, {"OData-EntityId": url, "OData-Version": "4.0"})
+
+    def _selected(self, record: dict[str, Any], always: tuple[str, ...]) -> dict[str, Any]:
+        select = self._param("$select")
+        if not select:
+            return record
+        wanted = {name.strip() for name in select.split(",")} | set(always)
+        return {k: v for k, v in record.items() if k in wanted}
+
+    # -- token endpoint ------------------------------------------------------
+
+    def dv_token_post(self, tenant: str) -> Reply:
+        """Client credentials grant (https://learn.microsoft.com/entra/identity-platform/v2-oauth2-client-creds-grant-flow):
+        200 {"token_type": "Bearer", "expires_in", "ext_expires_in", "access_token"};
+        a wrong secret 401 invalid_client (AADSTS7000215); a scope that is not
+        `<resource>/.default` 400 invalid_scope."""
+        self.store.count_call("token")
+        form = {k: v[-1] for k, v in parse_qs(self.raw_body.decode(errors="replace")).items()}
+        expected = self.dataverse.config()["client_secret"]
+        if form.get("grant_type") != "client_credentials":
+            return Reply(
+                400, {"error": "unsupported_grant_type", "error_description": "AADSTS70003"}
+            )
+        secret = form.get("client_secret", "")
+        if not form.get("client_id") or not secret or (expected is not None and secret != expected):
+            return Reply(
+                401,
+                {
+                    "error": "invalid_client",
+                    "error_description": "AADSTS7000215: Invalid client secret provided.",
+                },
+            )
+        if not form.get("scope", "").endswith("/.default"):
+            return Reply(400, {"error": "invalid_scope", "error_description": "AADSTS1002012"})
+        token, lifetime = self.dataverse.issue_token()
+        body = {
+            "token_type": "Bearer",
+            "expires_in": lifetime,
+            "ext_expires_in": lifetime,
+            "access_token": token,
+        }
+        return Reply(200, body)
+
+    # -- metadata ------------------------------------------------------------
+
+    def dv_keys_get(self, entity: str) -> Reply:
+        """EntityDefinitions(LogicalName='lead')/Keys: the alternate key on the reference
+        column with its EntityKeyIndexStatus (EntityKeyMetadata EntityType)."""
+
+        def work() -> Reply:
+            if entity not in ("lead", "task"):
+                raise DataverseError(404, f"Could not find entity with name {entity}", "0x80040217")
+            config = self.dataverse.config()
+            column = config["reference_column"]
+            keys = (
+                [
+                    {
+                        "LogicalName": f"{column}_key",
+                        "SchemaName": f"{column}_key",
+                        "KeyAttributes": [column],
+                        "EntityKeyIndexStatus": config["alternate_key_status"],
+                        "MetadataId": str(uuid.uuid5(uuid.NAMESPACE_URL, column)),
+                    }
+                ]
+                if entity == "lead"
+                else []
+            )
+            return Reply(
+                200,
+                {
+                    "@odata.context": f"{API}/$metadata#EntityDefinitions('{entity}')/Keys",
+                    "value": keys,
+                },
+            )
+
+        return self._answer(work)
+
+    def dv_whoami_get(self) -> Reply:
+        return self._answer(
+            lambda: Reply(200, {"UserId": str(uuid.uuid5(uuid.NAMESPACE_URL, "onefold-app"))})
+        )
+
+    # -- leads ---------------------------------------------------------------
+
+    def dv_lead_get(self, key: str) -> Reply:
+        self.store.count_call("lookup_record")
+        return self._answer(
+            lambda: Reply(200, self._selected(self.dataverse.lead(key), ("leadid",)))
+        )
+
+    def dv_lead_patch(self, key: str) -> Reply:
+        condition = self._condition()
+        leadid = unquote(key).lower()
+
+        def work() -> Reply:
+            if not _GUID.fullmatch(leadid):
+                raise DataverseError(
+                    400, "This emulator writes leads by their GUID only.", "0x80060888"
+                )
+            self.dataverse.put_lead(leadid, self._json_body(), condition=condition)
+            return self._written("leads", leadid)
+
+        if condition != "create":
+            self.store.count_call("update_record")
+            return self._answer(work)
+        self.store.count_call("create_record")
+        return self._answer(
+            lambda: self._faulted("create_record", lambda: self._answer(work, authorized=False))
+        )
+
+    def dv_lead_delete(self, key: str) -> Reply:
+        self.store.count_call("delete_record")
+
+        def work() -> Reply:
+            self.dataverse.delete_lead(unquote(key).lower())
+            return Reply(204, None)
+
+        return self._answer(work)
+
+    def dv_leads_get(self) -> Reply:
+        """Server-driven paging: `Prefer: odata.maxpagesize=N`, `@odata.nextLink` with a
+        $skiptoken (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/query/page-results).
+        Rows come in (createdon, leadid) order whatever $orderby says."""
+        self.store.count_call("list_records")
+
+        def work() -> Reply:
+            size = self._page_size()
+            token = self._param("$skiptoken")
+            page, after = self.dataverse.list_leads(
+                parse_filter(self._param("$filter")),
+                _decode_skiptoken(token) if token else None,
+                size,
+            )
+            body: dict[str, Any] = {
+                "@odata.context": f"{API}/$metadata#leads",
+                "value": [self._selected(lead, ("leadid",)) for lead in page],
+            }
+            if after is not None:
+                query = {k: v[-1] for k, v in self.query.items() if k != "$skiptoken"}
+                query["$skiptoken"] = _encode_skiptoken(after)
+                host = self.headers.get("Host", "localhost")
+                body["@odata.nextLink"] = f"http://{host}{API}/leads?{urlencode(query)}"
+            headers = {"Preference-Applied": f"odata.maxpagesize={size}"}
+            return Reply(200, body, headers)
+
+        return self._answer(work)
+
+    def _page_size(self) -> int:
+        match = re.search(r"odata\.maxpagesize=(\d+)", self.headers.get("Prefer") or "")
+        return max(1, min(MAX_PAGE_SIZE, int(match.group(1)))) if match else MAX_PAGE_SIZE
+
+    # -- tasks ---------------------------------------------------------------
+
+    def dv_task_get(self, key: str) -> Reply:
+        self.store.count_call("lookup_task")
+        return self._answer(
+            lambda: Reply(
+                200, self._selected(self.dataverse.task(unquote(key).lower()), ("activityid",))
+            )
+        )
+
+    def dv_tasks_get(self) -> Reply:
+        def work() -> Reply:
+            conditions = parse_filter(self._param("$filter"))
+            regarding = [
+                v for name, op, v in conditions if name == "_regardingobjectid_value" and op == "eq"
+            ]
+            if not regarding:
+                raise DataverseError(
+                    400, "This emulator lists tasks by _regardingobjectid_value only."
+                )
+            tasks = self.dataverse.tasks_regarding(str(regarding[0]).lower())
+            tasks = [t for t in tasks if all(_holds(t, *c) for c in conditions)]
+            return Reply(200, {"value": [self._selected(t, ("activityid",)) for t in tasks]})
+
+        return self._answer(work)
+
+    def dv_task_patch(self, key: str) -> Reply:
+        condition = self._condition()
+        activityid = unquote(key).lower()
+
+        def work() -> Reply:
+            if not _GUID.fullmatch(activityid):
+                raise DataverseError(400, "Tasks are written by their GUID.", "0x80060888")
+            self.dataverse.put_task(activityid, self._json_body(), condition=condition)
+            return self._written("tasks", activityid)
+
+        if condition != "create":
+            return self._answer(work)
+        self.store.count_call("create_task")
+        return self._answer(
+            lambda: self._faulted("create_task", lambda: self._answer(work, authorized=False))
+        )
+
+    # -- merge ---------------------------------------------------------------
+
+    def dv_merge_post(self) -> Reply:
+        self.store.count_call("merge_record")
+
+        def work() -> Reply:
+            body = self._json_body()
+            target, subordinate = (
+                _lead_reference(body.get(name)) for name in ("Target", "Subordinate")
+            )
+            if not isinstance(body.get("PerformParentingChecks"), bool):
+                raise DataverseError(400, "PerformParentingChecks is required.", "0x80060888")
+            update = {
+                k: v
+                for k, v in (body.get("UpdateContent") or {}).items()
+                if not k.startswith("@odata.")
+            }
+            self.dataverse.merge(target, subordinate, update)
+            return Reply(204, None, {"OData-Version": "4.0"})
+
+        return self._answer(work)
+
+    # -- faults in Dataverse's words -----------------------------------------
+
+    def fault_reply_before_commit(self, fault: Fault) -> Reply | None:
+        retry_after = str(max(1, math.ceil(fault.seconds)))
+        if fault.mode == "http_429":
+            # Service protection limits: 429 with Retry-After
+            # (https://learn.microsoft.com/power-apps/developer/data-platform/api-limits).
+            return DataverseError(
+                429,
+                "Number of requests exceeded the limit of 6000 over time window of 300 seconds.",
+                "0x80072322",
+                **{"Retry-After": retry_after},
+            ).reply()
+        if fault.mode == "http_503":
+            return DataverseError(
+                503, "Service unavailable.", **{"Retry-After": retry_after}
+            ).reply()
+        if fault.mode == "http_400":
+            return DataverseError(400, "Injected validation error.", "0x80040203").reply()
+        if fault.mode == "fail_before_commit":
+            return DataverseError(500, "An unexpected error occurred.", "0x80040216").reply()
+        return None
+
+    def fault_reply_after_commit(self, fault: Fault) -> Reply:
+        return DataverseError(500, "An unexpected error occurred.", "0x80040216").reply()
+
+    # -- controls ------------------------------------------------------------
+
+    def config_get(self) -> Reply:
+        return Reply(200, self.dataverse.config())
+
+    def config_post(self) -> Reply:
+        return Reply(200, self.dataverse.set_config(self._json_body()))
+
+
+def _lead_reference(value: Any) -> str:
+    """A Merge parameter: {"@odata.type": "Microsoft.Dynamics.CRM.lead", "leadid": ...}."""
+    if not isinstance(value, dict) or value.get("@odata.type") != "Microsoft.Dynamics.CRM.lead":
+        raise DataverseError(400, "Target and Subordinate must be Microsoft.Dynamics.CRM.lead.")
+    leadid = str(value.get("leadid") or "")
+    if not _GUID.fullmatch(leadid):
+        raise DataverseError(400, "Target and Subordinate need a leadid.", "0x80060888")
+    return leadid.lower()
+
+
+class DataverseEmulator(EmulatorServer):
+    """Dataverse (and its token endpoint) on loopback: the org URL is `http_url`, the
+    token URL `f"{http_url}/<tenant>/oauth2/v2.0/token"`."""
+
+    vendor = "dataverse"
+    handler_class = DataverseRequestHandler
+    store_class = DataverseStore
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.http_url}/emulator-tenant/oauth2/v2.0/token"
