@@ -23,7 +23,10 @@ follows one (so a plain success costs no extra call); the console reads them
 for a replay preview, a lookup or a merge, and a sandbox that does not answer
 reads as "offers nothing", which is the safe side (review, never a repeat).
 `SANDBOX_CAPABILITIES` (comma-separated) declares what the sandbox must offer;
-unset, it declares what it reports.
+unset, it declares what it reports. `SANDBOX_LOOKUP_SETTLE_SECONDS` makes the
+adapter treat the sandbox's lookup as a search that lags writes (its "not
+found" proves nothing; asked that many seconds after an unclear attempt), so
+the policy for Pipedrive-like CRMs can be shown on the sandbox.
 
 Verification. `adapter.verify()` checks each declared capability against the
 live destination. `destination_ready()` is what a worker calls before using a
@@ -43,6 +46,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -223,12 +227,21 @@ class LiveSandboxCrm(SandboxCrm):
             else frozenset(name.strip() for name in raw.split(",") if name.strip())
         )
         self._capabilities: Capabilities | None = None
+        settle = env.get("SANDBOX_LOOKUP_SETTLE_SECONDS")
+        self.lookup_settle_seconds = None if settle is None else max(0.0, float(settle))
 
     @property
     def capabilities(self) -> Capabilities:
         if self._capabilities is None:
             try:
-                self._capabilities = sandbox_capabilities(self._report(_CAPABILITY_READ_SECONDS))
+                reported = sandbox_capabilities(self._report(_CAPABILITY_READ_SECONDS))
+                if self.lookup_settle_seconds is not None:
+                    reported = replace(
+                        reported,
+                        lookup_proves_absence=False,
+                        lookup_settle_seconds=self.lookup_settle_seconds,
+                    )
+                self._capabilities = reported
             except DestinationError as exc:
                 logger.warning("sandbox capabilities unknown (%s): treated as none", exc.message)
                 self._capabilities = Capabilities()

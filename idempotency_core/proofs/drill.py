@@ -1,16 +1,27 @@
 """The failure drill: every interruption point under every destination profile.
 
 For each cell (case x capability profile) the drill resets a private sandbox,
-declares the profile on a private destination, makes events through the real
-ingest service, breaks them where the case says (sandbox faults, or a worker
-that "dies" after claiming: its claim is left to expire), and lets the engine
-and the sweeper recover them. It then counts what the destination holds
+switches the sandbox to the profile (its adapter reads what the sandbox reports),
+makes events through the real ingest service, breaks them where the case says
+(sandbox faults, or a worker that "dies" after claiming: its claim is left to
+expire), and lets the engine and the sweeper recover them. It then counts what the destination holds
 (records, tasks, emails) and the open review cases, and compares with what
 Onefold promises. A cell fails on any duplicate effect, on any operation that
 is neither done nor visible for review, or on counts other than expected.
 
 The drill's tasks go to a queue of their own that no worker listens on, and its
 sweeps are scoped to its own operations, so it can run beside a live system.
+
+With `destination="hubspot"` (or salesforce, pipedrive, dataverse) the CRM is
+that vendor's emulator, started in this process (integrations/emulators.py),
+and its adapter as configured from the environment (the drill supplies the
+emulator's credentials where none are set, `VENDOR_SETUP`); email still goes
+to the private sandbox's SMTP sink. The one "profile" is the vendor's, and the
+counts each cell expects follow from the adapter's capabilities
+(`recognition_of`): a repeat recognised (unique reference, a lookup that
+proves absence, an idempotency key without a window) adopts every unclear
+effect; a lookup that lags writes adopts what it finds after its settle delay
+and opens a case for what it cannot find; nothing to recognise opens a case.
 
 By default the drill runs the engine in its own process, one step at a time,
 so each interruption lands exactly where the case says. With `cluster=True`
@@ -45,6 +56,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from config.env import database_url_of
+from idempotency_core.execution.destinations import adapter_for, crm_adapter_for
 from idempotency_core.execution.engine import (
     operation_claim,
     operation_enqueue,
@@ -55,10 +67,13 @@ from idempotency_core.execution.engine import operation_perform as perform_claim
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
-from idempotency_core.models import Destination, Event, Operation, ReviewCase
+from idempotency_core.models import Destination, Event, Operation, ReviewCase, Source
 from idempotency_core.proofs.overrides import settings_overridden
 from idempotency_core.review.refusals import ReplayRefusedError
 from idempotency_core.review.replay import operation_replay
+from integrations.base import Capabilities
+from integrations.emulator_kit import EmulatorServer
+from integrations.emulators import CRM_VENDORS, EmulatorUnavailableError, emulator_class
 from integrations.sandbox import SandboxServer
 
 DRILL_QUEUE = "onefold-drill"
@@ -115,12 +130,17 @@ class Cell:
 @dataclass
 class DrillContext:
     run: str
+    # The CRM's /_sandbox/ controls (the sandbox's, or the vendor emulator's).
     control: httpx.Client
     source_name: str
     crm: Destination
     profile: str
+    # What the CRM's adapter can recognise of a repeat (`recognition_of`).
+    recognition: str = "recognises"
     cluster: bool = False
     events: list[Event] = field(default_factory=list)
+    # The mail sink's controls (the sandbox's; None: the same as `control`).
+    mail_control: httpx.Client | None = None
 
     def ingest(self, label: str, *, email: str = "") -> Event:
         payload = {
@@ -140,7 +160,10 @@ class DrillContext:
         return f"drill-{self.run}@example.com"
 
     def fault(self, action: str, mode: str, times: int = 1) -> None:
-        self.control.post(
+        control = (
+            self.mail_control if action == "send_email" and self.mail_control else self.control
+        )
+        control.post(
             "/_sandbox/faults", json={"action": action, "mode": mode, "times": times}
         ).raise_for_status()
 
@@ -216,6 +239,25 @@ class DrillContext:
     def record_of(self, event: Event) -> str:
         return event.operations.get(step="create_enquiry").destination_ref
 
+    def staff_change(self, record_id: str) -> None:
+        """Someone edits the record in the CRM, behind Onefold's back."""
+        if self.crm.kind == Destination.Kind.CRM_HTTP:
+            self.control.patch(
+                f"/crm/records/{record_id}", json={"name": "Renamed by staff"}
+            ).raise_for_status()
+            return
+        crm = crm_adapter_for(self.crm)
+        crm.update_record(record_id=record_id, fields={"message": "Changed by staff"})
+
+    def staff_remove(self, record_id: str) -> None:
+        """Someone deletes the record in the CRM, behind Onefold's back."""
+        if self.crm.kind == Destination.Kind.CRM_HTTP:
+            self.control.delete(f"/crm/records/{record_id}").raise_for_status()
+            return
+        setup = VENDOR_SETUP.get(str(self.crm.kind))
+        remove = setup.remove if setup else _unsupported_remove
+        remove(self.control, crm_adapter_for(self.crm), record_id)
+
 
 def expect(condition: bool, failure: str) -> None:
     if not condition:
@@ -235,22 +277,23 @@ def case_failure_before_creation(ctx: DrillContext) -> Counts:
     ctx.ingest("before-creation")
     ctx.settle()
     # A 500 cannot tell "failed before commit" from "failed after": without any
-    # way to recognise a repeat, a person decides.
-    return Counts(0, 0, 0, 1) if ctx.profile == "nothing" else DONE
+    # way to recognise a repeat, a person decides; a lagging lookup that finds
+    # nothing proves nothing, so a person decides there too.
+    return Counts(0, 0, 0, 1) if ctx.recognition in ("nothing", "lagging") else DONE
 
 
 def case_creation_answer_lost(ctx: DrillContext) -> Counts:
     ctx.fault("create_record", "drop_response_after_commit")
     ctx.ingest("answer-lost")
     ctx.settle()
-    return Counts(1, 0, 0, 1) if ctx.profile == "nothing" else DONE
+    return Counts(1, 0, 0, 1) if ctx.recognition == "nothing" else DONE
 
 
 def case_crash_between_creation_and_task(ctx: DrillContext) -> Counts:
     event = ctx.ingest("crash-after-create")
     ctx.crash_after_claim(event, "create_enquiry", after_call=True)
     ctx.settle()
-    return Counts(1, 0, 0, 1) if ctx.profile == "nothing" else DONE
+    return Counts(1, 0, 0, 1) if ctx.recognition == "nothing" else DONE
 
 
 def case_crash_between_task_and_email(ctx: DrillContext) -> Counts:
@@ -258,7 +301,7 @@ def case_crash_between_task_and_email(ctx: DrillContext) -> Counts:
     ctx.run_step(event, "create_enquiry")
     ctx.crash_after_claim(event, "assign_task", after_call=True)
     ctx.settle()
-    return Counts(1, 1, 0, 1) if ctx.profile == "nothing" else DONE
+    return Counts(1, 1, 0, 1) if ctx.recognition == "nothing" else DONE
 
 
 def case_crash_while_sending(ctx: DrillContext) -> Counts:
@@ -320,9 +363,7 @@ def case_two_genuine_events(ctx: DrillContext) -> Counts:
 def case_record_changed_before_replay(ctx: DrillContext) -> Counts:
     event = ctx.ingest("changed")
     ctx.settle()
-    ctx.control.patch(
-        f"/crm/records/{ctx.record_of(event)}", json={"name": "Renamed by staff"}
-    ).raise_for_status()
+    ctx.staff_change(ctx.record_of(event))
     expect(ctx.replay_everything(event) == 3, "a replay of a succeeded operation was accepted")
     ctx.settle()
     return DONE
@@ -331,7 +372,7 @@ def case_record_changed_before_replay(ctx: DrillContext) -> Counts:
 def case_record_removed_before_replay(ctx: DrillContext) -> Counts:
     event = ctx.ingest("removed")
     ctx.settle()
-    ctx.control.delete(f"/crm/records/{ctx.record_of(event)}").raise_for_status()
+    ctx.staff_remove(ctx.record_of(event))
     # Onefold never recreates a record someone removed; reconciliation reports it.
     expect(ctx.replay_everything(event) == 3, "a replay of a succeeded operation was accepted")
     ctx.settle()
@@ -344,7 +385,7 @@ def case_task_replayed_after_record_removed(ctx: DrillContext) -> Counts:
     ctx.settle()
     task = event.operations.get(step="assign_task")
     expect(task.status == Operation.Status.NEEDS_REVIEW, "a refused task was not put to review")
-    ctx.control.delete(f"/crm/records/{ctx.record_of(event)}").raise_for_status()
+    ctx.staff_remove(ctx.record_of(event))
     # The replay is allowed (the refusal was certain) and runs with the original key,
     # but the record it belongs to is gone: the CRM refuses, and a person decides.
     # Onefold never recreates the removed record to hang the task on.
@@ -363,7 +404,7 @@ def case_old_replay_after_window(ctx: DrillContext) -> Counts:
     ctx.run_step(event, "create_enquiry")
     time.sleep(SHORT_WINDOW_SECONDS * 1.5)  # the retry comes after the window closed
     ctx.settle()
-    if ctx.profile in ("idempotency-keys", "nothing"):
+    if ctx.recognition in ("key", "nothing"):
         return Counts(1, 0, 0, 1)
     return DONE
 
@@ -460,9 +501,14 @@ def _private_sandbox() -> Iterator[SandboxServer]:
 
 def _observe(ctx: DrillContext) -> tuple[Counts, list[str]]:
     stats = ctx.control.get("/_sandbox/stats").json()
+    mail = ctx.mail_control.get("/_sandbox/stats").json() if ctx.mail_control else stats
     problems = []
-    for name in ("records_by_external_ref", "tasks_by_external_ref", "messages_by_message_id"):
-        for ref, count in stats[name].items():
+    for source, name in (
+        (stats, "records_by_external_ref"),
+        (stats, "tasks_by_external_ref"),
+        (mail, "messages_by_message_id"),
+    ):
+        for ref, count in source.get(name, {}).items():
             if count > 1:
                 problems.append(f"duplicate: {count} effects for {ref}")
     open_cases = ReviewCase.objects.filter(
@@ -481,8 +527,82 @@ def _observe(ctx: DrillContext) -> tuple[Counts, list[str]]:
             for case in open_cases.filter(operation_id=operation.held_by_id)
         ):
             problems.append(f"{operation.step} is held, but no open case names it")
-    counts = Counts(stats["records"], stats["tasks"], stats["messages"], open_cases.count())
+    counts = Counts(stats["records"], stats["tasks"], mail["messages"], open_cases.count())
     return counts, problems
+
+
+def recognition_of(capabilities: Capabilities) -> str:
+    """What the drill expects of a CRM with these capabilities after an unclear create:
+
+    "recognises": a repeat is recognised at any age (unique reference, a lookup
+    whose "not found" proves absence, an idempotency key kept forever);
+    "key": only within the idempotency key's window; "lagging": a lookup that
+    lags writes (found: adopted; not found: a case); "nothing": a case."""
+    if capabilities.unique_external_ref or (
+        capabilities.lookup and capabilities.lookup_proves_absence
+    ):
+        return "recognises"
+    if capabilities.idempotency_keys:
+        return "recognises" if capabilities.key_retention is None else "key"
+    if capabilities.lookup:
+        return "lagging"
+    return "nothing"
+
+
+@dataclass(frozen=True)
+class VendorSetup:
+    """What the drill needs to run a vendor's emulator as its CRM.
+
+    `env`: variables the adapter reads that the drill supplies when unset (the
+    emulator's own credentials and defaults, from its package's docstring);
+    `remove`: what staff do to delete a record, through the emulator's
+    documented DELETE path (control client, the adapter, the record id)."""
+
+    env: Callable[[str], dict[str, str]]
+    remove: Callable[[httpx.Client, Any, str], None]
+
+
+def _unsupported_remove(control: httpx.Client, adapter: Any, record_id: str) -> None:
+    raise DrillScenarioError("the drill has no staff removal for this vendor yet")
+
+
+VENDOR_SETUP: dict[str, VendorSetup] = {}
+
+
+class DrillDestinationError(Exception):
+    """The drill cannot run against that destination (no emulator or adapter here)."""
+
+
+def drill_destinations() -> tuple[str, ...]:
+    return ("sandbox", *CRM_VENDORS)
+
+
+@contextmanager
+def _crm_under_drill(destination: str, sandbox: SandboxServer) -> Iterator[tuple[str, str]]:
+    """(kind, base URL) of the CRM the drill talks to; a vendor's emulator runs meanwhile,
+    with its adapter's variables set for the run where unset."""
+    if destination == "sandbox":
+        yield Destination.Kind.CRM_HTTP, sandbox.http_url
+        return
+    if destination not in CRM_VENDORS:
+        raise DrillDestinationError(
+            f"unknown destination {destination!r}; choose from {', '.join(drill_destinations())}"
+        )
+    try:
+        emulator: EmulatorServer = emulator_class(destination)()
+    except EmulatorUnavailableError as exc:
+        raise DrillDestinationError(f"cannot drill {destination}: {exc}") from exc
+    setup = VENDOR_SETUP.get(destination)
+    with emulator:
+        supplied = setup.env(emulator.http_url) if setup else {}
+        previous = {name: os.environ.get(name) for name in supplied}
+        os.environ.update({k: v for k, v in supplied.items() if previous[k] is None})
+        try:
+            yield destination, emulator.http_url
+        finally:
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
 
 
 def drill_run(
@@ -491,19 +611,20 @@ def drill_run(
     profiles: list[str] | None = None,
     progress: Callable[[Cell], None] | None = None,
     cluster: bool = False,
+    destination: str = "sandbox",
 ) -> list[Cell]:
     run = timezone.now().strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:4]
     cells: list[Cell] = []
     with (
         _private_sandbox() as sandbox,
-        httpx.Client(base_url=sandbox.http_url, timeout=30) as control,
+        _crm_under_drill(destination, sandbox) as (kind, crm_url),
+        httpx.Client(base_url=crm_url, timeout=30) as control,
+        httpx.Client(base_url=sandbox.http_url, timeout=30) as mail_control,
         settings_overridden(**DRILL_TIMINGS),
         tasks_queued_to(DRILL_QUEUE),
         _drill_cluster() if cluster else nullcontext(),
     ):
-        crm = Destination.objects.create(
-            name=f"drill-crm-{run}", kind=Destination.Kind.CRM_HTTP, base_url=sandbox.http_url
-        )
+        crm = Destination.objects.create(name=f"drill-crm-{run}", kind=kind, base_url=crm_url)
         mailer = Destination.objects.create(
             name=f"drill-mail-{run}",
             kind=Destination.Kind.SMTP,
@@ -512,18 +633,20 @@ def drill_run(
         source, _ = source_get_or_create(name=f"drill-{run}")
         source.crm, source.mailer = crm, mailer
         source.save(update_fields=["crm", "mailer"])
+        chosen = (
+            {name: flags for name, flags in PROFILES.items() if not profiles or name in profiles}
+            if destination == "sandbox"
+            else {destination: None}
+        )
+        shared = {"run": run, "control": control, "mail_control": mail_control, "crm": crm}
         try:
             for case_name, case in CASES.items():
                 if cases and case_name not in cases:
                     continue
-                for profile_name, flags in PROFILES.items():
-                    if profiles and profile_name not in profiles:
-                        continue
+                for profile_name, flags in chosen.items():
                     cell = _run_cell(
-                        run=run,
-                        control=control,
+                        **shared,
                         source_name=source.name,
-                        crm=crm,
                         case_name=case_name,
                         case=case,
                         profile_name=profile_name,
@@ -535,6 +658,8 @@ def drill_run(
                         progress(cell)
         finally:
             OrmQ.objects.filter(key=DRILL_QUEUE).delete()
+            # The drill's source and destinations stay as evidence, out of use.
+            Source.objects.filter(pk=source.pk).update(is_active=False)
     return cells
 
 
@@ -542,26 +667,32 @@ def _run_cell(
     *,
     run: str,
     control: httpx.Client,
+    mail_control: httpx.Client,
     source_name: str,
     crm: Destination,
     case_name: str,
     case: Callable[[DrillContext], Counts],
     profile_name: str,
-    flags: dict[str, bool],
+    flags: dict[str, bool] | None,
     cluster: bool,
 ) -> Cell:
     control.post("/_sandbox/reset").raise_for_status()
-    window = SHORT_WINDOW_SECONDS if case is case_old_replay_after_window else 86400
-    control.post(
-        "/_sandbox/capabilities", json={**flags, "idempotency_key_ttl_seconds": window}
-    ).raise_for_status()
+    if flags is not None:  # the sandbox: switched to the profile
+        window = SHORT_WINDOW_SECONDS if case is case_old_replay_after_window else 86400
+        control.post(
+            "/_sandbox/capabilities", json={**flags, "idempotency_key_ttl_seconds": window}
+        ).raise_for_status()
+    else:
+        mail_control.post("/_sandbox/reset").raise_for_status()
     ctx = DrillContext(
         run=f"{run}-{case.__name__.removeprefix('case_')}-{profile_name}",
         control=control,
         source_name=source_name,
         crm=crm,
         profile=profile_name,
+        recognition=recognition_of(adapter_for(crm).capabilities),
         cluster=cluster,
+        mail_control=mail_control,
     )
     cell = Cell(case=case_name, profile=profile_name, expected=DONE)
     try:
@@ -583,4 +714,24 @@ def drill_table(cells: list[Cell]) -> str:
         )
     lines.append("")
     lines.append("counts are records/tasks/emails/open review cases")
+    return "\n".join(lines)
+
+
+def drill_matrix(cells: list[Cell]) -> str:
+    """One row per case, one column per profile (or vendor): the observed counts,
+    marked ok or FAIL, as a Markdown table the README can take."""
+    profiles = list(dict.fromkeys(cell.profile for cell in cells))
+    by_case: dict[str, dict[str, Cell]] = {}
+    for cell in cells:
+        by_case.setdefault(cell.case, {})[cell.profile] = cell
+    lines = [
+        "| case | " + " | ".join(profiles) + " |",
+        "| --- |" + " --- |" * len(profiles),
+    ]
+    for case, row in by_case.items():
+        marks = [
+            f"{row[p].observed} {'ok' if row[p].holds else 'FAIL'}" if p in row else ""
+            for p in profiles
+        ]
+        lines.append(f"| {case} | " + " | ".join(marks) + " |")
     return "\n".join(lines)

@@ -1,4 +1,9 @@
-"""`manage.py drill`: the failure drill; exit status 0 only when every cell holds."""
+"""`manage.py drill`: the failure drill; exit status 0 only when every cell holds.
+
+`--destination hubspot|salesforce|pipedrive|dataverse` runs the matrix against
+that vendor's emulator (started in this process) instead of the sandbox's
+profiles; a vendor whose package is not installed is a clear error, exit 2.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,18 @@ import logging
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_core.proofs.drill import CASES, PROFILES, Cell, drill_run, drill_table
+from idempotency_core.proofs.drill import (
+    CASES,
+    PROFILES,
+    Cell,
+    DrillDestinationError,
+    drill_destinations,
+    drill_matrix,
+    drill_run,
+    drill_table,
+)
 
 
 class Command(BaseCommand):
@@ -26,6 +40,13 @@ class Command(BaseCommand):
             help="Leave the recovery after each interruption to a real django-q2 cluster "
             "that the drill starts on a private queue (default: the engine in this process).",
         )
+        parser.add_argument(
+            "--destination",
+            default="sandbox",
+            choices=drill_destinations(),
+            help="The CRM to drill: the sandbox under every profile (default), or a "
+            "vendor's emulator with its adapter as configured.",
+        )
 
     def handle(
         self,
@@ -33,9 +54,11 @@ class Command(BaseCommand):
         cases: list[str] | None,
         profiles: list[str] | None,
         cluster: bool = False,
+        destination: str = "sandbox",
         **options: Any,
     ) -> None:
-        total = len(cases or CASES) * len(profiles or PROFILES)
+        columns = len(profiles or PROFILES) if destination == "sandbox" else 1
+        total = len(cases or CASES) * columns
         done = 0
 
         def progress(cell: Cell) -> None:
@@ -49,9 +72,20 @@ class Command(BaseCommand):
 
         # One "Enqueued" line per task would bury the progress line.
         logging.getLogger("django-q").setLevel(logging.WARNING)
-        cells = drill_run(cases=cases, profiles=profiles, progress=progress, cluster=cluster)
+        try:
+            cells = drill_run(
+                cases=cases,
+                profiles=profiles,
+                progress=progress,
+                cluster=cluster,
+                destination=destination,
+            )
+        except DrillDestinationError as exc:
+            raise CommandError(str(exc), returncode=2) from exc
         self.stderr.write("")
         self.stdout.write(drill_table(cells))
+        self.stdout.write("")
+        self.stdout.write(drill_matrix(cells))
         failed = [cell for cell in cells if not cell.holds]
         self.stdout.write(f"{len(cells) - len(failed)} passed, {len(failed)} failed")
         if failed:
