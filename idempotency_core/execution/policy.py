@@ -95,6 +95,12 @@ def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at:
     existing record). Lookup alone is safe when done before creating.
     """
     if state.at_most_once:
+        # A send is repeated only while the mail service still recognises its key
+        # (Resend: 24 hours); SMTP recognises nothing, so a person decides.
+        if capabilities.recognises_repeat_at(
+            first_presented_at=state.first_presented_at, at=retry_at
+        ):
+            return Recovery.REPEAT_WITH_KEY
         return Recovery.REVIEW
     if state.idempotent_action:
         return Recovery.REPEAT
@@ -202,9 +208,11 @@ def _unrecognisable(state: OperationState, report: AttemptReport, *, rule: str) 
             recovery=rule,
             case_kind=ReviewCase.Kind.INTERRUPTED_SEND,
             summary=(
-                f"{state.step} may have been sent ({what}). Email has no idempotency, so "
-                "Onefold does not resend. A reviewer should check the mailbox or ask the "
-                "customer, then mark resolved, or replay if it certainly was not sent."
+                f"{state.step} may have been sent ({what}). The mail service cannot "
+                "recognise a resend (plain SMTP has no idempotency; an idempotency key "
+                "past its window is forgotten), so Onefold does not resend. A reviewer "
+                "should check the mailbox or ask the customer, then mark resolved, or "
+                "replay if it certainly was not sent."
             ),
         )
     return Decision(

@@ -93,8 +93,14 @@ def rule(**overrides):
         ({"unique_external_ref": True, "lookup": True}, Recovery.REPEAT_UNIQUE_REF),
         ({"lookup": True}, Recovery.LOOKUP_FIRST),
         ({}, Recovery.REVIEW),
-        # Email: at most once, whatever the flags say.
-        ({"at_most_once": True, "idempotency_keys": True, "lookup": True}, Recovery.REVIEW),
+        # Email: at most once, unless the mail service recognises the key (Resend)...
+        ({"at_most_once": True, "unique_external_ref": True, "lookup": True}, Recovery.REVIEW),
+        ({"at_most_once": True, "idempotency_keys": True}, Recovery.REPEAT_WITH_KEY),
+        # ...and only inside the key's window.
+        (
+            {"at_most_once": True, "idempotency_keys": True, "retry_at": NOW + timedelta(hours=25)},
+            Recovery.REVIEW,
+        ),
         # A key outside its retention window recognises nothing any more.
         ({"idempotency_keys": True, "retry_at": NOW + timedelta(hours=25)}, Recovery.REVIEW),
         (
@@ -188,9 +194,27 @@ def test_ambiguous_with_no_recognition_goes_to_review():
 
 
 def test_an_interrupted_email_is_never_resent_automatically():
-    result = decision("interrupted", at_most_once=True, idempotency_keys=True)
+    result = decision("interrupted", at_most_once=True, unique_external_ref=True)
     assert result.status == Operation.Status.NEEDS_REVIEW
     assert result.case_kind == ReviewCase.Kind.INTERRUPTED_SEND
+
+
+def test_an_interrupted_email_is_resent_with_its_key_inside_the_window_only():
+    inside = decision(
+        "ambiguous", at_most_once=True, idempotency_keys=True, retention=timedelta(hours=24)
+    )
+    assert inside.status == Operation.Status.RETRY_SCHEDULED
+    assert inside.recovery == Recovery.REPEAT_WITH_KEY
+    outside = decision(
+        "ambiguous",
+        at_most_once=True,
+        idempotency_keys=True,
+        retention=timedelta(hours=24),
+        first_presented_at=NOW - timedelta(hours=25),
+    )
+    assert outside.status == Operation.Status.NEEDS_REVIEW
+    assert outside.case_kind == ReviewCase.Kind.INTERRUPTED_SEND
+    assert "past its window" in outside.summary
 
 
 @given(
@@ -219,7 +243,8 @@ def test_an_operation_never_silently_stops(
         # Never a blind repeat after an unclear attempt.
         if outcome in ("ambiguous", "interrupted"):
             assert result.recovery != Recovery.NONE
-            assert not at_most_once
+            # A send is repeated only under a key the mail service still recognises.
+            assert not at_most_once or result.recovery == Recovery.REPEAT_WITH_KEY
     elif result.status == Operation.Status.NEEDS_REVIEW:
         assert result.case_kind and result.summary
     else:
