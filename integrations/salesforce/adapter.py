@@ -527,7 +527,7 @@ def _duplicates_detected(error: dict[str, Any], text: str) -> SalesforceDuplicat
     return SalesforceDuplicatesDetected(
         f"400 DUPLICATES_DETECTED: suspected duplicate of records "
         f"{', '.join(ids) or '(none named)'} "
-        f"by {rule}; {then}. Salesforce said: {text}",
+        f"by {rule}; {then}. Salesforce said: {text.rstrip('.')}",
         ids,
         allow_save=allow_save,
         rule=rule,

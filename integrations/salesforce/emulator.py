@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, unquote
 
 from integrations.emulator_kit import EmulatorServer
 from integrations.salesforce.store import (
+    DEFAULT_CONFIG,
     RECORD_OBJECTS,
     Refused,
     SalesforceStore,
@@ -266,3 +267,12 @@ class SalesforceEmulator(EmulatorServer):
     vendor: ClassVar[str] = "salesforce"
     handler_class = SalesforceRequestHandler
     store_class = SalesforceStore
+
+    def adapter_env(self) -> dict[str, str]:
+        """The SALESFORCE_* variables that point the adapter at this emulator as it
+        starts (after a reset): its URL and its default client credentials."""
+        return {
+            "SALESFORCE_INSTANCE_URL": self.http_url,
+            "SALESFORCE_CLIENT_ID": str(DEFAULT_CONFIG["client_id"]),
+            "SALESFORCE_CLIENT_SECRET": str(DEFAULT_CONFIG["client_secret"]),
+        }

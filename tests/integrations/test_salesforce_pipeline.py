@@ -1,0 +1,205 @@
+"""The pipeline against the Salesforce emulator: recovery, cases that name records, refusal.
+
+Real parts: PostgreSQL, the engine's own attempts (`operation_execute`, as a
+worker runs them), the Salesforce emulator over loopback for the CRM (its token
+endpoint included) and the sandbox's SMTP sink for the confirmation. The
+default "crm" destination is switched to Salesforce by ONEFOLD_CRM, configured
+from SALESFORCE_* variables as in production. Cases are read where a reviewer
+reads them: the console's case page, rendered by Django's test client.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from idempotency_core.execution.destinations import destination_ready, verification_forget
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.models import Attempt, Event, Operation, ReviewCase
+from integrations.salesforce.emulator import SalesforceEmulator
+from tests.factories import ingest, make_user, op
+
+STEPS = ("create_enquiry", "assign_task", "send_confirmation")
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[SalesforceEmulator]:
+    server = SalesforceEmulator()
+    with server:
+        yield server
+
+
+@pytest.fixture
+def salesforce(
+    emulator: SalesforceEmulator, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[httpx.Client]:
+    """The emulator, reset, as the default CRM; mail still goes to the sandbox's sink."""
+    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
+        assert control.post("/_sandbox/reset").status_code == 200
+        for name, value in emulator.adapter_env().items():
+            monkeypatch.setenv(name, value)
+        settings.ONEFOLD_CRM = "salesforce"
+        verification_forget()
+        yield control
+        verification_forget()
+
+
+def configure(control: httpx.Client, **changes: Any) -> None:
+    assert control.post("/_sandbox/config", json=changes).status_code == 200
+
+
+def fault(control: httpx.Client, action: str, mode: str) -> None:
+    body = {"action": action, "mode": mode}
+    assert control.post("/_sandbox/faults", json=body).status_code == 200
+
+
+def seed_leads(control: httpx.Client, *records: dict[str, Any]) -> list[str]:
+    rows = [{"LastName": "Imported", "Company": "Acme", **r} for r in records]
+    response = control.post("/_sandbox/seed", json={"sobject": "Lead", "records": rows})
+    assert response.status_code == 200
+    return list(response.json()["created"])
+
+
+def stats(control: httpx.Client) -> dict[str, Any]:
+    return dict(control.get("/_sandbox/stats").json())
+
+
+def run_now(operation: Operation) -> str | None:
+    """Executes the operation's next attempt now, whatever its scheduled time."""
+    Operation.objects.filter(pk=operation.pk).update(next_attempt_at=timezone.now())
+    return operation_execute(operation_id=operation.pk)
+
+
+def case_page(case: ReviewCase) -> str:
+    """The case as a reviewer sees it in the console."""
+    client = Client()
+    client.force_login(make_user(f"rita-{uuid.uuid4().hex[:6]}", groups=("Reviewers",)))
+    response = client.get(reverse("console:case-detail", args=[case.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def enquiry_of(prefix: str, **overrides: Any) -> tuple[Event, Operation]:
+    event = ingest(f"{prefix}-{uuid.uuid4().hex[:8]}", contact_from_key=True, **overrides)
+    return event, op(event, "create_enquiry")
+
+
+def test_lost_upsert_answers_retried_give_one_lead_one_task_one_email(
+    salesforce: httpx.Client, sandbox: Any
+) -> None:
+    event, enquiry = enquiry_of("sf-lost")
+    fault(salesforce, "create_record", "drop_response_after_commit")
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.AMBIGUOUS
+    assert run_now(enquiry) == Attempt.Outcome.SUCCEEDED
+
+    task = op(event, "assign_task")
+    fault(salesforce, "create_task", "drop_response_after_commit")
+    assert operation_execute(operation_id=task.pk) == Attempt.Outcome.AMBIGUOUS
+    assert run_now(task) == Attempt.Outcome.SUCCEEDED
+    assert operation_execute(operation_id=op(event, "send_confirmation").pk) == "succeeded"
+
+    enquiry.refresh_from_db()
+    task.refresh_from_db()
+    assert enquiry.destination_ref.startswith("00Q") and task.destination_ref.startswith("00T")
+    # The second attempts found what the lost ones made and adopted it.
+    assert [a.adopted for a in enquiry.attempts.order_by("number")] == [False, True]
+    assert [a.adopted for a in task.attempts.order_by("number")] == [False, True]
+    counted = stats(salesforce)
+    assert counted["records_by_external_ref"] == {enquiry.key: 1}
+    assert counted["tasks_by_external_ref"] == {task.key: 1}
+    assert (counted["calls"]["create_record"], counted["calls"]["create_task"]) == (1, 1)
+    # Lead assignment ran once, on the creation, not again on the adoption.
+    assert counted["assignments_by_external_ref"] == {enquiry.key: 1}
+    assert len(sandbox.messages()) == 1
+    assert not ReviewCase.objects.exists()
+
+
+def test_a_reference_on_several_leads_ends_as_a_case_listing_them(
+    salesforce: httpx.Client, sandbox: Any
+) -> None:
+    """The field was verified Unique, then an admin removed the flag and an import
+    gave two leads this enquiry's reference: Salesforce answers 300."""
+    _, enquiry = enquiry_of("sf-300")
+    destination_ready(enquiry.destination)  # verified while the field is Unique
+    configure(salesforce, reference_unique=False)
+    ids = seed_leads(salesforce, {"Onefold_Ref__c": enquiry.key}, {"Onefold_Ref__c": enquiry.key})
+
+    assert run_now(enquiry) == Attempt.Outcome.PERMANENT
+    case = ReviewCase.objects.get(operation=enquiry)
+    assert case.kind == ReviewCase.Kind.PERMANENT
+    assert case.evidence["error_class"] == "SalesforceMultipleMatches"
+    page = case_page(case)
+    assert "300 Multiple Choices" in page
+    for record_id in ids:
+        assert record_id in page
+        assert record_id in case.summary
+    # Nothing else was written; the task and the email wait behind the case.
+    counted = stats(salesforce)
+    assert counted["records_by_external_ref"] == {enquiry.key: 2}
+    assert (counted["tasks"], counted["calls"]["create_record"]) == (0, 0)
+    assert sandbox.messages() == []
+
+
+@pytest.mark.parametrize("rule", ["block", "alert"])
+def test_a_duplicate_rule_ends_as_a_case_naming_the_matched_lead(
+    salesforce: httpx.Client, sandbox: Any, rule: str
+) -> None:
+    """A duplicate rule on Email matches a lead someone entered by hand: a suspected
+    duplicate for a person to settle, with the matched lead's id on the case page."""
+    configure(salesforce, duplicate_rule=rule)
+    event, enquiry = enquiry_of("sf-dup")
+    assert event.payload is not None
+    email = event.payload["contact"]["email"]
+    [existing] = seed_leads(salesforce, {"Email": email.upper()})
+
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.PERMANENT
+    case = ReviewCase.objects.get(operation=enquiry)
+    assert case.evidence["error_class"] == "SalesforceDuplicatesDetected"
+    page = case_page(case)
+    assert "DUPLICATES_DETECTED" in page and existing in page
+    assert existing in enquiry.attempts.get().error_message[:200]
+    assert ("create it anyway (allowSave)" in case.summary) == (rule == "alert")
+    counted = stats(salesforce)
+    assert (counted["records"], counted["tasks"]) == (1, 0)
+    assert sandbox.messages() == []
+
+
+def test_a_field_not_marked_unique_is_refused_before_any_call(salesforce: httpx.Client) -> None:
+    configure(salesforce, reference_unique=False)
+    _, enquiry = enquiry_of("sf-refused")
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.RETRYABLE
+    message = enquiry.attempts.get().error_message
+    assert "refused, not called" in message
+    assert "Lead/describe: Onefold_Ref__c externalId=true unique=false" in message
+    assert "emulator-secret" not in message
+    counted = stats(salesforce)
+    assert (counted["records"], counted["calls"]["create_record"]) == (0, 0)
+    assert counted["calls"]["lookup_record"] == 0
+
+
+def test_check_destinations_names_the_field_salesforce_does_not_enforce(
+    salesforce: httpx.Client,
+) -> None:
+    out = io.StringIO()
+    call_command("check_destinations", stdout=out, stderr=out)
+    assert "unique_external_ref" in out.getvalue()
+    configure(salesforce, task_reference_unique=False)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as refused:
+        call_command("check_destinations", stdout=out, stderr=out)
+    assert refused.value.returncode == 1 and "crm" in str(refused.value)
+    text = out.getvalue()
+    assert (
+        "refused" in text and "Task/describe: Onefold_Ref__c externalId=true unique=false" in text
+    )
