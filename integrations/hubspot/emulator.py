@@ -83,7 +83,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # When set, the only Bearer token accepted; otherwise any Bearer token is.
     "token": None,
 }
-_MAX_PAGE = 100  # list endpoints take limit <= 100 (objects API reference, "limit")
+_MAX_PAGE = 100
+# Calls counted in stats["calls"] beside the sandbox's.
+_HUBSPOT_CALLS = (
+    "create_contact",
+    "search",
+    "get_property",
+)  # list endpoints take limit <= 100 (objects API reference, "limit")
 
 
 class HubSpotError(Exception):
@@ -136,7 +142,7 @@ class HubObject:
 
     def as_json(
         self, wanted: list[str] | None = None, with_associations: tuple[str, ...] = ()
-    ) -> dict:
+    ) -> dict[str, Any]:
         stamps = {
             "hs_object_id": str(self.id),
             "createdate": _iso(self.created),
@@ -421,6 +427,7 @@ class HubSpotStore(SandboxStore):
         """The sandbox's keys: records are the live enquiry objects (deals and tickets),
         counted by the reference property; plus contacts."""
         result = super().stats(detail=detail)
+        result["calls"] = {**dict.fromkeys(_HUBSPOT_CALLS, 0), **result["calls"]}
         with self._lock:
             ref = self._config["reference_property"]
             live = [o for o in self._objects.values() if o.live]
