@@ -19,6 +19,7 @@ from django.contrib import admin
 from django.contrib.auth import urls as auth_urls
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern, include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from idempotency_core.intake.api import hooks
@@ -69,6 +70,8 @@ accounts = [
 ]
 
 urlpatterns = [
+    # The site's root is the console (its login page for anyone signed out).
+    path("", RedirectView.as_view(pattern_name="console:dashboard"), name="root"),
     *public_api,
     # Operations (README): probes and Prometheus, outside the API and its schema.
     path("healthz", health.healthz, name="healthz"),

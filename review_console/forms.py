@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 
 from idempotency_core.review.cases import RESOLUTION_CODES
+from idempotency_core.review.merge import SAME_RECORD_MESSAGE
 
 REASON_HELP = "Written to the audit trail. Say what you checked and why this is right."
 
@@ -59,11 +60,32 @@ class CloseForm(ReasonForm):
 
 
 class MergeForm(ReasonForm):
-    survivor = forms.CharField(max_length=200, label="Record that survives")
-    duplicate = forms.CharField(max_length=200, label="Record merged into it")
+    survivor = forms.CharField(
+        max_length=200,
+        label="Record that survives",
+        error_messages={"required": "Choose the record that stays."},
+    )
+    duplicate = forms.CharField(
+        max_length=200,
+        label="Record merged into it",
+        error_messages={"required": "Choose the record merged into it."},
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if data.get("survivor") and data.get("survivor") == data.get("duplicate"):
-            raise forms.ValidationError("The survivor and the duplicate must differ.")
+            raise forms.ValidationError(SAME_RECORD_MESSAGE.format(ref=data["survivor"]))
         return data
+
+
+class EmailSettleForm(ReasonForm):
+    """An email case settled by what the customer says: received, or not (send again)."""
+
+    outcome = forms.ChoiceField(
+        choices=[
+            ("received", "The customer confirms they received the email"),
+            ("send_again", "Not received: send it again (a new email with its own key)"),
+        ],
+        widget=forms.RadioSelect,
+        label="What did the customer say?",
+    )

@@ -10,10 +10,10 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
 
 from idempotency_core.models import ReconciliationFinding, ReconciliationRun
 from idempotency_core.reconciliation.compare import FINDING_KINDS
+from review_console.http import require_GET
 from review_console.permissions import VIEW_CASES, console_permission
 
 

@@ -349,6 +349,30 @@ def related_events(event: Event, *, limit: int = 20) -> list[Event]:
     )
 
 
+def related_cases(case: ReviewCase, audit: list[AuditEntry]) -> list[tuple[ReviewCase, str]]:
+    """Cases linked to this one, each with how, both ways: the same submission; a
+    merge this case asked for and the case its operation opened (and back); an email
+    sent again and the case of the new send (and back)."""
+    links: dict[int, str] = {}
+    if case.event_id is not None:
+        for pk in ReviewCase.objects.filter(event_id=case.event_id).values_list("pk", flat=True):
+            links[pk] = "Same submission"
+    # Operations this case's decisions created (a merge, a send again): their cases.
+    spawned = {e.operation_id for e in audit if e.case_id == case.pk} - {case.operation_id, None}
+    for pk in ReviewCase.objects.filter(operation_id__in=spawned).values_list("pk", flat=True):
+        links[pk] = "Opened by an action taken on this case (a merge, an email sent again)"
+    # The case whose decision created this case's operation.
+    arguments = (case.operation.arguments or {}) if case.operation is not None else {}
+    parents = [arguments.get("case_id"), *(arguments.get("settles_case_ids") or [])]
+    for pk in ReviewCase.objects.filter(pk__in=[p for p in parents if p]).values_list(
+        "pk", flat=True
+    ):
+        links[pk] = "This case's step was asked for on that case"
+    links.pop(case.pk, None)
+    related = ReviewCase.objects.filter(pk__in=list(links)).order_by("created_at", "pk")
+    return [(other, links[other.pk]) for other in related]
+
+
 def case_audit(case: ReviewCase) -> list[AuditEntry]:
     condition = Q(case=case)
     if case.operation_id is not None:
@@ -363,6 +387,13 @@ def audit_filterset(params: QueryDict) -> AuditFilter:
 # -- duplicates -----------------------------------------------------------------
 
 COMPARED_FIELDS = ("name", "email", "message", "external_ref", "created_at")
+COMPARED_LABELS = {
+    "name": "Name",
+    "email": "Email",
+    "message": "Message",
+    "external_ref": "Reference Onefold gave it",
+    "created_at": "Created in the CRM",
+}
 
 
 def duplicate_comparison(
@@ -371,17 +402,27 @@ def duplicate_comparison(
     """The records (fetched by the review service `duplicate_records_fetch`) side by
     side, masked for the viewer, each with the event it came from, and the fields
     that differ between them. No network: the records are given."""
+    # "differs" is decided on the real values, then the masked ones are shown:
+    # masked, "Lena Tan" and "Lars Tell" both read "L. T." and would look the same.
+    real = [r for r in records if r.record is not None]
     compared = [
         replace(r, record=record_for(r.record, unmasked=unmasked)) if r.record else r
         for r in records
     ]
     present = [c for c in compared if c.record is not None]
     rows = []
-    extra_keys = sorted({k for c in present for k in ((c.record or {}).get("extra") or {})})
+    extra_keys = sorted({k for c in real for k in ((c.record or {}).get("extra") or {})})
     for name in (*COMPARED_FIELDS, *(f"extra.{k}" for k in extra_keys)):
+        differs = len({_field_text(r.record or {}, name) for r in real}) > 1
         values = [_field_text(c.record or {}, name) for c in present]
-        differs = len(set(values)) > 1
-        rows.append({"field": name.removeprefix("extra."), "values": values, "differs": differs})
+        rows.append(
+            {
+                "field": COMPARED_LABELS.get(name, name.removeprefix("extra.")),
+                "values": values,
+                "differs": differs,
+                "technical": name == "external_ref",
+            }
+        )
     return {
         "records": compared,
         "present": present,

@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from review_console import api, reconciliation_views, views, views_sources
+from review_console import api, reconciliation_views, views, views_sources, views_submissions
 
 app_name = "console"
 
@@ -16,12 +16,20 @@ urlpatterns = [
     path("cases/<int:case_id>/resolve/", views.case_resolve, name="case-resolve"),
     path("cases/<int:case_id>/close/", views.case_close_view, name="case-close"),
     path("cases/<int:case_id>/compare/", views.case_compare, name="case-compare"),
+    path("cases/<int:case_id>/email/", views.case_email, name="case-email"),
+    path("search/", views_submissions.search, name="search"),
+    path(
+        "submissions/<uuid:event_id>/",
+        views_submissions.submission_detail,
+        name="submission-detail",
+    ),
     path("cases/<int:case_id>/merge/", views.case_merge, name="case-merge"),
     path(
         "cases/<int:case_id>/not-duplicate/",
         views.case_not_duplicate,
         name="case-not-duplicate",
     ),
+    path("bulk-replays/", views.bulk_replay_list, name="bulk-replay-list"),
     path("bulk-replays/new/", views.bulk_replay_new, name="bulk-replay-new"),
     path("bulk-replays/<int:job_id>/", views.bulk_replay_detail, name="bulk-replay-detail"),
     path("audit/", views.audit_list, name="audit-list"),

@@ -27,7 +27,6 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from idempotency_core.models import AuditEntry, ReviewCase
@@ -39,6 +38,11 @@ from idempotency_core.review.cases import (
     case_take_ownership,
 )
 from idempotency_core.review.comparison import duplicate_records_fetch
+from idempotency_core.review.email_cases import (
+    email_receipt_confirm,
+    email_send_again,
+    is_email_case,
+)
 from idempotency_core.review.lookup import latest_lookup, operation_destination_lookup
 from idempotency_core.review.merge import DUPLICATE_KINDS, duplicate_merge_request
 from idempotency_core.review.refusals import ActionRefusedError
@@ -47,12 +51,15 @@ from review_console import selectors
 from review_console.bulk import bulk_replay_counts, bulk_replay_start
 from review_console.forms import (
     CloseForm,
+    EmailSettleForm,
     MergeForm,
     ReasonForm,
     ReplayForm,
     ResolveForm,
     TakeOwnershipForm,
 )
+from review_console.glossary import step_label
+from review_console.http import require_GET, require_POST
 from review_console.masking import contact_for
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.permissions import (
@@ -146,6 +153,7 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
     unmasked = request.user.has_perm(VIEW_CONTACT)
     operations = selectors.event_operations(event) if event is not None else []
     operation = case.operation
+    audit = selectors.case_audit(case)
     context: dict[str, Any] = {
         "case": case,
         "event": event,
@@ -155,7 +163,9 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
         "deliveries": selectors.event_deliveries(event) if event is not None else [],
         "operations": operations,
         "related": selectors.related_events(event) if event is not None else [],
-        "audit": selectors.case_audit(case),
+        "audit": audit,
+        "related_cases": selectors.related_cases(case, audit),
+        "is_email": is_email_case(case),
         "is_open": case.status in ReviewCase.OPEN_STATUSES,
         "is_duplicate": case.kind in DUPLICATE_KINDS,
         "can_change": request.user.has_perm(CHANGE_CASES),
@@ -172,7 +182,14 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_compare(request: HttpRequest, case_id: int) -> HttpResponse:
     """The merge page: records side by side, differences marked, survivor choice."""
-    case = _open_case(case_id)
+    return _compare_page(request, _open_case(case_id), form=None)
+
+
+def _compare_page(
+    request: HttpRequest, case: ReviewCase, *, form: MergeForm | None
+) -> HttpResponse:
+    """The comparison, with `form` as posted (its errors and the typed reason kept)
+    or, when None, a fresh form with the case's two records preselected."""
     if case.kind not in DUPLICATE_KINDS:
         raise Http404("Only suspected duplicates have a comparison.")
     records = duplicate_records_fetch(case)  # the reviewer asked: reads the CRM
@@ -180,9 +197,13 @@ def case_compare(request: HttpRequest, case_id: int) -> HttpResponse:
         case, records, unmasked=request.user.has_perm(VIEW_CONTACT)
     )
     refs = [c.ref for c in comparison["present"]]
-    form = MergeForm(
-        initial={"survivor": refs[0] if refs else "", "duplicate": refs[1] if len(refs) > 1 else ""}
-    )
+    if form is None:
+        form = MergeForm(
+            initial={
+                "survivor": refs[0] if refs else "",
+                "duplicate": refs[1] if len(refs) > 1 else "",
+            }
+        )
     return render(
         request,
         "review_console/merge_compare.html",
@@ -190,6 +211,9 @@ def case_compare(request: HttpRequest, case_id: int) -> HttpResponse:
             "case": case,
             "comparison": comparison,
             "form": form,
+            "chosen_survivor": form["survivor"].value() or "",
+            "chosen_duplicate": form["duplicate"].value() or "",
+            "reason": form["reason"].value() or "",
             "not_duplicate_form": ReasonForm(),
             "is_open": case.status in ReviewCase.OPEN_STATUSES,
         },
@@ -266,6 +290,14 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
     response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="onefold-audit.csv"'
     return response
+
+
+@require_GET
+@console_permission(VIEW_CASES)
+def bulk_replay_list(request: HttpRequest) -> HttpResponse:
+    """The last bulk replays, newest first (a new one starts from the queue's filter)."""
+    jobs = BulkReplayJob.objects.select_related("created_by").order_by("-created_at", "-pk")[:100]
+    return render(request, "review_console/bulk_replay_list.html", {"jobs": jobs})
 
 
 @require_GET
@@ -419,8 +451,8 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
             reason=data["reason"],
             destination_checked=data.get("destination_checked", False),
         ),
-        success=f"{operation.step} is scheduled again with its original key {operation.key}. "
-        "A worker will run it shortly; the case is resolved as replayed.",
+        success=f"“{step_label(operation.step)}” will be tried again shortly, with the same "
+        "protections as before. The case stays in progress and is resolved when it works.",
         done_url=_case_url(case),
     )
     if done is not None:
@@ -429,9 +461,9 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
         request,
         case=case,
         form=form,
-        title=f"Replay {operation.step}",
+        title=f"Try again: {step_label(operation.step)}",
         action=reverse("console:case-replay", args=[case.pk]),
-        submit="Replay with the original key",
+        submit="Try again",
         explanation="",
         template="review_console/replay_confirm.html",
         operation=operation,
@@ -464,7 +496,7 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
     )
     if done is not None:
         return done
-    step = case.operation.step if case.operation else "the effect"
+    step = f"“{step_label(case.operation.step)}”" if case.operation else "the effect"
     return _confirm_page(
         request,
         case=case,
@@ -473,9 +505,9 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
         action=reverse("console:case-resolve", args=[case.pk]),
         submit="Mark resolved",
         explanation=(
-            f"You found {step} in the destination. Its reference becomes the operation's "
-            "destination reference, the operation counts as succeeded, and the next step of "
-            "the pipeline runs. A CRM record reference is checked against the CRM first."
+            f"You found {step} in the CRM. Its record number becomes the step's reference, "
+            "the step counts as done, and the next step runs. The number is checked against "
+            "the CRM first."
         ),
     )
 
@@ -502,8 +534,8 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
     explanation = "Closing ends the case without the effect being proven."
     if case.operation is not None and case.operation.status == "needs_review":
         explanation += (
-            f" {case.operation.step} and the later steps of this submission that have not run "
-            "are cancelled and will never run. Nothing already done is undone."
+            f" “{step_label(case.operation.step)}” and the later steps of this submission that "
+            "have not run are cancelled and will never run. Nothing already done is undone."
         )
     return _confirm_page(
         request,
@@ -559,20 +591,15 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
             reason=data["reason"],
         ),
         success=lambda data: (
-            f"Merge of {data['duplicate']} into {data['survivor']} is queued "
-            "as its own operation; a worker performs it within seconds and the case resolves "
-            "when the CRM confirms."
+            f"Record {data['duplicate']} will be merged into {data['survivor']} within "
+            "seconds; the case is resolved when the CRM confirms."
         ),
         done_url=_case_url(case),
     )
     if done is not None:
         return done
-    refusals = list(form.non_field_errors())
-    messages.error(
-        request,
-        str(refusals[0]) if refusals else "Choose the survivor and give a reason before merging.",
-    )
-    return redirect(reverse("console:case-compare", args=[case.pk]))
+    # Refused or invalid: the same page again, with the message and the typed reason.
+    return _compare_page(request, case, form=form)
 
 
 @require_POST
@@ -612,4 +639,50 @@ def bulk_replay_new(request: HttpRequest) -> HttpResponse:
             "capped": count > selectors.COUNT_CAP,
             "querystring": params.urlencode(),
         },
+    )
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_email(request: HttpRequest, case_id: int) -> HttpResponse:
+    """An email case settled by what the customer says (review/email_cases.py)."""
+    case = _open_case(case_id)
+    if not is_email_case(case):
+        raise Http404("This case is not about an email.")
+    if _confirmed(request):
+        form = EmailSettleForm(request.POST)
+    else:
+        form = EmailSettleForm(initial={"outcome": request.POST.get("outcome", "")})
+
+    def act(data: dict[str, Any]) -> object:
+        settle = email_receipt_confirm if data["outcome"] == "received" else email_send_again
+        return settle(case_id=case.pk, actor=acting_user(request), reason=data["reason"])
+
+    done = _confirm_action(
+        request,
+        form,
+        act=act,
+        success=lambda data: (
+            f"Case {case.pk} resolved: the customer received the email."
+            if data["outcome"] == "received"
+            else "The email will be sent again within seconds, as a new email with its own "
+            "key; the case is resolved when the mail server accepts it."
+        ),
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title="Did the customer get the email?",
+        action=reverse("console:case-email", args=[case.pk]),
+        submit="Confirm",
+        explanation=(
+            "The connection to the mail server was cut off, so nobody can tell whether the "
+            "email went out, and email has no reference to look up. Ask the customer. If they "
+            "have it, the case is resolved and nothing is sent. If not, a new email is sent, "
+            "once, with its own key, linked to the first."
+        ),
     )

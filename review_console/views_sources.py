@@ -23,7 +23,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
 
 from idempotency_core.intake.senders.profiles import API, PRESETS, Profile, profile_resolve
 from idempotency_core.intake.sources import (
@@ -35,6 +34,7 @@ from idempotency_core.intake.sources import (
 from idempotency_core.models import Delivery, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console.forms import ReasonForm
+from review_console.http import require_GET, require_POST
 from review_console.permissions import VIEW_CASES, acting_user, console_permission
 from review_console.views import _confirm_action, _confirmed
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.db.models import F, QuerySet, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -147,3 +147,33 @@ def review_case_settle(
         details=details,
     )
     return bool(settled)
+
+
+def review_cases_settle_on_success(operation: Operation, *, now: datetime) -> list[int]:
+    """Settles what a success of `operation` answers: its own open cases (a replay
+    that worked; the case waited in progress until now) and the case it was
+    created for (`arguments["settles_case_ids"]`: an email sent again). Call inside
+    the transaction that records the success. Returns the settled case ids."""
+    arguments = operation.arguments or {}
+    condition = Q(operation_id=operation.pk)
+    if arguments.get("settles_case_ids"):
+        condition |= Q(pk__in=arguments["settles_case_ids"])
+    cases = list(
+        ReviewCase.objects.select_for_update(of=("self",))
+        .filter(condition, status__in=ReviewCase.OPEN_STATUSES)
+        .order_by("pk")
+    )
+    for case in cases:
+        code = "sent_again" if case.operation_id != operation.pk else "replayed"
+        review_case_settle(
+            case,
+            status=ReviewCase.Status.RESOLVED,
+            code=code,
+            note=f"{operation.step} succeeded (operation {operation.pk}).",
+            action="case_settled_by_success",
+            system="worker",
+            operation=operation,
+            details={"operation_key": operation.key, "settled_by_operation": operation.pk},
+            now=now,
+        )
+    return [case.pk for case in cases]

@@ -26,7 +26,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from idempotency_core.audit.cases import review_case_open
+from idempotency_core.audit.cases import review_case_open, review_cases_settle_on_success
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.destinations import capabilities_of, destination_ready
@@ -343,6 +343,8 @@ def _success_follow(operation: Operation, result: AttemptResult, *, now: datetim
     step = step_of(operation)
     if step.on_success is not None:
         step.on_success(operation, result.destination_ref)
+    # A case waiting on this step (a replay, an email sent again) settles now, not when queued.
+    review_cases_settle_on_success(operation, now=now)
     operation_release_next(operation, now=now)
 
 

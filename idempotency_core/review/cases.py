@@ -25,6 +25,7 @@ from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_release_next, operation_unhold_later
 from idempotency_core.models import Operation, ReviewCase
+from idempotency_core.review.email_cases import is_email_case
 from idempotency_core.review.lookup import reference_verify
 from idempotency_core.review.merge import DUPLICATE_KINDS
 from idempotency_core.review.refusals import CaseActionRefusedError
@@ -135,6 +136,12 @@ def case_mark_resolved(
     case = ReviewCase.objects.select_related("operation__destination").get(pk=case_id)
     if case.status not in ReviewCase.OPEN_STATUSES:
         raise CaseActionRefusedError(f"Case {case.pk} is no longer open.")
+    if is_email_case(case):
+        # SMTP gives nothing to verify: a typed "reference" would be stored as proof.
+        raise CaseActionRefusedError(
+            "An email has no reference to verify. Ask the customer, then choose "
+            "'customer confirms receipt' or 'not received: send again'."
+        )
     verification = reference_verify(case.operation, destination_ref)  # network: before the lock
     now = timezone.now()
     with transaction.atomic():

@@ -30,6 +30,10 @@ DUPLICATE_KINDS = (ReviewCase.Kind.SUSPECTED_DUPLICATE, ReviewCase.Kind.RECON_DU
 # After every pipeline step, so that releasing "the next step" after a pipeline
 # success never picks a merge, and a merge never waits for a pipeline step.
 MERGE_POSITION = 100
+SAME_RECORD_MESSAGE = (
+    "You chose record {ref} on both sides. Pick the record that stays, and a different "
+    "record to merge into it."
+)
 
 
 def merge_key(*, case_id: int, survivor_ref: str, duplicate_ref: str) -> str:
@@ -74,8 +78,10 @@ def _merge_target(
     case: ReviewCase, *, survivor_ref: str, duplicate_ref: str
 ) -> tuple[Destination, Event]:
     """The CRM and the event a merge belongs to, or why this merge cannot be asked for."""
-    if not survivor_ref or not duplicate_ref or survivor_ref == duplicate_ref:
-        raise MergeRefusedError("Pick two different records: one survivor, one duplicate.")
+    if not survivor_ref or not duplicate_ref:
+        raise MergeRefusedError("Pick two records: the one that stays and the one merged into it.")
+    if survivor_ref == duplicate_ref:
+        raise MergeRefusedError(SAME_RECORD_MESSAGE.format(ref=survivor_ref))
     if case.kind not in DUPLICATE_KINDS:
         raise MergeRefusedError("Only a suspected duplicate can be merged.")
     known = duplicate_record_refs(case)
@@ -165,6 +171,7 @@ def duplicate_merge_request(
         existing = Operation.objects.filter(key=key).first()
         if existing is not None:
             return existing
+        _pair_guard(case, event, survivor_ref=survivor_ref, duplicate_ref=duplicate_ref)
         operation = _merge_operation_create(
             event=event,
             destination=destination,
@@ -189,3 +196,47 @@ def duplicate_merge_request(
         # Same transaction as the operation row (ORM broker): no merge without its task.
         operation_enqueue(operation.pk)
     return operation
+
+
+def _pair_guard(case: ReviewCase, event: Event, *, survivor_ref: str, duplicate_ref: str) -> None:
+    """One unsettled merge per pair of records, in either direction, and none of a
+    record already merged away; or MergeRefusedError.
+
+    A merge is stored on the event of the record it removes, so every merge of this
+    pair (either direction) lives on the events of its two records: those rows are
+    locked, in one order, before the merges on them are read. Two requests for the
+    pair, from one case or two, from one page or two, therefore take turns, and the
+    second sees the first's merge (READ COMMITTED: each statement sees what
+    committed before it began).
+    """
+    events = {event.pk, case.event_id, *(_event_ids_of_records([survivor_ref, duplicate_ref]))}
+    event_ids = sorted(str(pk) for pk in events if pk is not None)
+    list(Event.objects.select_for_update().filter(pk__in=event_ids).order_by("pk").values("pk"))
+    pair = {survivor_ref, duplicate_ref}
+    merges = (
+        Operation.objects.filter(event_id__in=event_ids, step__startswith=f"{MERGE_STEP}:")
+        .exclude(status=Operation.Status.CANCELLED)
+        .order_by("pk")
+    )
+    for merge in merges:
+        arguments = merge.arguments or {}
+        theirs = {arguments.get("survivor_ref"), arguments.get("duplicate_ref")}
+        if merge.status != Operation.Status.SUCCEEDED and theirs & pair:
+            raise MergeRefusedError(
+                f"A merge of {arguments.get('duplicate_ref')} into "
+                f"{arguments.get('survivor_ref')} is already under way (case "
+                f"#{arguments.get('case_id')}); wait for it to finish before asking for another."
+            )
+        if merge.status == Operation.Status.SUCCEEDED and arguments.get("duplicate_ref") in pair:
+            raise MergeRefusedError(
+                f"Record {arguments.get('duplicate_ref')} was already merged into "
+                f"{arguments.get('survivor_ref')}; it no longer exists in the CRM."
+            )
+
+
+def _event_ids_of_records(refs: list[str]) -> list[Any]:
+    return list(
+        Operation.objects.filter(step="create_enquiry", destination_ref__in=refs).values_list(
+            "event_id", flat=True
+        )
+    )

@@ -3,7 +3,8 @@
 It goes through the same claim, recovery rules and outcome recording as an
 automatic retry, with the original operation key. It only reschedules: the
 worker that picks it up runs `operation_execute` like any other task. So a
-replay can never create an effect that an automatic retry would not.
+replay can never create an effect that an automatic retry would not. The case
+settles when the replayed step succeeds, not when it is queued.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from idempotency_core.audit.cases import review_cases_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.destinations import capabilities_of
 from idempotency_core.execution.engine import operation_enqueue, operation_unhold_later
@@ -59,13 +61,13 @@ def operation_replay(
         cases = list(
             ReviewCase.objects.filter(operation=operation, status__in=ReviewCase.OPEN_STATUSES)
         )
-        # One decision, one audit entry, however many open cases it settles.
-        review_cases_settle(
-            ReviewCase.objects.filter(pk__in=[c.pk for c in cases]),
-            status=ReviewCase.Status.RESOLVED,
-            code="replayed",
-            note=reason,
-            now=now,
+        # The cases stay open, in progress, until the replayed attempt succeeds (the
+        # engine settles them in the success's transaction, as a merge's); a replay
+        # that fails again leaves them open with the new attempt on their page.
+        ReviewCase.objects.filter(pk__in=[c.pk for c in cases]).update(
+            status=ReviewCase.Status.IN_PROGRESS,
+            owner_id=Coalesce(F("owner_id"), Value(actor.pk)),
+            updated_at=now,
         )
         audit_record(
             action="replay",
@@ -77,7 +79,7 @@ def operation_replay(
                 "operation_key": operation.key,
                 "recovery": recovery,
                 "destination_checked": destination_checked,
-                "cases_resolved": [c.pk for c in cases],
+                "cases_waiting": [c.pk for c in cases],
                 "unheld_operations": unheld,
             },
         )

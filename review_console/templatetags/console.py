@@ -8,6 +8,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from review_console import glossary
+
 register = template.Library()
 
 
@@ -52,3 +54,28 @@ def query_with(context: dict[str, Any], **changes: Any) -> str:
         else:
             params[key] = value
     return params.urlencode()
+
+
+# -- plain language (review_console/glossary.py) -----------------------------------
+
+register.filter("step_label", glossary.step_label)
+register.filter("kind_label", glossary.kind_label)
+register.filter("case_status_label", glossary.case_status_label)
+register.filter("op_status_label", glossary.operation_status_label)
+register.filter("outcome_label", glossary.outcome_label)
+register.filter("recovery_label", glossary.recovery_label)
+register.filter("trigger_label", glossary.trigger_label)
+register.filter("resolution_label", glossary.resolution_label)
+register.filter("action_label", glossary.action_label)
+register.filter("delivery_label", glossary.delivery_outcome_label)
+register.filter("evidence_rows", glossary.evidence_rows)
+register.filter("reply_text_label", glossary.reply_text_label)
+
+
+@register.filter
+def reply_words(attempt: Any) -> str:
+    """An attempt's answer code in words ("accepted by the mail server" for SMTP 250)."""
+    return glossary.reply_label(
+        smtp_code=getattr(attempt, "smtp_code", None),
+        http_status=getattr(attempt, "http_status", None),
+    )

@@ -71,8 +71,11 @@ def test_replay_after_a_permanent_failure_reuses_the_original_key(sandbox, admin
     case = ReviewCase.objects.get(operation=enquiry)
     operation_replay(operation_id=enquiry.pk, actor=admin_user, reason="CRM field fixed")
     case.refresh_from_db()
-    assert (case.status, case.resolution_code) == ("resolved", "replayed")
+    # Queued is not done: the case waits in progress until the replayed attempt works.
+    assert (case.status, case.resolution_code) == ("in_progress", "")
     run_pipeline_rest(event)
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "replayed")
     stats = sandbox.stats()
     assert stats["records_by_external_ref"] == {enquiry.key: 1}
     attempts = list(op(event, "create_enquiry").attempts.order_by("number"))

@@ -420,7 +420,9 @@ def test_a_lookup_from_before_the_last_attempt_does_not_count(users, ambiguous_c
     # The replayed attempt commits the record and loses the answer: ambiguous again.
     sandbox.fault("create_record", "drop_response_after_commit")
     assert operation_execute(operation_id=case.operation_id) == "ambiguous"
-    second = ReviewCase.objects.get(operation_id=case.operation_id, status="open")
+    # The replay did not work: the same case stays in progress, with the new attempt.
+    second = ReviewCase.objects.get(operation_id=case.operation_id)
+    assert (second.pk, second.status) == (case.pk, "in_progress")
     with pytest.raises(ReplayRefusedError, match="Look it up in the destination first"):
         replay(second, rex, destination_checked=True)  # the old "absent" is out of date
     operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=second)

@@ -47,7 +47,8 @@ ACTIONS = [
     ("console:case-replay", "permanent", "replay", 200),
     ("console:case-resolve", "permanent", "change", 200),
     ("console:case-close", "permanent", "change", 200),
-    ("console:case-merge", "duplicate", "change", 302),
+    # An incomplete merge form: the compare page again, with what was typed kept.
+    ("console:case-merge", "duplicate", "change", 200),
     ("console:case-not-duplicate", "duplicate", "change", 200),
     ("console:bulk-replay-new", None, "replay", 200),
     ("console:source-disable", "source", "source", 200),
@@ -197,7 +198,8 @@ def test_the_api_replay_goes_through_the_service_guards(users):
     assert client.post(url, {}, content_type="application/json").status_code == 400
     response = client.post(url, {"reason": "CRM fixed"}, content_type="application/json")
     assert response.status_code == 200, response.content
-    assert response.json()["status"] == "resolved"
+    # Resolved only when the replayed attempt works; until then it is in progress.
+    assert response.json()["status"] == "in_progress"
     assert response.json()["operation"]["status"] == "retry_scheduled"
     again = client.post(url, {"reason": "twice"}, content_type="application/json")
     assert again.status_code == 409
@@ -254,7 +256,7 @@ def test_a_reviewer_sees_no_replay_button(users):
     admin_page = client_for(users, "replay_admin").get(url).content.decode()
     replay_url = reverse("console:case-replay", args=[case.pk])
     assert replay_url not in reviewer_page
-    assert "Replaying needs the Replay admins role" in reviewer_page
+    assert "Trying again needs the Replay admins role" in reviewer_page
     assert replay_url in admin_page
 
 

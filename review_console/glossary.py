@@ -1,0 +1,329 @@
+"""The console's words: one place that turns Onefold's codes into plain language.
+
+Steps, case kinds, outcomes, recovery rules, resolutions, audit actions and
+reply codes are stored as short codes (`create_enquiry`, `ambiguous_outcome`,
+`SMTP 250`). A reviewer reads the label; the code stays behind a "Technical
+details" disclosure. Templates reach these through the `console` template
+filters (`step_label`, `kind_label`, ...); tests/review_console/test_glossary.py
+renders every console page and fails when a code shows where a label exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STEPS: dict[str, str] = {
+    "create_enquiry": "Create the enquiry in the CRM",
+    "assign_task": "Assign a follow-up task in the CRM",
+    "send_confirmation": "Send the confirmation email",
+    "update_enquiry": "Update the enquiry with the edited submission",
+    "remap_enquiry": "Update the enquiry after a field-map correction",
+    "merge_duplicate": "Merge the duplicate CRM record",
+}
+# A step name may carry a suffix after ":" (a merge names its record, a send
+# again its number); the label then says which.
+_STEP_SUFFIX: dict[str, str] = {
+    "merge_duplicate": "Merge CRM record {suffix} into the one that stays",
+    "send_confirmation": "Send the confirmation email again ({suffix})",
+    "remap_enquiry": "Update the enquiry after field-map correction {suffix}",
+}
+
+CASE_KINDS: dict[str, str] = {
+    "ambiguous_outcome": "Not sure it happened",
+    "interrupted_send": "Email may or may not have gone out",
+    "permanent_failure": "Refused by the destination",
+    "retries_exhausted": "Gave up after several tries",
+    "suspected_duplicate": "Possible duplicate enquiry",
+    "late_replay": "Sent again after a long time",
+    "recon_missing": "Check: record missing in the CRM",
+    "recon_duplicate": "Check: two CRM records for one enquiry",
+    "recon_orphan": "Check: CRM record with no submission",
+    "recon_removed": "Check: record deleted in the CRM",
+    "recon_changed": "Check: record reference changed in the CRM",
+    "recon_stuck": "Check: step stuck for too long",
+}
+
+CASE_STATUSES: dict[str, str] = {
+    "open": "Open",
+    "in_progress": "In progress",
+    "resolved": "Resolved",
+    "closed": "Closed",
+}
+
+OPERATION_STATUSES: dict[str, str] = {
+    "pending": "Waiting",
+    "running": "Running now",
+    "retry_scheduled": "Will try again",
+    "succeeded": "Done",
+    "needs_review": "Waiting for a person",
+    "cancelled": "Cancelled",
+}
+
+OUTCOMES: dict[str, str] = {
+    "succeeded": "Worked",
+    "retryable": "Failed, will try again",
+    "permanent": "Refused",
+    "ambiguous": "Unclear: it may have happened",
+    "interrupted": "Cut off: it may have happened",
+    "running": "Running now",
+}
+
+RECOVERY: dict[str, str] = {
+    "": "Normal try",
+    "repeat": "Try again (doing it twice is harmless)",
+    "repeat_with_key": "Try again; the destination recognises a repeat",
+    "repeat_unique_ref": "Try again; the destination refuses a second copy",
+    "lookup_first": "Look for it first, then create it only if missing",
+    "review": "A person decides",
+}
+
+TRIGGERS: dict[str, str] = {
+    "worker": "automatic",
+    "sweeper": "automatic recovery",
+    "replay": "replay by a person",
+    "reviewer": "a reviewer's decision",
+}
+
+# How a case was settled: closing codes (review/cases.py RESOLUTION_CODES) and
+# the codes the services set when they resolve.
+RESOLUTIONS: dict[str, str] = {
+    "verified_in_destination": "Found in the CRM and confirmed",
+    "replayed": "Tried again and it worked",
+    "merged": "Duplicate records merged",
+    "not_duplicate": "Not a duplicate: both enquiries kept",
+    "customer_confirmed_receipt": "Customer confirmed they received the email",
+    "sent_again": "Email sent again",
+    "handled_elsewhere": "Handled outside Onefold",
+    "customer_withdrew": "Customer withdrew",
+    "spam_or_test": "Spam or test",
+    "duplicate_submission": "Same request sent twice",
+    "not_fixable": "Cannot be fixed",
+    "other": "Other (see the reason)",
+}
+
+ACTIONS: dict[str, str] = {
+    "case_opened": "Case opened",
+    "case_taken": "Took the case",
+    "case_resolved": "Resolved with a confirmed record",
+    "case_closed": "Closed",
+    "case_settled_by_success": "Settled: the step then worked",
+    "destination_lookup": "Looked it up in the destination",
+    "replay": "Asked for another try",
+    "merge_requested": "Asked for a merge",
+    "merged": "Records merged",
+    "not_duplicate": "Marked not a duplicate",
+    "email_receipt_confirmed": "Customer confirmed receipt",
+    "email_send_again": "Asked to send the email again",
+    "late_outcome_discarded": "Late answer kept as evidence",
+    "late_replay_checked": "Late repeat checked",
+    "bulk_replay_requested": "Bulk replay started",
+    "bulk_replay_finished": "Bulk replay finished",
+    "reconciliation_completed": "Reconciliation finished",
+    "payloads_purged": "Old submissions' contents deleted",
+    "remapped": "Field map corrected and re-run",
+    "source_enabled": "Source enabled",
+    "source_disabled": "Source disabled",
+    "source_secret_added": "Signing secret added",
+    "source_secret_removed": "Signing secret removed",
+    "api_key_rotated": "API key replaced",
+    "api_key_revoked": "API key revoked",
+}
+
+DELIVERY_OUTCOMES: dict[str, str] = {
+    "accepted": "Received (first time)",
+    "replayed": "Received again (a repeat, answered from the first)",
+    "key_reused": "Refused: same key, different content",
+    "key_missing": "Refused: no key",
+    "invalid": "Refused: not a valid submission",
+    "too_large": "Refused: too large",
+    "unsupported_media": "Refused: not JSON",
+    "unauthorized": "Refused: signature or token wrong",
+    "disabled": "Refused for now: source switched off",
+    "honeypot": "Ignored: filled in by a bot",
+}
+
+# The evidence a case carries, by key: the labelled table of the case page.
+EVIDENCE_FIELDS: dict[str, str] = {
+    "attempt": "Try number",
+    "outcome": "What happened",
+    "error_class": "Error type",
+    "reply": "Answer",
+    "message": "What the destination said",
+    "held_operations": "Steps waiting for this case",
+    "http_status": "Answer",
+    "smtp_code": "Answer",
+    "external_ref": "Reference Onefold gave the record",
+    "record_ids": "CRM records",
+    "records": "CRM records",
+    "event_ids": "Submissions",
+    "existing_id": "Existing CRM record",
+    "survivor_id": "CRM record that stays",
+    "duplicate_id": "Duplicate CRM record",
+    "run": "Reconciliation run",
+    "finding": "Finding",
+}
+
+# SMTP reply codes (RFC 5321, section 4.2.3) and HTTP statuses (RFC 9110) a
+# reviewer meets, in words. Unknown codes fall back to their class.
+_SMTP: dict[int, str] = {
+    250: "accepted by the mail server",
+    251: "accepted by the mail server (forwarded)",
+    421: "mail server busy, try later",
+    450: "mailbox busy, try later",
+    451: "mail server error, try later",
+    452: "mail server full, try later",
+    550: "mailbox refused the message",
+    552: "mailbox full",
+    553: "address not accepted",
+    554: "mail server refused the message",
+}
+_HTTP: dict[int, str] = {
+    200: "done",
+    201: "created",
+    204: "done",
+    400: "refused: the data was not accepted",
+    401: "refused: Onefold's credentials were not accepted",
+    403: "refused: not allowed",
+    404: "not found",
+    409: "refused: it already exists",
+    422: "refused: the data was not accepted",
+    429: "too many requests, try later",
+    500: "the destination failed (it may have done it)",
+    502: "the destination was unreachable",
+    503: "the destination is unavailable, try later",
+    504: "the destination did not answer in time",
+}
+
+
+def step_label(step: str) -> str:
+    name, _, suffix = (step or "").partition(":")
+    if suffix and name in _STEP_SUFFIX:
+        return _STEP_SUFFIX[name].format(suffix=suffix)
+    return STEPS.get(name, step)
+
+
+def _lookup(table: dict[str, str], code: Any) -> str:
+    text = "" if code is None else str(code)
+    return table.get(text, text.replace("_", " ").capitalize() if text else "")
+
+
+def kind_label(code: Any) -> str:
+    return _lookup(CASE_KINDS, code)
+
+
+def case_status_label(code: Any) -> str:
+    return _lookup(CASE_STATUSES, code)
+
+
+def operation_status_label(code: Any) -> str:
+    return _lookup(OPERATION_STATUSES, code)
+
+
+def outcome_label(code: Any) -> str:
+    return _lookup(OUTCOMES, code or "running")
+
+
+def recovery_label(code: Any) -> str:
+    return RECOVERY.get("" if code is None else str(code), str(code))
+
+
+def trigger_label(code: Any) -> str:
+    return _lookup(TRIGGERS, code)
+
+
+def resolution_label(code: Any) -> str:
+    return _lookup(RESOLUTIONS, code)
+
+
+def action_label(code: Any) -> str:
+    return _lookup(ACTIONS, code)
+
+
+def delivery_outcome_label(code: Any) -> str:
+    return _lookup(DELIVERY_OUTCOMES, code)
+
+
+def evidence_field_label(key: Any) -> str:
+    return _lookup(EVIDENCE_FIELDS, key)
+
+
+def reply_label(*, smtp_code: int | None = None, http_status: int | None = None) -> str:
+    """An answer code in words: SMTP 250 is "accepted by the mail server"."""
+    if smtp_code is not None:
+        return _SMTP.get(smtp_code) or (
+            "accepted by the mail server"
+            if 200 <= smtp_code < 300
+            else "mail server asks to try later"
+            if 400 <= smtp_code < 500
+            else "mail server refused"
+        )
+    if http_status is not None:
+        return _HTTP.get(http_status) or (
+            "done"
+            if 200 <= http_status < 300
+            else "refused"
+            if 400 <= http_status < 500
+            else "the destination failed"
+        )
+    return ""
+
+
+def reply_text_label(reply: Any) -> str:
+    """A stored reply text ("SMTP 250", "HTTP 409") in words; other text as it is."""
+    protocol, _, number = str(reply or "").partition(" ")
+    if number.isdigit() and protocol in ("SMTP", "HTTP"):
+        code = int(number)
+        return reply_label(**{"smtp_code" if protocol == "SMTP" else "http_status": code})
+    return str(reply or "")
+
+
+def evidence_rows(evidence: Any) -> list[dict[str, Any]]:
+    """A case's evidence as labelled rows: (label, plain value, technical key).
+
+    Reply codes are put in words; lists of held steps become step labels; other
+    values are shown as text. The raw key stays available for the technical details.
+    """
+    if not isinstance(evidence, dict):
+        return []
+    rows = []
+    for key, value in evidence.items():
+        if value in (None, "", [], {}):
+            continue
+        rows.append({"label": evidence_field_label(key), "value": _evidence_value(key, value)})
+    return rows
+
+
+def _evidence_value(key: str, value: Any) -> str:
+    if key == "reply":
+        return reply_text_label(value)
+    if key == "smtp_code" and isinstance(value, int):
+        return reply_label(smtp_code=value)
+    if key == "http_status" and isinstance(value, int):
+        return reply_label(http_status=value)
+    if key == "outcome":
+        return outcome_label(value)
+    if key == "held_operations" and isinstance(value, list):
+        return "; ".join(
+            step_label(str(item.get("step", ""))) if isinstance(item, dict) else str(item)
+            for item in value
+        )
+    if isinstance(value, list):
+        return ", ".join(
+            str(item.get("id", item)) if isinstance(item, dict) else str(item) for item in value
+        )
+    if isinstance(value, dict):
+        return "; ".join(f"{evidence_field_label(k)}: {v}" for k, v in value.items())
+    return str(value)
+
+
+# Codes that must never reach a page where one of these labels exists (the
+# glossary test scans rendered HTML for them, outside "Technical details").
+def technical_codes() -> set[str]:
+    return (
+        {k for k in STEPS}
+        | set(CASE_KINDS)
+        | set(RESOLUTIONS)
+        | {k for k in RECOVERY if k}
+        | {k for k in ACTIONS}
+        | {"needs_review", "retry_scheduled", "in_progress"}
+    )

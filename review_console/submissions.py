@@ -1,0 +1,279 @@
+"""Finding a customer's submission, and everything that happened to it, on one page.
+
+Read-only selectors, like `selectors.py`. How each kind of search is answered,
+and why no contact detail is indexed in clear:
+
+- **email**: exact, case-insensitive, through `Event.contact_digest` (an HMAC of
+  the normalised address, indexed): the address typed is digested the same way
+  and matched by equality. The address itself is never indexed or stored apart
+  from the payload.
+- **name**: the name is stored only inside the payload (no index, no digest, and
+  a digest could not match part of a name). It is searched as a substring of the
+  payload's contact name, newest first, under a statement timeout, and only for
+  viewers who may see contact details: for a masked viewer a name search would
+  reveal the full names the console hides ("A. L." would answer "Ada Lovelace?").
+- **key or reference**: exact event key (the (source, key) unique index, one
+  probe per source), operation key (unique index), CRM or email reference
+  (the partial index on `destination_ref`), the event's id, or `#<case number>`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Count, Q, QuerySet
+
+from idempotency_core.keys import contact_digest
+from idempotency_core.models import (
+    AuditEntry,
+    Destination,
+    Event,
+    Operation,
+    ReviewCase,
+    Source,
+)
+from review_console import glossary
+
+RESULTS_LIMIT = 50
+# A name search reads payloads (no index): stop it rather than hold a web worker.
+NAME_SEARCH_TIMEOUT_MS = 2000
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_CASE_NUMBER = re.compile(r"^#\s*(\d{1,18})$")
+
+
+@dataclass
+class SearchResult:
+    query: str
+    # How the query was matched, in words ("email address", "event key", ...).
+    matched_by: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    case_id: int | None = None
+    notice: str = ""
+
+
+def _events(condition: Q) -> QuerySet[Event]:
+    open_cases = Count("review_cases", filter=Q(review_cases__status__in=ReviewCase.OPEN_STATUSES))
+    return (
+        Event.objects.filter(condition)
+        .select_related("source")
+        .annotate(open_cases=open_cases, cases=Count("review_cases"))
+        .order_by("-received_at")
+    )
+
+
+def submission_search(query: str, *, may_see_contact: bool) -> SearchResult:
+    """Submissions matching `query`, newest first, at most RESULTS_LIMIT."""
+    query = query.strip()
+    result = SearchResult(query=query)
+    if not query or len(query) > 500 or "\x00" in query:
+        return result
+    number = _CASE_NUMBER.match(query)
+    if number:
+        found = ReviewCase.objects.filter(pk=int(number.group(1))).values_list("pk", flat=True)
+        result.case_id = found.first()
+        result.matched_by.append("case number")
+        return result
+    condition = _exact_condition(query, result)
+    if condition is not None:
+        result.events = list(_events(condition)[:RESULTS_LIMIT])
+    if not result.events and _looks_like_name(query):
+        _name_search(query, result, may_see_contact=may_see_contact)
+    return result
+
+
+def _exact_condition(query: str, result: SearchResult) -> Q | None:
+    """Each exact match resolved through its own index into event ids."""
+    ids: set[Any] = set()
+    if _EMAIL.match(query):
+        by_email = Event.objects.filter(contact_digest=contact_digest(query))
+        found = _ids(by_email, "pk")
+        if found:
+            result.matched_by.append("email address")
+        ids |= found
+    sources = list(Source.objects.values_list("pk", flat=True))
+    probes = (
+        ("submission id", _uuid_event_ids(query)),
+        ("event key", _ids(Event.objects.filter(source_id__in=sources, key=query[:255]), "pk")),
+        ("operation key", _ids(Operation.objects.filter(key=query[:64]), "event_id")),
+        (
+            "CRM or email reference",
+            _ids(Operation.objects.filter(destination_ref=query[:200]), "event_id"),
+        ),
+    )
+    for label, found in probes:
+        if found:
+            result.matched_by.append(label)
+        ids |= found
+    return Q(pk__in=list(ids)) if ids else None
+
+
+def _ids(queryset: QuerySet, column: str) -> set[Any]:
+    return set(queryset.values_list(column, flat=True)[:RESULTS_LIMIT])
+
+
+def _uuid_event_ids(query: str) -> set[Any]:
+    try:
+        value = uuid.UUID(query)
+    except ValueError:
+        return set()
+    return _ids(Event.objects.filter(pk=value), "pk")
+
+
+def _looks_like_name(query: str) -> bool:
+    return len(query) >= 2 and any(ch.isalpha() for ch in query) and "@" not in query
+
+
+def _name_search(query: str, result: SearchResult, *, may_see_contact: bool) -> None:
+    if not may_see_contact:
+        result.notice = (
+            "Searching by name needs the permission to see contact details (a name search "
+            "would reveal the names the console masks for you). Search by email address, "
+            "key or reference instead."
+        )
+        return
+    matches = _events(Q(payload__contact__name__icontains=query))[:RESULTS_LIMIT]
+    try:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL statement_timeout = {NAME_SEARCH_TIMEOUT_MS}")
+            result.events = list(matches)
+    except DatabaseError:
+        result.notice = (
+            "The name search took too long and was stopped. Search by email address, key "
+            "or reference: those are instant."
+        )
+        return
+    if result.events:
+        result.matched_by.append("name")
+
+
+# -- the submission page ------------------------------------------------------------
+
+
+@dataclass
+class TimelineEntry:
+    at: datetime
+    kind: str  # delivery, attempt, case, audit
+    title: str
+    detail: str = ""
+    case_id: int | None = None
+    operation_id: int | None = None
+    technical: str = ""
+
+
+def submission_cases(event: Event) -> list[ReviewCase]:
+    """Every case of the submission: its own, and those of its operations' merges."""
+    return list(
+        ReviewCase.objects.filter(Q(event=event) | Q(operation__event=event))
+        .select_related("operation", "owner")
+        .distinct()
+        .order_by("created_at", "pk")
+    )
+
+
+def submission_audit(
+    event: Event, cases: list[ReviewCase], operations: list[Operation]
+) -> list[AuditEntry]:
+    condition = (
+        Q(event=event)
+        | Q(case_id__in=[c.pk for c in cases])
+        | Q(operation_id__in=[o.pk for o in operations])
+    )
+    return list(AuditEntry.objects.filter(condition).order_by("at", "pk")[:500])
+
+
+def submission_timeline(
+    *,
+    deliveries: list[Any],
+    operations: list[Operation],
+    cases: list[ReviewCase],
+    audit: list[AuditEntry],
+) -> list[TimelineEntry]:
+    """One chronological story: receipts, tries, cases and people's decisions."""
+    entries = [
+        TimelineEntry(
+            at=d.received_at,
+            kind="delivery",
+            title=glossary.delivery_outcome_label(d.outcome),
+            technical=f"HTTP {d.status_code}",
+        )
+        for d in deliveries
+    ]
+    for operation in operations:
+        for attempt in operation.attempts.all():
+            entries.append(_attempt_entry(operation, attempt))
+    for case in cases:
+        entries.append(
+            TimelineEntry(
+                at=case.created_at,
+                kind="case",
+                title=f"Case #{case.pk} opened: {glossary.kind_label(case.kind)}",
+                case_id=case.pk,
+                technical=f"{case.kind} · {case.subject}",
+            )
+        )
+    for entry in audit:
+        if entry.action == "case_opened":
+            continue  # the case's own line says it
+        entries.append(
+            TimelineEntry(
+                at=entry.at,
+                kind="audit",
+                title=f"{glossary.action_label(entry.action)} ({_actor(entry.actor_label)})",
+                detail=entry.reason,
+                case_id=entry.case_id,
+                operation_id=entry.operation_id,
+                technical=entry.action,
+            )
+        )
+    return sorted(entries, key=lambda e: e.at)
+
+
+def _actor(label: str) -> str:
+    kind, _, name = label.partition(":")
+    return name if kind == "user" else "automatic"
+
+
+def _attempt_entry(operation: Operation, attempt: Any) -> TimelineEntry:
+    words = glossary.reply_label(smtp_code=attempt.smtp_code, http_status=attempt.http_status)
+    detail = words.capitalize() if words else ""
+    if attempt.adopted:
+        detail = (detail + ". " if detail else "") + "It already existed and was adopted."
+    return TimelineEntry(
+        at=attempt.started_at,
+        kind="attempt",
+        title=(
+            f"{glossary.step_label(operation.step)}: try {attempt.number}, "
+            f"{glossary.outcome_label(attempt.outcome).lower()} "
+            f"({glossary.trigger_label(attempt.trigger)})"
+        ),
+        detail=detail,
+        operation_id=operation.pk,
+        technical=" · ".join(
+            part
+            for part in (
+                operation.step,
+                attempt.outcome or "running",
+                attempt.reply,
+                attempt.error_class,
+            )
+            if part
+        ),
+    )
+
+
+def crm_record_url(destination: Destination, ref: str) -> str:
+    """A link to the record in the CRM where Onefold knows its address without
+    account details: the sandbox CRM's record resource. Other vendors' web
+    addresses need an account or portal id the adapters do not hold: none."""
+    if not ref or destination.kind != "crm_http":
+        return ""
+    base = (destination.base_url or settings.DESTINATION_URL).rstrip("/")
+    return f"{base}/crm/records/{ref}" if ref.startswith("rec_") else ""
