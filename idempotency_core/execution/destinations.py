@@ -158,9 +158,13 @@ def adapter_for(destination: Destination, *, timeout: float | None = None) -> Ad
             destination.base_url or settings.DESTINATION_URL, timeout=timeout, env=os.environ
         )
     factory = adapter_factory(kind)
-    adapter: Adapter = factory(
-        base_url=destination.base_url or None, timeout=timeout, env=os.environ
-    )
+    try:
+        adapter: Adapter = factory(
+            base_url=destination.base_url or None, timeout=timeout, env=os.environ
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        # A setting the adapter cannot use: nothing can be sent until it is corrected.
+        raise AdapterUnavailableError(f"the {kind} adapter is misconfigured: {exc}") from exc
     return adapter
 
 

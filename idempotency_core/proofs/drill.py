@@ -373,10 +373,14 @@ def case_record_removed_before_replay(ctx: DrillContext) -> Counts:
     event = ctx.ingest("removed")
     ctx.settle()
     ctx.staff_remove(ctx.record_of(event))
+    # What the removal left: the sandbox removes the record's tasks with it; in
+    # HubSpot, Pipedrive or Salesforce a task outlives its deal or lead.
+    tasks_left = ctx.control.get("/_sandbox/stats").json()["tasks"]
+    expect(tasks_left <= 1, f"{tasks_left} tasks after one enquiry")
     # Onefold never recreates a record someone removed; reconciliation reports it.
     expect(ctx.replay_everything(event) == 3, "a replay of a succeeded operation was accepted")
     ctx.settle()
-    return Counts(0, 0, 1, 0)
+    return Counts(0, tasks_left, 1, 0)
 
 
 def case_task_replayed_after_record_removed(ctx: DrillContext) -> Counts:
@@ -553,20 +557,101 @@ def recognition_of(capabilities: Capabilities) -> str:
 class VendorSetup:
     """What the drill needs to run a vendor's emulator as its CRM.
 
-    `env`: variables the adapter reads that the drill supplies when unset (the
-    emulator's own credentials and defaults, from its package's docstring);
-    `remove`: what staff do to delete a record, through the emulator's
-    documented DELETE path (control client, the adapter, the record id)."""
+    `env`: the variables its adapter reads, pointing at the running emulator
+    with the emulator's own credentials (from the vendor package's docstring);
+    the drill sets those that are unset, for the run. `remove`: what staff do
+    to delete a record behind Onefold's back, through the vendor's documented
+    DELETE path (the emulator's control client, the adapter, the record id)."""
 
-    env: Callable[[str], dict[str, str]]
+    env: Callable[[Any], dict[str, str]]
     remove: Callable[[httpx.Client, Any, str], None]
 
 
 def _unsupported_remove(control: httpx.Client, adapter: Any, record_id: str) -> None:
-    raise DrillScenarioError("the drill has no staff removal for this vendor yet")
+    raise DrillScenarioError("the drill has no staff removal for this vendor")
 
 
-VENDOR_SETUP: dict[str, VendorSetup] = {}
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _hubspot_remove(control: httpx.Client, adapter: Any, record_id: str) -> None:
+    # DELETE /crm/v3/objects/{objectType}/{objectId} archives the object
+    # (https://developers.hubspot.com/docs/api/crm/deals, "Archive").
+    control.delete(
+        f"/crm/v3/objects/{adapter.object_type}/{record_id}",
+        headers=_bearer(os.environ["HUBSPOT_TOKEN"]),
+    ).raise_for_status()
+
+
+def _salesforce_remove(control: httpx.Client, adapter: Any, record_id: str) -> None:
+    # OAuth client credentials, then DELETE /services/data/vXX.X/sobjects/{object}/{id}
+    # (https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/dome_delete_record.htm).
+    token = control.post(
+        "/services/oauth2/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": os.environ["SALESFORCE_CLIENT_ID"],
+            "client_secret": os.environ["SALESFORCE_CLIENT_SECRET"],
+        },
+    )
+    token.raise_for_status()
+    control.delete(
+        f"/services/data/v{adapter.config.api_version}/sobjects/{adapter.config.sobject}/{record_id}",
+        headers=_bearer(token.json()["access_token"]),
+    ).raise_for_status()
+
+
+def _pipedrive_remove(control: httpx.Client, adapter: Any, record_id: str) -> None:
+    # DELETE /v1/leads/{id} (https://developers.pipedrive.com/docs/api/v1/Leads#deleteLead).
+    control.delete(
+        f"/v1/leads/{record_id}", headers={"x-api-token": os.environ["PIPEDRIVE_API_TOKEN"]}
+    ).raise_for_status()
+
+
+def _dataverse_remove(control: httpx.Client, adapter: Any, record_id: str) -> None:
+    # Client credentials at the tenant's token endpoint, then DELETE /api/data/v9.2/leads(<id>)
+    # (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/update-delete-entities-using-web-api).
+    token = control.post(
+        os.environ["DATAVERSE_TOKEN_URL"],
+        data={
+            "grant_type": "client_credentials",
+            "client_id": os.environ["DATAVERSE_CLIENT_ID"],
+            "client_secret": os.environ["DATAVERSE_CLIENT_SECRET"],
+            "scope": f"{os.environ['DATAVERSE_URL'].rstrip('/')}/.default",
+        },
+    )
+    token.raise_for_status()
+    control.delete(
+        f"/api/data/v9.2/leads({record_id})", headers=_bearer(token.json()["access_token"])
+    ).raise_for_status()
+
+
+VENDOR_SETUP: dict[str, VendorSetup] = {
+    # Any non-empty token is taken (integrations/hubspot/__init__.py).
+    "hubspot": VendorSetup(
+        env=lambda emulator: {"HUBSPOT_BASE_URL": emulator.http_url, "HUBSPOT_TOKEN": "drill"},
+        remove=_hubspot_remove,
+    ),
+    "salesforce": VendorSetup(
+        env=lambda emulator: emulator.adapter_env(), remove=_salesforce_remove
+    ),
+    # The adapter's default settle delay is 30 s; the emulator's search lags 1 s.
+    "pipedrive": VendorSetup(
+        env=lambda emulator: {**emulator.adapter_env(), "PIPEDRIVE_SETTLE_SECONDS": "3"},
+        remove=_pipedrive_remove,
+    ),
+    # Any non-empty secret is taken unless one is configured (integrations/dataverse/__init__.py).
+    "dataverse": VendorSetup(
+        env=lambda emulator: {
+            "DATAVERSE_URL": emulator.http_url,
+            "DATAVERSE_TOKEN_URL": emulator.token_url,
+            "DATAVERSE_CLIENT_ID": "onefold-drill",
+            "DATAVERSE_CLIENT_SECRET": "drill-secret",
+        },
+        remove=_dataverse_remove,
+    ),
+}
 
 
 class DrillDestinationError(Exception):
@@ -594,7 +679,7 @@ def _crm_under_drill(destination: str, sandbox: SandboxServer) -> Iterator[tuple
         raise DrillDestinationError(f"cannot drill {destination}: {exc}") from exc
     setup = VENDOR_SETUP.get(destination)
     with emulator:
-        supplied = setup.env(emulator.http_url) if setup else {}
+        supplied = setup.env(emulator) if setup else {}
         previous = {name: os.environ.get(name) for name in supplied}
         os.environ.update({k: v for k, v in supplied.items() if previous[k] is None})
         try:
