@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -23,9 +24,10 @@ import pytest
 
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Operation, ReviewCase
 from integrations.pipedrive.emulator import DEFAULT_API_TOKEN, PipedriveEmulator
-from tests.factories import ingest, op
+from tests.factories import ingest, op, submission
 from tests.support.processes import wait_for
 
 SETTLE = 0.6  # PIPEDRIVE_SETTLE_SECONDS in these tests
@@ -59,8 +61,8 @@ def configure(control: httpx.Client, **changes: Any) -> None:
     assert control.post("/_sandbox/config", json=changes).status_code == 200
 
 
-def fault(control: httpx.Client, action: str, mode: str) -> None:
-    body = {"action": action, "mode": mode}
+def fault(control: httpx.Client, action: str, mode: str, times: int = 1) -> None:
+    body = {"action": action, "mode": mode, "times": times}
     assert control.post("/_sandbox/faults", json=body).status_code == 200
 
 
@@ -151,3 +153,71 @@ def test_a_refused_reference_field_stops_the_worker_before_any_call(
     assert "is not a lead field" in attempt.error_message
     counted = stats(pipedrive)
     assert counted["calls"]["create_record"] == 0 and counted["calls"]["create_person"] == 0
+
+
+# -- through gunicorn and a real cluster ----------------------------------------------
+
+EVENTS = 12
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_repeated_deliveries_and_lost_answers_through_a_cluster_make_one_lead_each(
+    emulator: PipedriveEmulator, sandbox: Any, web_server: Any, qcluster_factory: Any
+) -> None:
+    """Each submission delivered twice at once through gunicorn; lost answers and
+    429s on creates; a real django-q2 cluster and a sweeper recover. The search
+    settles within the delay, so every lost answer is adopted: one lead and one
+    activity per submission, and a create sent again only after a 429."""
+    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
+        assert control.post("/_sandbox/reset").status_code == 200
+        configure(control, search_lag_seconds=SETTLE / 3)
+        fault(control, "create_record", "drop_response_after_commit", times=4)
+        fault(control, "create_record", "http_429", times=2)
+        fault(control, "create_task", "drop_response_after_commit", times=2)
+        env = {**emulator.adapter_env(), "PIPEDRIVE_SETTLE_SECONDS": str(SETTLE)}
+        qcluster_factory("qcluster", ONEFOLD_CRM="pipedrive", **env)
+        qcluster_factory.sweeper("sweeper", ONEFOLD_CRM="pipedrive", **env)
+
+        _, _, key = source_create_with_key(name="website")
+        bodies = {
+            f"pd-e2e-{uuid.uuid4().hex[:8]}": submission(
+                contact={"name": f"Person {n}", "email": f"person{n % 4}@example.com"},
+                message=f"Enquiry {n}",
+            )
+            for n in range(EVENTS)
+        }
+
+        def deliver(event_key: str) -> int:
+            with httpx.Client(timeout=60) as client:
+                return client.post(
+                    f"{web_server.url}/api/v1/submissions/",
+                    json=bodies[event_key],
+                    headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": event_key},
+                ).status_code
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            codes = list(pool.map(deliver, [k for k in bodies for _ in range(2)]))
+        assert sorted(codes) == [200] * EVENTS + [202] * EVENTS
+
+        wait_for(
+            lambda: (
+                not Operation.objects.exclude(
+                    status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
+                ).exists()
+                and Operation.objects.count() == EVENTS * 3
+            ),
+            timeout=120,
+            interval=0.5,
+            what="every operation to settle",
+        )
+        counted = stats(control)
+
+    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
+    keys = set(Operation.objects.filter(step="create_enquiry").values_list("key", flat=True))
+    assert counted["records_by_external_ref"] == dict.fromkeys(sorted(keys), 1)
+    task_keys = set(Operation.objects.filter(step="assign_task").values_list("key", flat=True))
+    assert counted["tasks_by_external_ref"] == dict.fromkeys(sorted(task_keys), 1)
+    assert counted["calls"]["create_record"] == EVENTS + 2  # sent again only after a 429
+    assert counted["calls"]["create_task"] == EVENTS
+    assert len(sandbox.messages()) == EVENTS
