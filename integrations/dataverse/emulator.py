@@ -883,3 +883,13 @@ class DataverseEmulator(EmulatorServer):
     @property
     def token_url(self) -> str:
         return f"{self.http_url}/emulator-tenant/oauth2/v2.0/token"
+
+    def adapter_env(self) -> dict[str, str]:
+        """The DATAVERSE_* variables that point the adapter at this emulator as it starts
+        (after a reset any non-empty client id and secret get a token)."""
+        return {
+            "DATAVERSE_URL": self.http_url,
+            "DATAVERSE_CLIENT_ID": "onefold-emulator",
+            "DATAVERSE_CLIENT_SECRET": "emulator-secret",
+            "DATAVERSE_TOKEN_URL": self.token_url,
+        }

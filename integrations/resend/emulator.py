@@ -464,3 +464,8 @@ class ResendEmulator(EmulatorServer):
     vendor = "resend"
     handler_class = ResendRequestHandler
     store_class = ResendStore
+
+    def adapter_env(self) -> dict[str, str]:
+        """The RESEND_* variables that point the adapter at this emulator as it starts
+        (after a reset any key that starts with re_ is accepted)."""
+        return {"RESEND_API_KEY": "re_emulator_key", "RESEND_BASE_URL": self.http_url}

@@ -1,0 +1,140 @@
+"""The pipeline against the Dataverse emulator: lost creates end adopted through 412.
+
+Real parts: PostgreSQL, the engine's own attempts (`operation_execute`, as a
+worker runs them), the Dataverse emulator over loopback (its token endpoint
+too) for the CRM, and the sandbox's SMTP sink for the confirmation. The
+default "crm" destination is switched to Dataverse by ONEFOLD_CRM and
+configured from DATAVERSE_* variables, as in production.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from idempotency_core.execution.destinations import verification_forget
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.models import Attempt, Event, Operation, ReviewCase
+from integrations.dataverse.adapter import record_guid
+from integrations.dataverse.emulator import DataverseEmulator
+from tests.factories import ingest, op
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[DataverseEmulator]:
+    with DataverseEmulator() as server:
+        yield server
+
+
+@pytest.fixture
+def dataverse(
+    emulator: DataverseEmulator, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[httpx.Client]:
+    """The emulator, reset, as the default CRM; mail still goes to the sandbox's sink."""
+    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
+        assert control.post("/_sandbox/reset").status_code == 200
+        for name, value in emulator.adapter_env().items():
+            monkeypatch.setenv(name, value)
+        settings.ONEFOLD_CRM = "dataverse"
+        verification_forget()
+        yield control
+        verification_forget()
+
+
+def configure(control: httpx.Client, **changes: Any) -> None:
+    assert control.post("/_sandbox/config", json=changes).status_code == 200
+
+
+def fault(control: httpx.Client, action: str, mode: str) -> None:
+    body = {"action": action, "mode": mode}
+    assert control.post("/_sandbox/faults", json=body).status_code == 200
+
+
+def stats(control: httpx.Client) -> dict[str, Any]:
+    return dict(control.get("/_sandbox/stats").json())
+
+
+def run_now(operation: Operation) -> str | None:
+    """Executes the operation's next attempt now, whatever its scheduled time."""
+    Operation.objects.filter(pk=operation.pk).update(next_attempt_at=timezone.now())
+    return operation_execute(operation_id=operation.pk)
+
+
+def enquiry_of(prefix: str) -> tuple[Event, Operation]:
+    event = ingest(f"{prefix}-{uuid.uuid4().hex[:8]}", contact_from_key=True)
+    return event, op(event, "create_enquiry")
+
+
+@pytest.mark.parametrize(
+    "mode", ["drop_response_after_commit", "http_500_after_commit"], ids=["lost", "500"]
+)
+def test_lost_create_answers_end_adopted_by_412_with_one_lead_and_one_task(
+    dataverse: httpx.Client, sandbox: Any, mode: str
+) -> None:
+    event, enquiry = enquiry_of("dv-lost")
+    fault(dataverse, "create_record", mode)
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.AMBIGUOUS
+    assert run_now(enquiry) == Attempt.Outcome.SUCCEEDED
+
+    task = op(event, "assign_task")
+    fault(dataverse, "create_task", mode)
+    assert operation_execute(operation_id=task.pk) == Attempt.Outcome.AMBIGUOUS
+    assert run_now(task) == Attempt.Outcome.SUCCEEDED
+    assert operation_execute(operation_id=op(event, "send_confirmation").pk) == "succeeded"
+
+    enquiry.refresh_from_db()
+    task.refresh_from_db()
+    assert enquiry.destination_ref == record_guid("lead", enquiry.key)
+    assert task.destination_ref == record_guid("task", task.key)
+    # The repeats were refused with 412 and adopted what the lost attempts made.
+    for operation in (enquiry, task):
+        attempts = list(operation.attempts.order_by("number"))
+        assert [a.adopted for a in attempts] == [False, True]
+        assert attempts[1].http_status == 412
+    counted = stats(dataverse)
+    assert counted["records_by_external_ref"] == {enquiry.key: 1}
+    assert counted["tasks_by_external_ref"] == {task.key: 1}
+    assert (counted["records"], counted["tasks"]) == (1, 1)
+    assert (counted["calls"]["create_record"], counted["calls"]["create_task"]) == (2, 2)
+    assert len(sandbox.messages()) == 1
+    assert not ReviewCase.objects.exists()
+
+
+def test_a_pending_alternate_key_is_refused_before_any_call(dataverse: httpx.Client) -> None:
+    configure(dataverse, alternate_key_status="Pending")
+    _, enquiry = enquiry_of("dv-pending")
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.RETRYABLE
+    message = enquiry.attempts.get().error_message
+    assert "unique_external_ref" in message
+    assert "key onefold_ref_key on [onefold_ref]: Pending" in message
+    assert "emulator-secret" not in message
+    counted = stats(dataverse)
+    assert (counted["records"], counted["calls"]["create_record"]) == (0, 0)
+
+
+def test_check_destinations_refuses_dataverse_until_the_key_is_active(
+    dataverse: httpx.Client,
+) -> None:
+    out = io.StringIO()
+    call_command("check_destinations", "crm", stdout=out, stderr=out)
+    assert (
+        "crm\tunique_external_ref\tverified\tGET /EntityDefinitions(LogicalName='lead')/Keys"
+        in (out.getvalue())
+    )
+    for status in ("Pending", "Failed"):
+        configure(dataverse, alternate_key_status=status)
+        out = io.StringIO()
+        with pytest.raises(CommandError) as refused:
+            call_command("check_destinations", "crm", stdout=out, stderr=out)
+        assert refused.value.returncode == 1 and "crm" in str(refused.value)
+        assert "crm\tunique_external_ref\trefused\t" in out.getvalue()
+        assert f"[onefold_ref]: {status}" in out.getvalue()
