@@ -25,6 +25,8 @@ from django.utils import timezone
 from idempotency_core.execution.destinations import destination_ready, verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
+from idempotency_core.review.cases import case_mark_resolved
+from idempotency_core.review.refusals import CaseActionRefusedError
 from integrations.salesforce.emulator import SalesforceEmulator
 from tests.factories import ingest, make_user, op
 
@@ -203,3 +205,71 @@ def test_check_destinations_names_the_field_salesforce_does_not_enforce(
     assert (
         "refused" in text and "Task/describe: Onefold_Ref__c externalId=true unique=false" in text
     )
+
+
+def staff_patch(control: httpx.Client, record_id: str, fields: dict[str, Any]) -> None:
+    """What a person does in Salesforce: an edit through the REST API, as its own user."""
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": "onefold-emulator",
+        "client_secret": "emulator-secret",
+    }
+    token = control.post("/services/oauth2/token", data=form).json()["access_token"]
+    response = control.patch(
+        f"/services/data/v62.0/sobjects/Lead/{record_id}",
+        json=fields,
+        headers={"Authorization": f"Bearer {token}", "Sforce-Auto-Assign": "FALSE"},
+    )
+    assert response.status_code == 204
+
+
+def test_a_reviewer_settles_the_300_case_with_one_of_the_ids(
+    salesforce: httpx.Client, sandbox: Any
+) -> None:
+    """A person keeps one of the two leads and resolves the case with its id; the
+    task then goes to that lead and the confirmation is sent."""
+    _, enquiry = enquiry_of("sf-300-settled")
+    destination_ready(enquiry.destination)
+    configure(salesforce, reference_unique=False)
+    kept, other = seed_leads(
+        salesforce, {"Onefold_Ref__c": enquiry.key}, {"Onefold_Ref__c": enquiry.key}
+    )
+    assert run_now(enquiry) == Attempt.Outcome.PERMANENT
+    case = ReviewCase.objects.get(operation=enquiry)
+    staff_patch(salesforce, other, {"Onefold_Ref__c": None})
+    reviewer = make_user("rita", groups=("Reviewers",))
+
+    case_mark_resolved(
+        case_id=case.pk, actor=reviewer, destination_ref=kept, reason="kept the older lead"
+    )
+    enquiry.refresh_from_db()
+    assert (enquiry.status, enquiry.destination_ref) == (Operation.Status.SUCCEEDED, kept)
+    task = op(enquiry.event, "assign_task")
+    assert operation_execute(operation_id=task.pk) == Attempt.Outcome.SUCCEEDED
+    assert operation_execute(operation_id=op(enquiry.event, "send_confirmation").pk) == "succeeded"
+    counted = stats(salesforce)
+    assert counted["tasks_by_external_ref"] == {task.key: 1}
+    assert len(sandbox.messages()) == 1
+
+
+def test_a_suspected_duplicate_is_linked_once_the_lead_carries_the_reference(
+    salesforce: httpx.Client, sandbox: Any
+) -> None:
+    """'Link to it': the matched lead is the customer's; a person gives it this
+    enquiry's reference in Salesforce, then resolves the case with its id."""
+    configure(salesforce, duplicate_rule="block")
+    event, enquiry = enquiry_of("sf-dup-linked")
+    assert event.payload is not None
+    [existing] = seed_leads(salesforce, {"Email": event.payload["contact"]["email"]})
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.PERMANENT
+    case = ReviewCase.objects.get(operation=enquiry)
+    reviewer = make_user("rita", groups=("Reviewers",))
+
+    with pytest.raises(CaseActionRefusedError, match="carries no external reference"):
+        case_mark_resolved(case_id=case.pk, actor=reviewer, destination_ref=existing, reason="r")
+    staff_patch(salesforce, existing, {"Onefold_Ref__c": enquiry.key})
+    case_mark_resolved(case_id=case.pk, actor=reviewer, destination_ref=existing, reason="same")
+    assert operation_execute(operation_id=op(event, "assign_task").pk) == "succeeded"
+    counted = stats(salesforce)
+    assert (counted["records"], counted["tasks"]) == (1, 1)
+    assert counted["records_by_external_ref"] == {enquiry.key: 1}
