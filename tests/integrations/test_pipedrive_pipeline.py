@@ -13,6 +13,7 @@ and otherwise opens a case saying why it cannot tell. No second lead, ever.
 
 from __future__ import annotations
 
+import io
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,12 +22,18 @@ from typing import Any
 
 import httpx
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Operation, ReviewCase
-from integrations.pipedrive.emulator import DEFAULT_API_TOKEN, PipedriveEmulator
+from integrations.pipedrive.emulator import (
+    DEFAULT_API_TOKEN,
+    REFERENCE_FIELD_KEY,
+    PipedriveEmulator,
+)
 from tests.factories import ingest, op, submission
 from tests.support.processes import wait_for
 
@@ -153,6 +160,25 @@ def test_a_refused_reference_field_stops_the_worker_before_any_call(
     assert "is not a lead field" in attempt.error_message
     counted = stats(pipedrive)
     assert counted["calls"]["create_record"] == 0 and counted["calls"]["create_person"] == 0
+
+
+def test_check_destinations_verifies_and_refuses_the_reference_field(
+    pipedrive: httpx.Client,
+) -> None:
+    out = io.StringIO()
+    call_command("check_destinations", "crm", stdout=out)
+    line = out.getvalue().strip()
+    assert line.startswith("crm\tlookup\tverified\tGET /v1/leadFields:")
+    assert DEFAULT_API_TOKEN not in line
+
+    field = {"key": REFERENCE_FIELD_KEY, "name": "Onefold reference", "field_type": "enum"}
+    configure(pipedrive, lead_fields=[field])
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="refused: crm") as refused:
+        call_command("check_destinations", "crm", stdout=out)
+    assert refused.value.returncode == 1
+    assert "crm\tlookup\trefused\t" in out.getvalue()
+    assert "type enum, which search cannot find" in out.getvalue()
 
 
 # -- through gunicorn and a real cluster ----------------------------------------------
