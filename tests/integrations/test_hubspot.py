@@ -6,14 +6,16 @@ our reference), so "adopted" always means "no second object", never only a flag.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
-from integrations.base import Classification, CrmAdapter, DestinationError
+from integrations.base import Classification, CrmAdapter, DestinationError, Effect
 from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env, seconds_to_midnight
 from integrations.hubspot.emulator import HubSpotEmulator
 
@@ -107,6 +109,21 @@ def test_a_repeated_create_adopts_the_deal_it_made(hubspot, crm):
     assert again.adopted and again.ref == first.ref and str(again.reply) == "HTTP 409"
     counts = stats(hubspot)
     assert (counts["contacts"], counts["records"], counts["calls"]["create_record"]) == (1, 1, 2)
+
+
+def test_twenty_simultaneous_creates_of_one_enquiry_make_one_contact_and_one_deal(hubspot, crm):
+    barrier = threading.Barrier(20)
+
+    def create() -> Effect:
+        barrier.wait()
+        return crm.create_record(external_ref="opk_1", fields=ADA)
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        effects = list(pool.map(lambda _: create(), range(20)))
+    assert len({e.ref for e in effects}) == 1
+    assert sum(not e.adopted for e in effects) == 1
+    counts = stats(hubspot)
+    assert (counts["contacts"], counts["records"], counts["calls"]["create_record"]) == (1, 1, 20)
 
 
 def test_a_lost_create_answer_under_search_lag_is_found_by_id_property(hubspot, crm):

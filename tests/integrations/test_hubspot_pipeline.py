@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,9 +19,10 @@ from django.utils import timezone
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Event, Operation, ReviewCase
+from idempotency_core.reconciliation.compare import reconcile, run_summary
 from integrations.hubspot.adapter import seconds_to_midnight
 from integrations.hubspot.emulator import HubSpotEmulator
-from tests.factories import ingest, op
+from tests.factories import completed, ingest, op
 
 TOKEN = "pat-na1-pipeline-secret"
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
@@ -145,3 +147,22 @@ def test_check_destinations_refuses_a_reference_hubspot_does_not_keep_unique(hub
     assert "crm\tunique_external_ref\trefused\t" in out.getvalue()
     assert "tasks/onefold_ref: 404, the property does not exist on tasks" in out.getvalue()
     assert TOKEN not in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_reconciliation_lists_hubspot_deals_and_finds_one_archived(hubspot):
+    events = [completed(f"hs-recon-{n}", contact_from_key=True) for n in range(3)]
+    period = {
+        "since": timezone.now() - timedelta(days=1),
+        "until": timezone.now() + timedelta(minutes=1),
+    }
+    clean = run_summary(reconcile(**period))
+    assert (clean["events"], clean["destination_records"]) == (3, 3)
+    assert sum(clean["findings"].values()) == 0
+    archived = op(events[0], "create_enquiry")
+    hubspot.hubspot.archive("deals", archived.destination_ref)
+    found = run_summary(reconcile(**period))
+    assert found["destination_records"] == 2
+    assert found["findings"]["removed"] == 1 and sum(found["findings"].values()) == 1
+    case = ReviewCase.objects.get(kind="recon_removed")
+    assert case.operation_id == archived.pk
