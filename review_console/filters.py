@@ -25,6 +25,7 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
+from review_console.glossary import step_label
 
 DATE_WIDGET = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
@@ -58,7 +59,7 @@ class CaseFilter(django_filters.FilterSet):
         field_name="operation__destination", queryset=Destination.objects.order_by("name")
     )
     step = django_filters.ChoiceFilter(
-        method="filter_step", label="Step", choices=[(name, name) for name in STEPS]
+        method="filter_step", label="Step", choices=[(name, step_label(name)) for name in STEPS]
     )
     opened_after = django_filters.DateFilter(
         method="filter_opened_after", label="Opened on/after", widget=DATE_WIDGET

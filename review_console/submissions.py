@@ -5,8 +5,8 @@ and why no contact detail is indexed in clear:
 
 - **email**: exact, case-insensitive, through `Event.contact_digest` (an HMAC of
   the normalised address, indexed): the address typed is digested the same way
-  and matched by equality. The address itself is never indexed or stored apart
-  from the payload.
+  and matched by equality. The address itself is never indexed, and what looks
+  like an address is not tried as a key either, so it never reaches a query.
 - **name**: the name is stored only inside the payload (no index, no digest, and
   a digest could not match part of a name). It is searched as a substring of the
   payload's contact name, newest first, under a statement timeout, and only for
@@ -95,7 +95,9 @@ def _exact_condition(query: str, result: SearchResult) -> Q | None:
         found = _ids(by_email, "pk")
         if found:
             result.matched_by.append("email address")
-        ids |= found
+        # An address is only ever digested: it is not also tried as a key or a
+        # reference, so it never reaches a query (nor a slow-query log) in clear.
+        return Q(pk__in=list(found)) if found else None
     sources = list(Source.objects.values_list("pk", flat=True))
     probes = (
         ("submission id", _uuid_event_ids(query)),
