@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -21,10 +22,13 @@ from django.utils import timezone
 
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from integrations.dataverse.adapter import record_guid
 from integrations.dataverse.emulator import DataverseEmulator
-from tests.factories import ingest, op
+from integrations.resend.emulator import ResendEmulator
+from tests.factories import ingest, op, submission
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -54,8 +58,8 @@ def configure(control: httpx.Client, **changes: Any) -> None:
     assert control.post("/_sandbox/config", json=changes).status_code == 200
 
 
-def fault(control: httpx.Client, action: str, mode: str) -> None:
-    body = {"action": action, "mode": mode}
+def fault(control: httpx.Client, action: str, mode: str, times: int = 1) -> None:
+    body = {"action": action, "mode": mode, "times": times}
     assert control.post("/_sandbox/faults", json=body).status_code == 200
 
 
@@ -138,3 +142,90 @@ def test_check_destinations_refuses_dataverse_until_the_key_is_active(
         assert refused.value.returncode == 1 and "crm" in str(refused.value)
         assert "crm\tunique_external_ref\trefused\t" in out.getvalue()
         assert f"[onefold_ref]: {status}" in out.getvalue()
+
+
+# -- through gunicorn and a real cluster, with Resend for email -------------------------
+
+EVENTS = 12
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_repeated_deliveries_and_lost_answers_through_a_cluster_make_one_of_each(
+    emulator: DataverseEmulator, sandbox: Any, web_server: Any, qcluster_factory: Any
+) -> None:
+    """Each submission delivered twice at once through gunicorn; lost answers, 500s after
+    commit and 429s on lead, task and email; a real django-q2 cluster and a sweeper
+    recover. Dataverse answers every repeat 412 and Resend every repeated key with the
+    first answer: one lead, one task and one email per submission, no case."""
+    with (
+        ResendEmulator() as resend,
+        httpx.Client(base_url=emulator.http_url, timeout=30) as control,
+        httpx.Client(base_url=resend.http_url, timeout=30) as mail,
+    ):
+        assert control.post("/_sandbox/reset").status_code == 200
+        for mode, times in (("drop_response_after_commit", 3), ("http_500_after_commit", 1)):
+            fault(control, "create_record", mode, times=times)
+            fault(control, "create_task", mode, times=times)
+            fault(mail, "send_email", mode, times=times)
+        fault(control, "create_record", "http_429", times=2)
+        env = {
+            **emulator.adapter_env(),
+            **resend.adapter_env(),
+            "ONEFOLD_CRM": "dataverse",
+            "ONEFOLD_EMAIL": "resend",
+        }
+        qcluster_factory("qcluster", **env)
+        qcluster_factory.sweeper("sweeper", **env)
+        deliver_each_twice(web_server.url)
+        wait_for(
+            lambda: (
+                not Operation.objects.exclude(
+                    status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
+                ).exists()
+                and Operation.objects.count() == EVENTS * 3
+            ),
+            timeout=180,
+            interval=0.5,
+            what="every operation to settle",
+        )
+        counted, sent = stats(control), stats(mail)
+
+    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
+    assert not ReviewCase.objects.exists()
+    for step, counts in (
+        ("create_enquiry", counted["records_by_external_ref"]),
+        ("assign_task", counted["tasks_by_external_ref"]),
+        ("send_confirmation", sent["messages_by_message_id"]),
+    ):
+        keys = sorted(Operation.objects.filter(step=step).values_list("key", flat=True))
+        assert counts == dict.fromkeys(keys, 1), step
+    # Every unclear create was sent again and answered 412; each 429 was sent again.
+    assert counted["calls"]["create_record"] == EVENTS + 4 + 2
+    assert counted["calls"]["create_task"] == EVENTS + 4
+    assert sent["calls"]["send_email"] == EVENTS + 4
+    assert sandbox.messages() == []
+
+
+def deliver_each_twice(web_url: str) -> None:
+    """EVENTS submissions, each POSTed twice at once to the ingest API."""
+    _, _, key = source_create_with_key(name="website")
+    bodies = {
+        f"dv-e2e-{uuid.uuid4().hex[:8]}": submission(
+            contact={"name": f"Person {n}", "email": f"person{n % 4}@example.com"},
+            message=f"Enquiry {n}",
+        )
+        for n in range(EVENTS)
+    }
+
+    def deliver(event_key: str) -> int:
+        with httpx.Client(timeout=60) as client:
+            return client.post(
+                f"{web_url}/api/v1/submissions/",
+                json=bodies[event_key],
+                headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": event_key},
+            ).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        codes = list(pool.map(deliver, [k for k in bodies for _ in range(2)]))
+    assert sorted(codes) == [200] * EVENTS + [202] * EVENTS
