@@ -37,9 +37,13 @@ from integrations.http import json_object, send, timeout_of
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and
-# the HUBSPOT_DEFINED association type ids to a contact and from a task (CRM-FACTS.md,
-# HubSpot: deal→contact 3, task→deal 216; ticket→contact 16, task→ticket 230 from
-# https://developers.hubspot.com/docs/api/crm/associations/v4).
+# the HUBSPOT_DEFINED association type ids to a contact and from a task. Deal→contact 3
+# and task→deal 216: CRM-FACTS.md, HubSpot. Ticket→contact 16: the legacy associations
+# overview gives contact→ticket 15 and its reverse 16
+# (https://developers.hubspot.com/docs/methods/crm-associations/crm-associations-overview).
+# Task→ticket 230: third-party tables only, unverified; HUBSPOT_CONTACT_ASSOCIATION_TYPE
+# and HUBSPOT_TASK_ASSOCIATION_TYPE override them (confirm with
+# GET /crm/v4/associations/{from}/{to}/labels).
 _ENQUIRY_OBJECTS: dict[str, dict[str, Any]] = {
     "deals": {
         "title": "dealname",
@@ -77,6 +81,9 @@ class HubSpotConfig:
     pipeline: str = ""
     stage: str = ""
     account_timezone: str = "UTC"
+    # None: the enquiry object's default (_ENQUIRY_OBJECTS).
+    contact_association_type: int | None = None
+    task_association_type: int | None = None
 
 
 def adapter_from_env(*, base_url: str | None, timeout: float, env: Mapping[str, str]) -> HubSpotCrm:
@@ -86,7 +93,9 @@ def adapter_from_env(*, base_url: str | None, timeout: float, env: Mapping[str, 
     HUBSPOT_ENQUIRY_OBJECT (`deals` or `tickets`), HUBSPOT_REFERENCE_PROPERTY
     (default `onefold_ref`), HUBSPOT_PIPELINE / HUBSPOT_STAGE (default the object's
     default pipeline and first stage), HUBSPOT_ACCOUNT_TIMEZONE (IANA name, for
-    the daily limit's reset at the account's midnight; default UTC).
+    the daily limit's reset at the account's midnight; default UTC),
+    HUBSPOT_CONTACT_ASSOCIATION_TYPE / HUBSPOT_TASK_ASSOCIATION_TYPE (association
+    type ids, enquiry→contact and task→enquiry; default HubSpot's for the object).
     A missing token is not an error here: every call then refuses, saying so.
     """
     enquiry_object = env.get("HUBSPOT_ENQUIRY_OBJECT", "deals").strip() or "deals"
@@ -105,8 +114,19 @@ def adapter_from_env(*, base_url: str | None, timeout: float, env: Mapping[str, 
         pipeline=env.get("HUBSPOT_PIPELINE", "").strip(),
         stage=env.get("HUBSPOT_STAGE", "").strip(),
         account_timezone=zone,
+        contact_association_type=_type_id(env, "HUBSPOT_CONTACT_ASSOCIATION_TYPE"),
+        task_association_type=_type_id(env, "HUBSPOT_TASK_ASSOCIATION_TYPE"),
     )
     return HubSpotCrm(config, timeout=timeout)
+
+
+def _type_id(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be an association type id (a number), not {raw!r}")
+    return int(raw)
 
 
 class HubSpotCrm:
@@ -117,7 +137,12 @@ class HubSpotCrm:
         self.base_url = config.base_url
         self.timeout = timeout_of(timeout)
         self.object_type = config.enquiry_object
-        self._shape = _ENQUIRY_OBJECTS[config.enquiry_object]
+        shape = _ENQUIRY_OBJECTS[config.enquiry_object]
+        self._shape = {
+            **shape,
+            "to_contact": config.contact_association_type or shape["to_contact"],
+            "from_task": config.task_association_type or shape["from_task"],
+        }
         # A unique property refuses a second create (409) and can be read by
         # (`idProperty`): the read is no search, so "not found" is an answer.
         self.capabilities = Capabilities(

@@ -57,8 +57,9 @@ _REQUIRED = {
     "tasks": ("hs_timestamp",),
 }
 # HUBSPOT_DEFINED association type ids (CRM-FACTS.md, HubSpot: deal→contact 3,
-# task→deal 216, task→contact 204; ticket→contact 16 and task→ticket 230 from
-# https://developers.hubspot.com/docs/api/crm/associations/v4, "Association type id values").
+# task→deal 216, task→contact 204; ticket→contact 16 as the reverse of contact→ticket 15
+# in https://developers.hubspot.com/docs/methods/crm-associations/crm-associations-overview;
+# task→ticket 230 from third-party tables, unverified).
 ASSOCIATION_TYPES = {
     ("deals", "contacts"): 3,
     ("tickets", "contacts"): 16,

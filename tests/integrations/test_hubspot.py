@@ -195,6 +195,15 @@ def test_tickets_by_configuration(hubspot):
     assert (stats(hubspot)["records"], stats(hubspot)["tasks"]) == (1, 1)
 
 
+def test_a_wrong_association_type_is_refused_by_hubspot(hubspot):
+    crm = adapter(hubspot, HUBSPOT_CONTACT_ASSOCIATION_TYPE="4")  # contact→deal, reversed
+    with pytest.raises(DestinationError) as refused:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    assert refused.value.classification == Classification.PERMANENT
+    assert "Association type [4] is not valid from deals to contacts" in refused.value.message
+    assert stats(hubspot)["records"] == 0
+
+
 def test_update_merge_and_listing(hubspot, crm):
     survivor = crm.create_record(external_ref="opk_1", fields=ADA).ref
     duplicate = crm.create_record(external_ref="opk_2", fields=ADA).ref
@@ -342,6 +351,8 @@ def test_configuration_errors_are_loud():
         adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_ENQUIRY_OBJECT": "leads"})
     with pytest.raises(ValueError, match="HUBSPOT_ACCOUNT_TIMEZONE"):
         adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_ACCOUNT_TIMEZONE": "Mars/Base"})
+    with pytest.raises(ValueError, match="HUBSPOT_TASK_ASSOCIATION_TYPE"):
+        adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_TASK_ASSOCIATION_TYPE": "x"})
     crm = adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_BASE_URL": "http://x:1/"})
     assert crm.base_url == "http://x:1"
     assert adapter_from_env(base_url=None, timeout=5, env={}).base_url == "https://api.hubapi.com"
