@@ -114,7 +114,11 @@ activity's note; messages always 0; ``calls`` adds ``create_person`` and
     ``{"search_lag_seconds": 1.0, "api_token": "...", "lead_fields": [{"key",
     "name", "field_type"}], "reference_field": "<key stats count by>"}``.
     POST changes any of them (400 for unknown keys or bad values);
-    ``lead_fields`` replaces the custom lead fields (``[]``: the reference field
-    is gone; ``field_type: "enum"``: it exists but search cannot find it).
+    ``lead_fields`` replaces the custom lead fields, by default the reference
+    field (``REFERENCE_FIELD_KEY``, varchar) and a message field
+    (``MESSAGE_FIELD_KEY``, text); ``[]``: both are gone; ``field_type:
+    "enum"``: the field exists but search cannot find it.
+    ``PipedriveEmulator.adapter_env()`` gives the PIPEDRIVE_* variables that
+    point the adapter at a fresh emulator.
     A lag applies to writes made after it is set.
 """

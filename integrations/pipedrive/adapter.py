@@ -9,8 +9,10 @@ not found, it opens a case instead of creating again.
 
 - enquiry: the person is searched by email (exact match) and created when none is
   found; then `POST /v1/leads` with `title`, `person_id` and our reference in a
-  custom field (40-hex key, `PIPEDRIVE_REFERENCE_FIELD`). Leads inherit the deal's
-  custom fields; `GET /v1/leadFields` lists them.
+  custom field (40-hex key, `PIPEDRIVE_REFERENCE_FIELD`), and the enquiry's message
+  in another (`PIPEDRIVE_MESSAGE_FIELD`, optional: without it the message is not
+  kept in Pipedrive). Leads inherit the deal's custom fields; `GET /v1/leadFields`
+  lists them.
 - task: `POST /api/v2/activities` with `lead_id`; its own reference goes into the
   activity's note as a line "Onefold reference: <key>" (activities have no
   documented custom fields and no search), found again by listing the lead's
@@ -51,6 +53,7 @@ DEFAULT_SETTLE_SECONDS = 30.0
 SEARCHABLE_TYPES = frozenset(
     {"address", "varchar", "text", "varchar_auto", "double", "monetary", "phone"}
 )
+_TEXT_TYPES = frozenset({"text", "varchar"})
 CUSTOM_FIELD_KEY = re.compile(r"[0-9a-f]{40}")
 _PERMANENT_STATUSES = {400, 401, 402, 403, 404, 405, 410, 413, 415, 422}
 _RETRYABLE_STATUSES = {408, 425, 429, 503}
@@ -71,10 +74,12 @@ class PipedriveCrm:
         timeout: float,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         activity_type: str = "task",
+        message_field: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = api_token
         self.reference_field = reference_field
+        self.message_field = message_field
         self.activity_type = activity_type
         self.timeout = timeout_of(timeout)
         self.capabilities = Capabilities(
@@ -92,22 +97,14 @@ class PipedriveCrm:
 
     def verify(self) -> list[CapabilityCheck]:
         """`lookup`: the reference field exists on leads and is of a searchable type.
-        Nothing else is claimed: no uniqueness, no idempotency key, no merge."""
+        Nothing else is claimed: no uniqueness, no idempotency key, no merge. With a
+        message field configured, `message_field`: it exists and holds text (a key
+        naming no field would drop every message without a word)."""
         fields = self._lead_fields()
-        field = fields.get(self.reference_field)
-        where = f"GET /v1/leadFields: {self.reference_field}"
-        if field is None:
-            how = f"{where} is not a lead field (leads inherit the deal's custom fields)"
-            return [CapabilityCheck("lookup", False, how)]
-        kind = str(field.get("field_type"))
-        name = field.get("name", "")
-        if field.get("active_flag") is False:
-            return [CapabilityCheck("lookup", False, f"{where} ({name!r}) is not active")]
-        if kind not in SEARCHABLE_TYPES or field.get("searchable_flag") is False:
-            how = f"{where} ({name!r}) is of type {kind}, which search cannot find"
-            return [CapabilityCheck("lookup", False, how)]
-        how = f"{where} ({name!r}) exists, type {kind}, searchable; search lags writes"
-        return [CapabilityCheck("lookup", True, how)]
+        checks = [_field_check("lookup", fields, self.reference_field, SEARCHABLE_TYPES)]
+        if self.message_field:
+            checks.append(_field_check("message_field", fields, self.message_field, _TEXT_TYPES))
+        return checks
 
     # -- records (leads) -----------------------------------------------------
 
@@ -127,6 +124,7 @@ class PipedriveCrm:
             "title": _title(fields),
             "person_id": person_id,
             self.reference_field: external_ref,
+            **self._message(fields),
         }
         response = self._send("POST", "/v1/leads", json=body)
         _raise_for_status(response)
@@ -134,7 +132,7 @@ class PipedriveCrm:
 
     def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
         """PATCH the lead's title and person: the same update twice leaves it as once."""
-        body: dict[str, Any] = {"title": _title(fields)}
+        body: dict[str, Any] = {"title": _title(fields), **self._message(fields)}
         if fields.get("email"):
             body["person_id"] = self._person_for(fields)
         response = self._send("PATCH", f"/v1/leads/{_segment(record_id)}", json=body)
@@ -297,6 +295,12 @@ class PipedriveCrm:
         _raise_for_status(response)
         return int(_data(response)["id"])
 
+    def _message(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """The enquiry's message for the lead's message field, when one is configured."""
+        if not self.message_field:
+            return {}
+        return {self.message_field: str(fields.get("message") or "") or None}
+
     def _holds(self, lead_id: str, external_ref: str) -> bool:
         response = self._send("GET", f"/v1/leads/{_segment(lead_id)}")
         if response.status_code == 404:
@@ -324,7 +328,7 @@ class PipedriveCrm:
             "external_ref": lead.get(self.reference_field),
             "name": "",
             "email": "",
-            "message": "",
+            "message": str(lead.get(self.message_field) or "") if self.message_field else "",
             "title": lead.get("title", ""),
             "created_at": lead.get("add_time"),
             "updated_at": lead.get("update_time"),
@@ -352,6 +356,11 @@ def adapter_from_env(
             "PIPEDRIVE_REFERENCE_FIELD must be the 40-hex key of the lead (deal) custom "
             "field that holds Onefold's reference"
         )
+    message_field = env.get("PIPEDRIVE_MESSAGE_FIELD", "") or None
+    if message_field is not None and CUSTOM_FIELD_KEY.fullmatch(message_field) is None:
+        raise _misconfigured(
+            "PIPEDRIVE_MESSAGE_FIELD, when set, must be the 40-hex key of a text lead field"
+        )
     raw_settle = env.get("PIPEDRIVE_SETTLE_SECONDS", "")
     try:
         settle = float(raw_settle) if raw_settle else DEFAULT_SETTLE_SECONDS
@@ -366,11 +375,36 @@ def adapter_from_env(
         timeout=timeout,
         settle_seconds=settle,
         activity_type=env.get("PIPEDRIVE_ACTIVITY_TYPE") or "task",
+        message_field=message_field,
     )
 
 
 def _misconfigured(message: str) -> DestinationError:
     return DestinationError(f"Pipedrive: {message}", classification=Classification.RETRYABLE)
+
+
+def _field_check(
+    capability: str, fields: Mapping[str, Mapping[str, Any]], key: str, types: frozenset[str]
+) -> CapabilityCheck:
+    """Whether lead field `key` exists, is active and of one of `types`, said as asked."""
+    field = fields.get(key)
+    where = f"GET /v1/leadFields: {key}"
+    if field is None:
+        how = f"{where} is not a lead field (leads inherit the deal's custom fields)"
+        return CapabilityCheck(capability, False, how)
+    kind = str(field.get("field_type"))
+    name = field.get("name", "")
+    if field.get("active_flag") is False:
+        return CapabilityCheck(capability, False, f"{where} ({name!r}) is not active")
+    if capability == "lookup" and (kind not in types or field.get("searchable_flag") is False):
+        how = f"{where} ({name!r}) is of type {kind}, which search cannot find"
+        return CapabilityCheck(capability, False, how)
+    if kind not in types:
+        return CapabilityCheck(capability, False, f"{where} ({name!r}) is of type {kind}")
+    how = f"{where} ({name!r}) exists, type {kind}"
+    return CapabilityCheck(
+        capability, True, how + ("; search lags writes" if capability == "lookup" else "")
+    )
 
 
 def _raise_for_status(response: httpx.Response) -> None:

@@ -29,6 +29,7 @@ DEFAULT_API_TOKEN = "pipedrive-emulator-token"
 # creation"). The emulator's reference field has a fixed one so that tests can name it.
 REFERENCE_FIELD_KEY = hashlib.sha1(b"onefold reference").hexdigest()
 REFERENCE_FIELD_NAME = "Onefold reference"
+MESSAGE_FIELD_KEY = hashlib.sha1(b"onefold message").hexdigest()
 # Search freshness is undocumented (CRM-FACTS.md, Pipedrive: "treat as lagging").
 DEFAULT_SEARCH_LAG_SECONDS = 1.0
 # "Only the following custom field types are searchable: address, varchar, text,
@@ -83,8 +84,12 @@ def _now() -> str:
 
 
 def default_lead_fields() -> list[dict[str, Any]]:
-    """The custom lead fields a fresh emulator has: the reference field, searchable."""
-    return [{"key": REFERENCE_FIELD_KEY, "name": REFERENCE_FIELD_NAME, "field_type": "varchar"}]
+    """The custom lead fields a fresh emulator has: the reference field (searchable) and
+    a long-text field for the enquiry's message."""
+    return [
+        {"key": REFERENCE_FIELD_KEY, "name": REFERENCE_FIELD_NAME, "field_type": "varchar"},
+        {"key": MESSAGE_FIELD_KEY, "name": "Onefold message", "field_type": "text"},
+    ]
 
 
 class PipedriveError(InvalidInput):
@@ -754,4 +759,5 @@ class PipedriveEmulator(EmulatorServer):
             "PIPEDRIVE_BASE_URL": self.http_url,
             "PIPEDRIVE_API_TOKEN": DEFAULT_API_TOKEN,
             "PIPEDRIVE_REFERENCE_FIELD": REFERENCE_FIELD_KEY,
+            "PIPEDRIVE_MESSAGE_FIELD": MESSAGE_FIELD_KEY,
         }

@@ -18,6 +18,7 @@ from integrations.base import Classification, CrmAdapter, DestinationError
 from integrations.pipedrive.adapter import DEFAULT_SETTLE_SECONDS, PipedriveCrm, adapter_from_env
 from integrations.pipedrive.emulator import (
     DEFAULT_API_TOKEN,
+    MESSAGE_FIELD_KEY,
     REFERENCE_FIELD_KEY,
     PipedriveEmulator,
 )
@@ -96,16 +97,19 @@ def test_it_claims_no_uniqueness_no_key_and_a_lookup_that_proves_no_absence(
 def test_verify_holds_when_the_reference_field_exists_and_is_searchable(
     crm: PipedriveCrm,
 ) -> None:
-    (check,) = crm.verify()
-    assert (check.capability, check.verified) == ("lookup", True)
-    assert REFERENCE_FIELD_KEY in check.how and "GET /v1/leadFields" in check.how
+    lookup, message = crm.verify()
+    assert (lookup.capability, lookup.verified) == ("lookup", True)
+    assert REFERENCE_FIELD_KEY in lookup.how and "GET /v1/leadFields" in lookup.how
+    assert (message.capability, message.verified) == ("message_field", True)
+    assert MESSAGE_FIELD_KEY in message.how
 
 
 def test_verify_refuses_a_missing_reference_field(crm: PipedriveCrm, control: httpx.Client) -> None:
     configure(control, lead_fields=[])
-    (check,) = crm.verify()
-    assert (check.capability, check.verified) == ("lookup", False)
-    assert f"{REFERENCE_FIELD_KEY} is not a lead field" in check.how
+    lookup, message = crm.verify()
+    assert (lookup.capability, lookup.verified) == ("lookup", False)
+    assert f"{REFERENCE_FIELD_KEY} is not a lead field" in lookup.how
+    assert (message.capability, message.verified) == ("message_field", False)
 
 
 def test_verify_refuses_a_reference_field_search_cannot_find(
@@ -113,9 +117,32 @@ def test_verify_refuses_a_reference_field_search_cannot_find(
 ) -> None:
     field = {"key": REFERENCE_FIELD_KEY, "name": "Onefold reference", "field_type": "enum"}
     configure(control, lead_fields=[field])
-    (check,) = crm.verify()
+    check = crm.verify()[0]
     assert check.verified is False
     assert "type enum, which search cannot find" in check.how
+
+
+def test_verify_refuses_a_message_field_that_holds_no_text(
+    crm: PipedriveCrm, control: httpx.Client
+) -> None:
+    fields = [
+        {"key": REFERENCE_FIELD_KEY, "name": "Onefold reference", "field_type": "varchar"},
+        {"key": MESSAGE_FIELD_KEY, "name": "Onefold message", "field_type": "date"},
+    ]
+    configure(control, lead_fields=fields)
+    lookup, message = crm.verify()
+    assert lookup.verified is True
+    assert (message.verified, message.how.endswith("is of type date")) == (False, True)
+
+
+def test_without_a_message_field_the_message_is_not_sent(
+    emulator: PipedriveEmulator, control: httpx.Client
+) -> None:
+    env = {**emulator.adapter_env(), "PIPEDRIVE_MESSAGE_FIELD": ""}
+    adapter = adapter_from_env(base_url=None, timeout=5, env=env)
+    assert [check.capability for check in adapter.verify()] == ["lookup"]
+    lead = adapter.create_record(external_ref="op-nomsg", fields=enquiry())
+    assert MESSAGE_FIELD_KEY not in vendor(control, "GET", f"/v1/leads/{lead.ref}")
 
 
 def test_a_field_missing_from_pipedrive_loses_the_reference_silently(
@@ -238,13 +265,16 @@ def test_get_update_and_reference_check(crm: PipedriveCrm, control: httpx.Client
     assert record is not None
     assert (record["id"], record["external_ref"], record["merged_into"]) == (lead, "op-get", None)
     assert (record["name"], record["email"]) == ("Ada Lovelace", "ada@example.com")
+    assert record["message"] == "Hi"
     updated = crm.update_record(
-        record_id=lead, fields=enquiry(email="grace@example.com", name="Grace")
+        record_id=lead,
+        fields={**enquiry(email="grace@example.com", name="Grace"), "message": "Hello"},
     )
     assert updated.ref == lead
     again = crm.get_record(lead)
     assert again is not None and again["email"] == "grace@example.com"
     assert again["title"] == "Enquiry from Grace (contact)"
+    assert again["message"] == "Hello"
     assert crm.get_record("00000000-0000-4000-8000-000000000000") is None
     assert crm.reference_check(lead) is None
     assert crm.reference_check("../../_sandbox/stats") is not None

@@ -167,9 +167,10 @@ def test_check_destinations_verifies_and_refuses_the_reference_field(
 ) -> None:
     out = io.StringIO()
     call_command("check_destinations", "crm", stdout=out)
-    line = out.getvalue().strip()
-    assert line.startswith("crm\tlookup\tverified\tGET /v1/leadFields:")
-    assert DEFAULT_API_TOKEN not in line
+    lines = out.getvalue().strip().splitlines()
+    assert lines[0].startswith("crm\tlookup\tverified\tGET /v1/leadFields:")
+    assert lines[1].startswith("crm\tmessage_field\tverified\tGET /v1/leadFields:")
+    assert DEFAULT_API_TOKEN not in out.getvalue()
 
     field = {"key": REFERENCE_FIELD_KEY, "name": "Onefold reference", "field_type": "enum"}
     configure(pipedrive, lead_fields=[field])
