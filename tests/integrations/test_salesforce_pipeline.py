@@ -11,8 +11,10 @@ reads them: the console's case page, rendered by Django's test client.
 from __future__ import annotations
 
 import io
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -24,11 +26,13 @@ from django.utils import timezone
 
 from idempotency_core.execution.destinations import destination_ready, verification_forget
 from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from idempotency_core.review.cases import case_mark_resolved
 from idempotency_core.review.refusals import CaseActionRefusedError
 from integrations.salesforce.emulator import SalesforceEmulator
-from tests.factories import ingest, make_user, op
+from tests.factories import ingest, make_user, op, submission
+from tests.support.processes import wait_for
 
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
 
@@ -61,8 +65,8 @@ def configure(control: httpx.Client, **changes: Any) -> None:
     assert control.post("/_sandbox/config", json=changes).status_code == 200
 
 
-def fault(control: httpx.Client, action: str, mode: str) -> None:
-    body = {"action": action, "mode": mode}
+def fault(control: httpx.Client, action: str, mode: str, times: int = 1) -> None:
+    body = {"action": action, "mode": mode, "times": times}
     assert control.post("/_sandbox/faults", json=body).status_code == 200
 
 
@@ -273,3 +277,82 @@ def test_a_suspected_duplicate_is_linked_once_the_lead_carries_the_reference(
     counted = stats(salesforce)
     assert (counted["records"], counted["tasks"]) == (1, 1)
     assert counted["records_by_external_ref"] == {enquiry.key: 1}
+
+
+# -- through gunicorn and a real cluster ----------------------------------------------
+
+ROUNDS = 20
+DELIVERIES = 50
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_task_each(
+    emulator: SalesforceEmulator, sandbox: Any, web_server: Any, qcluster_factory: Any
+) -> None:
+    """Each round, one submission delivered 50 times at once through gunicorn; lost
+    upsert answers, a request-limit 403 and sessions that end mid-run; a real
+    django-q2 cluster and a sweeper recover. One lead, one task, one email and one
+    lead assignment per submission."""
+    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
+        assert control.post("/_sandbox/reset").status_code == 200
+        fault(control, "create_record", "drop_response_after_commit", times=4)
+        fault(control, "create_record", "http_429")
+        fault(control, "create_task", "drop_response_after_commit", times=3)
+        env = emulator.adapter_env()
+        qcluster_factory("qcluster", ONEFOLD_CRM="salesforce", **env)
+        qcluster_factory.sweeper("sweeper", ONEFOLD_CRM="salesforce", **env)
+        _, _, key = source_create_with_key(name="website")
+        codes: list[int] = []
+        with ThreadPoolExecutor(max_workers=DELIVERIES) as pool:
+            for n in range(ROUNDS):
+                body = submission(
+                    contact={"name": f"Person {n}", "email": f"person{n}@example.com"},
+                    message=f"Enquiry {n}",
+                )
+                event_key = f"sf-e2e-{n}-{uuid.uuid4().hex[:6]}"
+                codes += _deliver_at_once(pool, web_server.url, key, event_key, body)
+                if n == ROUNDS // 2:
+                    control.post("/_sandbox/expire_tokens").raise_for_status()
+        assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
+        wait_for(_all_settled, timeout=240, interval=0.5, what="every operation to settle")
+        counted = stats(control)
+
+    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
+    assert Event.objects.count() == ROUNDS
+    keys = sorted(Operation.objects.filter(step="create_enquiry").values_list("key", flat=True))
+    assert counted["records_by_external_ref"] == dict.fromkeys(keys, 1)
+    assert counted["assignments_by_external_ref"] == dict.fromkeys(keys, 1)
+    task_keys = sorted(Operation.objects.filter(step="assign_task").values_list("key", flat=True))
+    assert counted["tasks_by_external_ref"] == dict.fromkeys(task_keys, 1)
+    # Sent again only after the 403: lost answers were found by the reference.
+    assert counted["calls"]["create_record"] == ROUNDS + 1
+    assert counted["calls"]["create_task"] == ROUNDS
+    assert len(sandbox.messages()) == ROUNDS
+    # The sessions ended mid-run were renewed: a 401 not followed by a new token
+    # would have been a permanent failure, and a case.
+    assert not ReviewCase.objects.exists()
+
+
+def _deliver_at_once(
+    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
+) -> list[int]:
+    barrier = threading.Barrier(DELIVERIES)
+
+    def deliver(_: int) -> int:
+        with httpx.Client(timeout=60) as client:
+            barrier.wait(timeout=60)
+            return client.post(
+                f"{url}/api/v1/submissions/",
+                json=body,
+                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
+            ).status_code
+
+    return list(pool.map(deliver, range(DELIVERIES)))
+
+
+def _all_settled() -> bool:
+    unsettled = Operation.objects.exclude(
+        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
+    )
+    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()
