@@ -113,9 +113,28 @@ class SalesforceConfig:
 def adapter_from_env(
     *, base_url: str | None, timeout: float, env: Mapping[str, str]
 ) -> SalesforceCrm:
-    """The adapter from SALESFORCE_* variables (README, "Salesforce"). No network call.
+    """The adapter from SALESFORCE_* variables (README, "Salesforce"). No network call,
+    and no error: a setting it cannot use (named, never its value) is a RETRYABLE
+    refusal of every call, so nothing is sent until the configuration is corrected.
     `base_url` (the destination's own) overrides SALESFORCE_INSTANCE_URL."""
-    sobject = env.get("SALESFORCE_OBJECT", "Lead") or "Lead"
+    problems = [
+        f"{name} is not set"
+        for name in ("SALESFORCE_CLIENT_ID", "SALESFORCE_CLIENT_SECRET")
+        if not env.get(name)
+    ]
+    if not (base_url or env.get("SALESFORCE_INSTANCE_URL")):
+        problems.insert(0, "SALESFORCE_INSTANCE_URL is not set")
+    sobject = env.get("SALESFORCE_OBJECT") or "Lead"
+    if sobject not in ("Lead", "Contact"):
+        problems.append("SALESFORCE_OBJECT must be Lead or Contact")
+        sobject = "Lead"
+    try:
+        limit_retry = float(
+            env.get("SALESFORCE_LIMIT_RETRY_SECONDS") or DEFAULT_LIMIT_RETRY_SECONDS
+        )
+    except ValueError:
+        problems.append("SALESFORCE_LIMIT_RETRY_SECONDS must be a number of seconds")
+        limit_retry = DEFAULT_LIMIT_RETRY_SECONDS
     reference = env.get("SALESFORCE_REFERENCE_FIELD") or DEFAULT_REFERENCE_FIELD
     config = SalesforceConfig(
         instance_url=(base_url or env.get("SALESFORCE_INSTANCE_URL") or "").rstrip("/"),
@@ -125,20 +144,21 @@ def adapter_from_env(
         reference_field=reference,
         task_reference_field=env.get("SALESFORCE_TASK_REFERENCE_FIELD") or reference,
         api_version=env.get("SALESFORCE_API_VERSION") or DEFAULT_API_VERSION,
-        limit_retry_seconds=float(
-            env.get("SALESFORCE_LIMIT_RETRY_SECONDS") or DEFAULT_LIMIT_RETRY_SECONDS
-        ),
+        limit_retry_seconds=limit_retry,
     )
-    return SalesforceCrm(config, timeout=timeout)
+    return SalesforceCrm(config, timeout=timeout, problems=problems)
 
 
 class SalesforceCrm:
     """`CrmAdapter` for Salesforce's REST API (see the module's docstring)."""
 
-    def __init__(self, config: SalesforceConfig, *, timeout: float) -> None:
-        if config.sobject not in ("Lead", "Contact"):
-            raise ValueError(f"SALESFORCE_OBJECT must be Lead or Contact, not {config.sobject!r}")
+    def __init__(
+        self, config: SalesforceConfig, *, timeout: float, problems: list[str] | None = None
+    ) -> None:
         self.config = config
+        self.problems = list(problems or [])
+        if config.sobject not in KEY_PREFIXES or config.sobject == "Task":
+            self.problems.append("the enquiry object must be Lead or Contact")
         self.timeout = timeout_of(timeout)
         self.credentials = ClientCredentials(
             config.token_url, config.client_id, config.client_secret
@@ -427,7 +447,7 @@ class SalesforceCrm:
         """One API call with a bearer token; after a 401 the token is fetched again and
         the call made once more ([ERRORS]). Answers classified; 404 returned when
         `missing_ok`."""
-        self._require_credentials()
+        self._require_config()
         url = self.config.instance_url + self.api + path
         for attempt in (1, 2):
             token = self.credentials.token(timeout=self.timeout)
@@ -441,20 +461,11 @@ class SalesforceCrm:
             return response
         raise self._error(method, response, safe=safe)
 
-    def _require_credentials(self) -> None:
-        missing = [
-            name
-            for name, value in (
-                ("SALESFORCE_INSTANCE_URL", self.config.instance_url),
-                ("SALESFORCE_CLIENT_ID", self.config.client_id),
-                ("SALESFORCE_CLIENT_SECRET", self.config.client_secret),
-            )
-            if not value
-        ]
-        if missing:
+    def _require_config(self) -> None:
+        if self.problems:
             raise DestinationError(
-                f"Salesforce is not configured: {', '.join(missing)} not set",
-                classification=Classification.PERMANENT,
+                f"Salesforce is not configured: {'; '.join(self.problems)}",
+                classification=Classification.RETRYABLE,
             )
 
     def _error(self, method: str, response: httpx.Response, *, safe: bool) -> DestinationError:

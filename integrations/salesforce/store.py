@@ -365,7 +365,7 @@ class SalesforceStore(SandboxStore):
         with self._sf_lock:
             row = {**body, self._ref_field(sobject): value}
             record_id = self._create_checked(
-                sobject, row, auto_assign=auto_assign, allow_save=allow_save
+                sobject, row, auto_assign=auto_assign, allow_save=allow_save, version=version
             )
             return _upserted(record_id, created=True, version=version)
 
@@ -382,7 +382,13 @@ class SalesforceStore(SandboxStore):
             )
 
     def _create_checked(
-        self, sobject: str, row: Mapping[str, Any], *, auto_assign: bool, allow_save: bool
+        self,
+        sobject: str,
+        row: Mapping[str, Any],
+        *,
+        auto_assign: bool,
+        allow_save: bool,
+        version: str,
     ) -> str:
         field = self._ref_field(sobject)
         _, unique = self._field_flags(sobject)
@@ -397,10 +403,12 @@ class SalesforceStore(SandboxStore):
                     f"duplicate value found: {field} duplicates value on record with id: {held[0]}",
                     [],
                 )
-        self._duplicate_rule(sobject, row, allow_save=allow_save)
+        self._duplicate_rule(sobject, row, allow_save=allow_save, version=version)
         return self._insert(sobject, row, auto_assign=auto_assign)
 
-    def _duplicate_rule(self, sobject: str, row: Mapping[str, Any], *, allow_save: bool) -> None:
+    def _duplicate_rule(
+        self, sobject: str, row: Mapping[str, Any], *, allow_save: bool, version: str
+    ) -> None:
         """[FACTS]/[DUPRULE]: a rule matching on Email, run on create. Through the API an
         alerting rule blocks too, unless the request says allowSave=true."""
         mode = self.config["duplicate_rule"]
@@ -414,7 +422,9 @@ class SalesforceStore(SandboxStore):
         ]
         if not matches or (mode == "alert" and allow_save):
             return
-        raise Refused(400, [_duplicates_detected(sobject, matches, alert=mode == "alert")])
+        raise Refused(
+            400, [_duplicates_detected(sobject, matches, alert=mode == "alert", version=version)]
+        )
 
     def create(
         self,
@@ -430,7 +440,7 @@ class SalesforceStore(SandboxStore):
         self._check_fields(sobject, body)
         with self._sf_lock:
             record_id = self._create_checked(
-                sobject, body, auto_assign=auto_assign, allow_save=allow_save
+                sobject, body, auto_assign=auto_assign, allow_save=allow_save, version=version
             )
         return 201, {"id": record_id, "success": True, "errors": []}
 
@@ -589,14 +599,16 @@ def _upserted(record_id: str, *, created: bool, version: str) -> tuple[int, Any]
     return (201 if created else 200), body
 
 
-def _duplicates_detected(sobject: str, matches: list[str], *, alert: bool) -> dict[str, Any]:
+def _duplicates_detected(
+    sobject: str, matches: list[str], *, alert: bool, version: str
+) -> dict[str, Any]:
     """[FACTS]: the REST JSON spells the key `duplicateResut`."""
     match_records = [
         {
             "additionalInformation": [],
             "fieldDiffs": [],
             "matchConfidence": 100.0,
-            "record": {"attributes": _attributes(sobject, rid, "60.0"), "Id": rid},
+            "record": {"attributes": _attributes(sobject, rid, version), "Id": rid},
         }
         for rid in matches
     ]

@@ -62,7 +62,8 @@ class Org:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[SalesforceEmulator]:
-    with SalesforceEmulator() as running:
+    running = SalesforceEmulator()
+    with running:
         yield running
 
 
@@ -315,13 +316,19 @@ def test_wrong_credentials_are_permanent_and_never_shown(org: Org) -> None:
     assert "s3cret" not in repr(crm.config) and "s3cret" not in repr(crm.credentials)
 
 
-def test_missing_configuration_is_named() -> None:
-    crm = adapter_from_env(base_url=None, timeout=5, env={})
-    with pytest.raises(DestinationError) as refused:
-        crm.find_record(external_ref="x")
-    assert refused.value.classification == Classification.PERMANENT
-    assert "SALESFORCE_INSTANCE_URL" in refused.value.message
-    assert "SALESFORCE_CLIENT_SECRET" in refused.value.message
+def test_a_configuration_it_cannot_use_refuses_every_call_naming_the_variables() -> None:
+    crm = adapter_from_env(
+        base_url=None, timeout=5, env={"SALESFORCE_OBJECT": "Account", "SALESFORCE_CLIENT_ID": "x"}
+    )
+    for call in (lambda: crm.find_record(external_ref="x"), crm.verify):
+        with pytest.raises(DestinationError) as refused:
+            call()
+        # Nothing was sent: retryable once the configuration is corrected.
+        assert refused.value.classification == Classification.RETRYABLE
+        message = refused.value.message
+        assert "SALESFORCE_INSTANCE_URL is not set" in message
+        assert "SALESFORCE_CLIENT_SECRET is not set" in message
+        assert "SALESFORCE_OBJECT must be Lead or Contact" in message
 
 
 # -- verification -------------------------------------------------------------------------
