@@ -88,6 +88,12 @@ Quirks emulated
 * Rate limit: 403 ``REQUEST_LIMIT_EXCEEDED`` "TotalRequests Limit exceeded.",
   no ``Retry-After``.
 
+Simplified: no Recycle Bin (DELETE removes the row) and a deleted Lead's Tasks
+stay (whether Salesforce deletes a record's activities with it is *unverified*
+here; the drill accepts either); Email matching is exact apart from case; the
+duplicate rule runs on create, not on edit; queries understand only the SOQL
+above; field values are not type-checked.
+
 Control and inspection (tests and drills only)
 ==============================================
 
