@@ -6,10 +6,13 @@ import io
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django_q.models import OrmQ, Task
 
 from idempotency_core.execution import engine, policy
+from idempotency_core.proofs import drill
 from idempotency_core.proofs.drill import CASES, DRILL_WORKERS_QUEUE, PROFILES, drill_run
+from integrations.emulators import EmulatorUnavailableError
 
 
 @pytest.mark.slow
@@ -57,3 +60,33 @@ def test_the_drill_fails_a_cell_when_recovery_repeats_blindly(monkeypatch):
             stderr=io.StringIO(),
         )
     assert exit_.value.code == 1
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_drill_destination_sandbox_is_the_default_matrix_and_prints_its_columns():
+    out = io.StringIO()
+    call_command(
+        "drill",
+        destination="sandbox",
+        case=["creation committed, answer lost"],
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    table = out.getvalue()
+    assert f"{len(PROFILES)} passed, 0 failed" in table
+    assert "| case | " + " | ".join(PROFILES) + " |" in table
+    assert (
+        "| creation committed, answer lost | 1/1/1/0 ok | 1/1/1/0 ok | 1/1/1/0 ok | 1/0/0/1 ok |"
+        in table
+    )
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_drill_against_a_vendor_without_its_package_is_a_clear_error(monkeypatch):
+    def absent(vendor: str):
+        raise EmulatorUnavailableError(f"the {vendor} emulator is not installed")
+
+    monkeypatch.setattr(drill, "emulator_class", absent)
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="cannot drill hubspot: the hubspot emulator is not"):
+        call_command("drill", destination="hubspot", stdout=io.StringIO(), stderr=err)
