@@ -98,43 +98,40 @@ def test_two_concurrent_opposite_merges_one_accepted_one_refused(sandbox):
         events, (a, b) = two_records(sandbox, f"race{round_}")
         first = case_about([a, b], events[1])
         second = first if round_ % 2 else case_about([a, b], events[0], kind="recon_duplicate")
-        barrier = threading.Barrier(2)
-        answers: dict[str, tuple[int, str]] = {}
-
-        def post(name: str, case: ReviewCase, survivor: str, duplicate: str) -> None:
-            client = Client()
-            client.force_login(rita)
-            barrier.wait()
-            try:
-                response = client.post(
-                    reverse("console:case-merge", args=[case.pk]),
-                    {
-                        "confirm": "yes",
-                        "survivor": survivor,
-                        "duplicate": duplicate,
-                        "reason": f"round {round_}",
-                    },
-                )
-                answers[name] = (response.status_code, response.content.decode())
-            finally:
-                connection.close()
-
-        threads = [
-            threading.Thread(target=post, args=("ab", first, a, b)),
-            threading.Thread(target=post, args=("ba", second, b, a)),
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        codes = sorted(code for code, _ in answers.values())
+        answers = race(rita, [(first, a, b), (second, b, a)], reason=f"round {round_}")
+        codes = sorted(code for code, _ in answers)
         assert codes == [200, 302], (round_, codes)
-        refused = next(body for code, body in answers.values() if code == 200)
+        refused = next(body for code, body in answers if code == 200)
         assert "already under way" in refused
         assert len(merges_of([a, b])) == 1, round_
     (merge,) = merges_of([a, b])
     assert operation_execute(operation_id=merge.pk) == "succeeded"
     assert sandbox.stats()["records"] == 2 * rounds - 1  # the last pair is one record now
+
+
+def race(user, requests: list[tuple[ReviewCase, str, str]], *, reason: str) -> list[tuple]:
+    """Posts each (case, survivor, duplicate) merge in its own thread (its own database
+    connection), all released at once by a barrier: (status code, body) of each."""
+    barrier = threading.Barrier(len(requests))
+    answers: list[tuple] = []
+
+    def post(case: ReviewCase, survivor: str, duplicate: str) -> None:
+        client = Client()
+        client.force_login(user)
+        data = {"confirm": "yes", "survivor": survivor, "duplicate": duplicate, "reason": reason}
+        barrier.wait()
+        try:
+            response = client.post(reverse("console:case-merge", args=[case.pk]), data)
+            answers.append((response.status_code, response.content.decode()))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=post, args=request) for request in requests]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
 
 
 @pytest.mark.django_db
