@@ -120,10 +120,20 @@ TEMPLATES = [
     },
 ]
 
+# Connections persist (README "Database connections"): each web or worker process keeps
+# one connection per thread for DATABASE_CONN_MAX_AGE seconds (0: a new connection per
+# request or task, the old default, which cost a third of ingest's time), and checks
+# it with a round trip before each request or task reuses it (CONN_HEALTH_CHECKS), so
+# a PostgreSQL restart or an idle timeout costs a reconnect, never a failed request.
+# Not a psycopg pool: with gunicorn's sync workers and django-q2's forked workers each
+# process runs one request or task at a time, so a pool adds a checkout per request and
+# background threads, and one created before django-q2 forks would be shared with the
+# children (measured and explained in the README).
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'onefold.sqlite3'}"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 600, minimum=0),
+        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

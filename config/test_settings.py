@@ -16,6 +16,10 @@ for name, value in {
     "ONEFOLD_MAX_ATTEMPTS": "4",
     "ONEFOLD_SWEEP_SECONDS": "0.5",
     "ONEFOLD_Q_POLL": "0.05",
+    # The suite's gunicorn runs 16 threads a process, and a persistent connection is
+    # kept per thread: several servers at once would exhaust PostgreSQL's 100
+    # connections (README "Database connections"). Tests about persistence set it.
+    "DATABASE_CONN_MAX_AGE": "0",
 }.items():
     os.environ.setdefault(name, value)
 

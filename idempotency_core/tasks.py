@@ -12,12 +12,16 @@ from typing import Any
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.execution.sweeper import operations_sweep
+from idempotency_core.intake.ingest import suspected_duplicate_flag
 from idempotency_core.reconciliation.compare import reconcile_daily as _reconcile_daily
 from idempotency_core.reconciliation.late_repeats import late_repeat_check as _late_repeat_check
 from idempotency_core.reconciliation.retention import payloads_purge
 
 
 def operation_run(operation_id: int) -> str | None:
+    # Before a pipeline's first attempt: ingest's suspected-duplicate search, moved out
+    # of the answer's path (intake/ingest.py, suspected_duplicate_flag, says why it is safe).
+    suspected_duplicate_flag(operation_id=operation_id)
     # Onefold records every outcome on the operation and returns normally, so
     # the broker's own retry is only a backstop for a crashed worker.
     return operation_execute(operation_id=operation_id)

@@ -22,6 +22,7 @@ from idempotency_core.execution.engine import operation_execute, operation_hold_
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Event, Operation, ReviewCase
+from idempotency_core.tasks import operation_run
 from tests.support.processes import Sandbox
 
 # -- submissions and the ingest API ------------------------------------------------
@@ -147,7 +148,8 @@ def duplicate_case(
         message = "Same message twice" if evidence == "events" else f"Message {n}"
         event = ingest(key, message=message)
         operation = event.operations.get(step="create_enquiry")
-        assert operation_execute(operation_id=operation.pk) == "succeeded"
+        # As a worker runs it: the task also opens the suspected-duplicate case.
+        assert operation_run(operation.pk) == "succeeded"
         operation.refresh_from_db()
         crm_ids.append(operation.destination_ref)
     if evidence == "events":

@@ -1,18 +1,28 @@
 """Ingest: one logical submission becomes one event, its operations and a delivery.
 
-Flow 1 of DESIGN.md. The unique constraint on (source, key) is the guarantee;
-reading first is only a fast path for repeats. Concurrent first receipts race on
-the INSERT: one wins, the others fall back to reading the winner's event.
+Flow 1 of DESIGN.md. The unique constraint on (source, key) is the guarantee, and the
+INSERT asks it first: `INSERT ... ON CONFLICT DO NOTHING RETURNING` either creates the
+event or, for a repeat or the loser of a race between first receipts, creates nothing;
+only then is the existing event read (under READ COMMITTED the read sees the winner,
+whose commit the INSERT waited for). No read comes before it.
+
+Round trips, so that none creeps back (tests/core/test_ingest_statements.py pins them):
+a new submission is BEGIN, the event, its operations, its delivery, its task, COMMIT;
+a repeat is BEGIN, the INSERT that creates nothing, one read of the event with its
+operations' statuses, the delivery, COMMIT. The API key's source and the destinations'
+ids come from the per-process cache (config_cache.py). The suspected-duplicate search
+runs in the first step's task, not here (`suspected_duplicate_flag` says why).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.constants import OnConflict
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -21,6 +31,7 @@ from idempotency_core.audit.subjects import event_pair_subject
 from idempotency_core.execution.destinations import destination_for
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, pipeline_for
+from idempotency_core.intake.config_cache import config_cached
 from idempotency_core.keys import contact_digest, key_expired, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 
@@ -33,10 +44,6 @@ class KeyReusedError(Exception):
     def __init__(self, event: Event) -> None:
         super().__init__(f"idempotency key reused with a different payload (event {event.pk})")
         self.event = event
-
-
-class _EventExistsError(Exception):
-    """The (source, key) was inserted by a concurrent delivery first."""
 
 
 class InvalidRevisionError(Exception):
@@ -63,6 +70,8 @@ class RawDelivery:
 class IngestResult:
     event: Event
     created: bool
+    # A repeat's operations' statuses, read with its event (for the answer's status).
+    statuses: list[str] = field(default_factory=list)
 
 
 def event_ingest(
@@ -80,60 +89,9 @@ def event_ingest(
     recorded) when a new submission `revises` something it cannot.
     """
     fingerprint = payload_fingerprint(payload)
-    existing = Event.objects.filter(source=source, key=key).first()
-    if existing is None:
-        revised = _revised_event(source=source, key=key, payload=payload)
-        try:
-            return IngestResult(
-                event=_event_create(
-                    source=source,
-                    key=key,
-                    payload=payload,
-                    fingerprint=fingerprint,
-                    submitted_at=submitted_at,
-                    revises=revised,
-                    raw=raw,
-                ),
-                created=True,
-            )
-        except _EventExistsError:
-            # Another request inserted the same (source, key) first and committed.
-            existing = Event.objects.get(source=source, key=key)
-    return _repeat_delivery(event=existing, fingerprint=fingerprint, raw=raw)
-
-
-def _revised_event(*, source: Source, key: str, payload: dict[str, Any]) -> Event | None:
-    """The earlier event an edit revises (DESIGN.md, "Edits"), checked before anything
-    is stored: same source, same contact, and not the submission itself."""
-    revises = payload.get("revises")
-    if not revises:
-        return None
-    if revises == key:
-        raise InvalidRevisionError("A submission cannot revise itself.")
-    original = Event.objects.filter(source=source, key=revises).first()
-    if original is None:
-        raise InvalidRevisionError(f"No earlier submission {revises!r} from this source.")
-    email = str((payload.get("contact") or {}).get("email", ""))
-    if original.contact_digest != contact_digest(email):
-        raise InvalidRevisionError(
-            "An edit must come from the contact of the submission it revises."
-        )
-    return original
-
-
-def _event_create(
-    *,
-    source: Source,
-    key: str,
-    payload: dict[str, Any],
-    fingerprint: str,
-    submitted_at: datetime | None,
-    revises: Event | None = None,
-    raw: RawDelivery | None = None,
-) -> Event:
-    destinations = {role: destination_for(source, role) for role in ("crm", "email")}
-    now = timezone.now()
+    destinations = _destination_ids(source)
     with transaction.atomic():
+        revised = _revised_candidate(source=source, payload=payload)
         event = Event(
             source=source,
             key=key,
@@ -142,107 +100,215 @@ def _event_create(
             form=str(payload.get("form", ""))[:100],
             contact_digest=contact_digest(str((payload.get("contact") or {}).get("email", ""))),
             submitted_at=submitted_at,
-            revises=revises,
+            revises=revised,
         )
-        # INSERT ... ON CONFLICT DO NOTHING: the unique constraint still decides between
-        # racing first deliveries, but the loser's statement never fails, so the
-        # database never logs a failed INSERT with the contact's details in it.
-        Event.objects.bulk_create([event], ignore_conflicts=True)
-        if not Event.objects.filter(pk=event.pk).exists():
-            raise _EventExistsError
-        pipeline = EDIT_PIPELINE if revises else pipeline_for(source, event.form)
-        operations = Operation.objects.bulk_create(
-            Operation(
-                event=event,
-                step=step,
-                position=position,
-                destination=destinations[STEPS[step].destination],
-                key=operation_key(source_salt=source.key_salt, event_key=key, step=step),
-                # Only the first step is due now; each later one is released by
-                # the success of the one before it.
-                next_attempt_at=now if position == 0 else None,
-                enqueued_at=now if position == 0 else None,
-            )
-            for position, step in enumerate(pipeline)
-        )
-        Delivery.objects.create(
-            source=source,
-            event=event,
-            outcome=Delivery.Outcome.ACCEPTED,
-            # A hook answers its first delivery 200 (senders count only 200 as success).
-            status_code=202 if raw is None else 200,
-            fingerprint=fingerprint,
-            payload_matched=True,
-            **(raw.as_fields() if raw else {}),
-        )
-        # Same transaction as the rows (ORM broker): no event without its task.
-        operation_enqueue(operations[0].pk)
-        if revises is None:
-            _flag_suspected_duplicate(event, now=now)
-    return event
+        if _event_insert(event):
+            # Refused after the INSERT: raising rolls it back, so nothing is recorded.
+            _revision_check(event, payload)
+            _event_complete(event, destinations=destinations, raw=raw)
+            return IngestResult(event=event, created=True)
+        result, matched = _repeat_delivery(source=source, key=key, fingerprint=fingerprint, raw=raw)
+    if not matched:
+        raise KeyReusedError(result.event)
+    return result
 
 
-def _flag_suspected_duplicate(event: Event, *, now: datetime) -> None:
-    """Opens a case when the same person sent the same message again under a new key.
+def _destination_ids(source: Source) -> dict[str, int]:
+    """The destination of each role for this source, by id (all an operation row needs),
+    from the per-process cache: a source's or a destination's change empties it."""
+    return config_cached(
+        ("destinations", source.pk, source.crm_id, source.mailer_id),
+        lambda: {role: destination_for(source, role).pk for role in ("crm", "email")},
+    )
 
-    Both events are kept and processed (two genuine submissions must both
-    count); a person decides whether to merge the records (never automatic).
+
+def _event_insert(event: Event) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING RETURNING: True when this call created the event.
+
+    The unique constraint decides between racing first deliveries, and the loser's
+    statement never fails, so the database never logs a failed INSERT with the
+    contact's details in it. `bulk_create(ignore_conflicts=True)` returns nothing, so
+    this is the manager's `_insert`, as `Model.save()` itself inserts, asked to return
+    the key (a column with no converter on any backend: nothing returned = not created).
     """
-    payload = event.payload or {}
-    if not event.contact_digest:
+    meta = Event._meta
+    # Not in django-stubs: a private method (Model.save() calls it), stable since Django 4.1.
+    returned = Event.objects._insert(  # type: ignore[attr-defined]
+        [event],
+        fields=list(meta.local_concrete_fields),
+        returning_fields=[meta.get_field("key")],
+        on_conflict=OnConflict.IGNORE,
+    )
+    created = bool(returned and returned[0])
+    if created:
+        event._state.adding = False
+        event._state.db = transaction.get_connection().alias
+    return created
+
+
+def _revised_candidate(*, source: Source, payload: dict[str, Any]) -> Event | None:
+    """The earlier event an edit names (one read, for edits only); checked by
+    `_revision_check` once the INSERT has shown that this submission is new."""
+    revises = payload.get("revises")
+    if not revises:
+        return None
+    return Event.objects.filter(source=source, key=revises).first()
+
+
+def _revision_check(event: Event, payload: dict[str, Any]) -> None:
+    """An edit revises an earlier event (DESIGN.md, "Edits"): same source, same contact,
+    and not the submission itself."""
+    revises = payload.get("revises")
+    if not revises:
         return
-    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
-    earlier = (
-        Event.objects.filter(
-            source_id=event.source_id,
-            contact_digest=event.contact_digest,
-            form=event.form,
-            received_at__gte=now - window,
-            payload__message=payload.get("message", ""),
+    if revises == event.key:
+        raise InvalidRevisionError("A submission cannot revise itself.")
+    if event.revises is None:
+        raise InvalidRevisionError(f"No earlier submission {revises!r} from this source.")
+    if event.revises.contact_digest != event.contact_digest:
+        raise InvalidRevisionError(
+            "An edit must come from the contact of the submission it revises."
         )
-        .exclude(pk=event.pk)
-        .order_by("-received_at")
-        .first()
+
+
+def _event_complete(event: Event, *, destinations: dict[str, int], raw: RawDelivery | None) -> None:
+    """The new event's operations, its delivery and its first task, in its transaction."""
+    now = timezone.now()
+    source = event.source
+    pipeline = EDIT_PIPELINE if event.revises_id else pipeline_for(source, event.form)
+    operations = Operation.objects.bulk_create(
+        Operation(
+            event=event,
+            step=step,
+            position=position,
+            destination_id=destinations[STEPS[step].destination],
+            key=operation_key(source_salt=source.key_salt, event_key=event.key, step=step),
+            # Only the first step is due now; each later one is released by
+            # the success of the one before it.
+            next_attempt_at=now if position == 0 else None,
+            enqueued_at=now if position == 0 else None,
+        )
+        for position, step in enumerate(pipeline)
     )
-    if earlier is None:
-        return
-    review_case_open(
-        kind=ReviewCase.Kind.SUSPECTED_DUPLICATE,
-        subject=event_pair_subject(earlier.pk, event.pk),
-        summary=(
-            f"The same contact sent the same {event.form or 'form'} message twice within "
-            f"{window.total_seconds() / 60:.0f} minutes under different keys ({earlier.key!r}, "
-            f"{event.key!r}). Both were processed. A reviewer should compare the two CRM "
-            "records and merge them if they are one enquiry, or resolve as not a duplicate."
-        ),
+    Delivery.objects.create(
+        source=source,
         event=event,
-        evidence={"event_ids": [str(earlier.pk), str(event.pk)]},
-        system="ingest",
+        outcome=Delivery.Outcome.ACCEPTED,
+        # A hook answers its first delivery 200 (senders count only 200 as success).
+        status_code=202 if raw is None else 200,
+        fingerprint=event.fingerprint,
+        payload_matched=True,
+        **(raw.as_fields() if raw else {}),
     )
+    # Same transaction as the rows (ORM broker): no event without its task.
+    operation_enqueue(operations[0].pk)
 
 
 def _repeat_delivery(
-    *, event: Event, fingerprint: str, raw: RawDelivery | None = None
-) -> IngestResult:
-    """Records a repeat, answered from the stored event. For an expired key, a
-    worker then checks the destination (late_repeats.py): nothing is called here."""
+    *, source: Source, key: str, fingerprint: str, raw: RawDelivery | None = None
+) -> tuple[IngestResult, bool]:
+    """Records a repeat, answered from the stored event; True when its payload matched.
+    For an expired key, a worker then checks the destination (late_repeats.py): nothing
+    is called here. Runs in event_ingest's transaction, after the INSERT that created
+    nothing: the event is committed, so this read finds it."""
+    operations = list(
+        Operation.objects.filter(event__source=source, event__key=key)
+        .select_related("event")
+        .order_by("position")
+    )
+    event = operations[0].event if operations else Event.objects.get(source=source, key=key)
     matched = event.fingerprint == fingerprint
-    with transaction.atomic():
-        delivery = Delivery.objects.create(
-            source_id=event.source_id,
-            event=event,
-            outcome=Delivery.Outcome.REPLAYED if matched else Delivery.Outcome.KEY_REUSED,
-            status_code=200 if matched else 422,
-            fingerprint=fingerprint,
-            payload_matched=matched,
-            # Once the event's payload is purged, its repeats keep nothing either.
-            **(raw.as_fields() if raw and event.payload is not None else {}),
+    delivery = Delivery.objects.create(
+        source_id=event.source_id,
+        event=event,
+        outcome=Delivery.Outcome.REPLAYED if matched else Delivery.Outcome.KEY_REUSED,
+        status_code=200 if matched else 422,
+        fingerprint=fingerprint,
+        payload_matched=matched,
+        # Once the event's payload is purged, its repeats keep nothing either.
+        **(raw.as_fields() if raw and event.payload is not None else {}),
+    )
+    if key_expired(event.received_at):
+        async_task(LATE_REPEAT_TASK, delivery.pk, task_name=f"late-repeat-{delivery.pk}")
+    statuses = [operation.status for operation in operations]
+    return IngestResult(event=event, created=False, statuses=statuses), matched
+
+
+def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
+    """Opens a case when the same person sent the same message again under a new key.
+
+    Both events are kept and processed (two genuine submissions must both count); a
+    person decides whether to merge the records (never automatic). Run by the first
+    step's task (tasks.operation_run) before its first attempt, not by ingest:
+
+    * the answer never depended on it: the case changes no effect and holds no step,
+      so opening it a moment after the commit changes nothing a sender or a step sees;
+    * it cannot be lost: the task is queued in the event's own transaction and the
+      sweeper queues it again if it goes missing; a crash before the first claim runs
+      the search again, and the open case's unique subject makes a second run a no-op;
+    * it sees more than ingest did: committed events only, on both sides of this one,
+      so two such submissions racing each other (each transaction blind to the other)
+      are flagged too. The pair's subject orders the two events, so whichever task
+      finds the pair first opens the one case, on the later event.
+    """
+    event = (
+        Event.objects.filter(
+            operations__pk=operation_id,
+            operations__position=0,
+            operations__attempt_count=0,
+            revises__isnull=True,
         )
-        if key_expired(event.received_at):
-            async_task(LATE_REPEAT_TASK, delivery.pk, task_name=f"late-repeat-{delivery.pk}")
-    if not matched:
-        raise KeyReusedError(event)
-    return IngestResult(event=event, created=False)
+        .exclude(contact_digest="")
+        .first()
+    )
+    if event is None:
+        return None
+    earlier, later = _duplicate_pair(event)
+    if earlier is None or later is None:
+        return None
+    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
+    case, _ = review_case_open(
+        kind=ReviewCase.Kind.SUSPECTED_DUPLICATE,
+        subject=event_pair_subject(earlier.pk, later.pk),
+        summary=(
+            f"The same contact sent the same {later.form or 'form'} message twice within "
+            f"{window.total_seconds() / 60:.0f} minutes under different keys ({earlier.key!r}, "
+            f"{later.key!r}). Both were processed. A reviewer should compare the two CRM "
+            "records and merge them if they are one enquiry, or resolve as not a duplicate."
+        ),
+        event=later,
+        evidence={"event_ids": [str(earlier.pk), str(later.pk)]},
+        system="ingest",
+    )
+    return case
+
+
+def _duplicate_pair(event: Event) -> tuple[Event | None, Event | None]:
+    """The event and its nearest earlier twin within the window, else its nearest later
+    one (found when this task runs after the later event committed), in time order."""
+    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
+    twins = Event.objects.filter(
+        source_id=event.source_id,
+        contact_digest=event.contact_digest,
+        form=event.form,
+        payload__message=(event.payload or {}).get("message", ""),
+        revises__isnull=True,
+    ).exclude(pk=event.pk)
+    earlier = (
+        twins.filter(
+            received_at__gte=event.received_at - window, received_at__lte=event.received_at
+        )
+        .order_by("-received_at")
+        .first()
+    )
+    if earlier is not None:
+        return earlier, event
+    later = (
+        twins.filter(received_at__gt=event.received_at, received_at__lte=event.received_at + window)
+        .order_by("received_at")
+        .first()
+    )
+    return (event, later) if later is not None else (None, None)
 
 
 def delivery_refused(

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.steps import pipeline_validate
+from idempotency_core.intake.config_cache import config_cached
 from idempotency_core.intake.senders.profiles import API, PRESETS, profile_resolve
 from idempotency_core.intake.senders.verifying import token_digest
 from idempotency_core.keys import api_key_digest, new_api_key, new_source_salt
@@ -246,14 +247,26 @@ def _working_api_keys(now: datetime) -> QuerySet[SourceApiKey]:
 
 def source_for_working_api_key(key: str, *, now: datetime | None = None) -> Source | None:
     """The source a key identifies, if the key works now: not revoked, and not past the
-    end of the overlap a rotation gave it. What the ingest API authenticates with."""
-    found = (
-        _working_api_keys(now or timezone.now())
+    end of the overlap a rotation gave it. What the ingest API authenticates with.
+
+    The key's row (with its source) comes from the per-process cache when it may be
+    trusted (config_cache.py: a revocation, a rotation or a change of the source empties
+    it in every process); its end is compared with the clock here, at every use."""
+    digest = api_key_digest(key)
+    found = config_cached(("api_key", digest), lambda: _unrevoked_api_key(digest))
+    if found is None:
+        return None
+    if found.expires_at is not None and found.expires_at <= (now or timezone.now()):
+        return None
+    return found.source
+
+
+def _unrevoked_api_key(digest: str) -> SourceApiKey | None:
+    return (
+        SourceApiKey.objects.filter(digest=digest, revoked_at__isnull=True)
         .select_related("source")
-        .filter(digest=api_key_digest(key))
         .first()
     )
-    return found.source if found else None
 
 
 def source_create(*, name: str) -> Source:

@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.api.throttling import SourceRateThrottle
+from idempotency_core.intake.ingest import suspected_duplicate_flag
 from idempotency_core.intake.sources import source_api_key_issue
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 from tests.factories import URL, post, submission
@@ -96,7 +97,11 @@ def test_two_keys_from_the_same_person_are_two_events(api):
     assert Event.objects.count() == 2
     digests = set(Event.objects.values_list("contact_digest", flat=True))
     assert len(digests) == 1 and "" not in digests
-    # Same person, same message, new key: both kept, and a person is asked.
+    # Same person, same message, new key: both kept, and a person is asked, by the
+    # first step's task (ingest.suspected_duplicate_flag), not by the answer.
+    assert not ReviewCase.objects.exists()
+    for operation in Operation.objects.filter(position=0).order_by("event__received_at"):
+        suspected_duplicate_flag(operation_id=operation.pk)
     case = ReviewCase.objects.get(kind="suspected_duplicate")
     first, second = Event.objects.order_by("received_at")
     assert case.subject == f"events:{first.pk}:{second.pk}"
@@ -108,6 +113,8 @@ def test_a_different_message_from_the_same_person_is_not_suspected(api):
     post(api, submission(message="Kitchen"), key="a")
     post(api, submission(message="Bathroom"), key="b")
     assert Event.objects.count() == 2
+    for operation in Operation.objects.filter(position=0):
+        assert suspected_duplicate_flag(operation_id=operation.pk) is None
     assert not ReviewCase.objects.exists()
 
 

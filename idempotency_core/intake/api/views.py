@@ -202,7 +202,7 @@ class SubmissionCreateView(SourceAPIView):
                 status=status.HTTP_202_ACCEPTED,
                 headers={"Location": status_url},
             )
-        current = event_status(list(event.operations.values_list("status", flat=True)))
+        current = event_status(result.statuses)
         return Response(
             {"event_id": str(event.pk), "status": current, "status_url": status_url},
             status=status.HTTP_200_OK,

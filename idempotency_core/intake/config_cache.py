@@ -1,0 +1,128 @@
+"""A per-process cache of what every submission reads and almost nothing writes: the
+source an API key names (with the key's end) and the destinations of a source's steps.
+
+Correct invalidation, across processes, on PostgreSQL: migration 0017's triggers
+NOTIFY `onefold_config` at the commit of any write to sources, API keys or
+destinations, whoever makes it (a service, the admin, `manage.py revoke_key` in its own
+process, raw SQL). The cache LISTENs on the connection this thread already uses, and
+before every use reads what has arrived on it: a non-blocking read of the socket, no
+round trip (the connection's health check, one round trip per request, also delivers
+them). Any notification empties the cache. So a key revoked, a source disabled or a
+destination changed is seen by the next request that starts after the notification
+has reached the process, a few milliseconds after the commit, in every web process.
+
+An entry is used only when all of this holds; otherwise the database is read, as
+before the cache existed:
+
+* the database is PostgreSQL (SQLite has no LISTEN: `make run` reads every time);
+* connections persist (DATABASE_CONN_MAX_AGE > 0; with a new connection per request
+  the LISTEN would cost more than the read it saves);
+* no transaction is open (reads inside one may be uncommitted, and a test's
+  transaction never commits, so it never notifies);
+* it was filled on the connection that is open now: a new connection may have missed
+  notifications while there was none, so it starts empty;
+* it is younger than `MAX_AGE_SECONDS`, a bound should a notification ever be lost.
+
+A key's end (`expires_at`, set by a rotation's overlap) is compared with the clock at
+every use, so the end of an overlap needs no notification.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+import psycopg
+from django.db import connection
+
+CHANNEL = "onefold_config"
+MAX_AGE_SECONDS = 60.0
+MAX_ENTRIES = 10_000
+
+T = TypeVar("T")
+
+
+class _ThreadCache(threading.local):
+    """Django's connections are per thread; so is what was read on one."""
+
+    def __init__(self) -> None:
+        self.listening_on: Any = None  # the psycopg connection that LISTENs
+        self.generation = 0
+        self.entries: dict[Hashable, tuple[float, Any]] = {}
+
+    def clear(self) -> None:
+        self.generation += 1
+        self.entries.clear()
+
+
+_cache = _ThreadCache()
+
+
+def config_cached(key: Hashable, read: Callable[[], T]) -> T:
+    """`read()`'s value for `key`, from this thread's cache when it may be trusted (see
+    the module's docstring), else read now and kept when nothing changed meanwhile."""
+    if not _usable():
+        return read()
+    now = time.monotonic()
+    hit = _cache.entries.get(key)
+    if hit is not None and now - hit[0] < MAX_AGE_SECONDS:
+        value: T = hit[1]
+        return value
+    generation = _cache.generation
+    value = read()
+    # Nothing is kept for None (an unknown key: a flood of wrong keys must not churn
+    # the cache), nor when a notification handled while `read()` ran may mean that it
+    # read the old row.
+    if value is not None and generation == _cache.generation and _usable():
+        if len(_cache.entries) >= MAX_ENTRIES:
+            _cache.entries.clear()
+        _cache.entries[key] = (now, value)
+    return value
+
+
+def config_cache_clear() -> None:
+    """Empties this thread's cache (a test's fresh start; notifications do it otherwise)."""
+    _cache.clear()
+
+
+def _usable() -> bool:
+    if connection.vendor != "postgresql" or not connection.settings_dict["CONN_MAX_AGE"]:
+        return False
+    if connection.in_atomic_block:
+        return False
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw is not _cache.listening_on:
+        _listen(raw)
+    return _drained(raw)
+
+
+def _listen(raw: Any) -> None:
+    _cache.clear()
+    _cache.listening_on = None
+    raw.add_notify_handler(_on_notify)
+    raw.execute(f"LISTEN {CHANNEL}")
+    _cache.listening_on = raw
+
+
+def _on_notify(notify: Any) -> None:
+    if notify.channel == CHANNEL:
+        _cache.clear()
+
+
+def _drained(raw: Any) -> bool:
+    """Handles the notifications already received on `raw`; False when it is broken."""
+    try:
+        with raw.lock:
+            pgconn = raw.pgconn
+            pgconn.consume_input()
+            while (notify := pgconn.notifies()) is not None:
+                if pgconn.notify_handler:
+                    pgconn.notify_handler(notify)
+    except psycopg.Error:  # a broken connection: Django replaces it; read the database
+        _cache.clear()
+        _cache.listening_on = None
+        return False
+    return True

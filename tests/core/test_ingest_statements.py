@@ -1,0 +1,210 @@
+"""What one submission costs the database, pinned so that it cannot creep back, and the
+per-process cache that makes it so (intake/config_cache.py), invalidated from elsewhere.
+
+These tests commit (`transaction=True`): the cache is only used outside a transaction,
+as in a web process, and its invalidation arrives by NOTIFY, which PostgreSQL sends at
+commit. Writes "from elsewhere" are made in another thread, on a connection of its
+own, as another process would (README: a revoked key gets 401 from the next request).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from idempotency_core.intake.config_cache import config_cache_clear
+from idempotency_core.intake.ingest import suspected_duplicate_flag
+from idempotency_core.intake.sources import (
+    api_key_revoke,
+    source_api_key_rotate,
+    source_for_working_api_key,
+)
+from idempotency_core.models import (
+    Destination,
+    Event,
+    Operation,
+    ReviewCase,
+    Source,
+    SourceApiKey,
+)
+from idempotency_core.tasks import operation_run
+from tests.factories import post, submission
+
+# Committed, and the migrations' seed (the default destinations) restored after each test.
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+
+@pytest.fixture(autouse=True)
+def _persistent_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in production (DATABASE_CONN_MAX_AGE, default 600): the cache is used only on
+    a connection that persists. The suite's processes run with 0 (config/test_settings)."""
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 600)
+    config_cache_clear()
+
+
+def person(n: int) -> dict[str, Any]:
+    """A submission of a person of their own (no suspected duplicates between them)."""
+    return submission(contact={"name": f"P{n}", "email": f"p{n}@example.com"})
+
+
+def statements(api, body: dict[str, Any], key: str) -> tuple[int, list[str]]:
+    """The answer's status and each statement sent, as `VERB table` (or the verb)."""
+    with CaptureQueriesContext(connection) as captured:
+        response = post(api, body, key=key)
+    return response.status_code, [_shape(q["sql"]) for q in captured.captured_queries]
+
+
+def _shape(sql: str) -> str:
+    verb = sql.split(None, 1)[0].upper()
+    table = re.search(r'(?:INTO|FROM|UPDATE) "?(\w+)"?', sql)
+    return f"{verb} {table.group(1)}" if table and verb in {"INSERT", "SELECT"} else verb
+
+
+def elsewhere(action: Callable[[], Any]) -> None:
+    """Runs `action` on another connection and commits it, as another process would."""
+
+    def run() -> None:
+        try:
+            action()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+
+
+def test_a_new_submission_is_four_inserts_in_one_transaction(api):
+    assert post(api, person(0), key="warm-up").status_code == 202  # fills the cache
+    status, sent = statements(api, person(1), "new")
+    assert status == 202
+    # No API key read, no read of the event before its INSERT, no destination read, no
+    # duplicate search: the event, its operations, its delivery and its task.
+    assert sent == [
+        "BEGIN",
+        "INSERT idempotency_core_event",
+        "INSERT idempotency_core_operation",
+        "INSERT idempotency_core_delivery",
+        "INSERT django_q_ormq",
+        "COMMIT",
+    ]
+
+
+def test_a_repeat_is_an_insert_that_creates_nothing_one_read_and_its_delivery(api):
+    assert post(api, person(1), key="k").status_code == 202
+    status, sent = statements(api, person(1), "k")
+    assert status == 200
+    assert sent == [
+        "BEGIN",
+        "INSERT idempotency_core_event",  # ON CONFLICT DO NOTHING: the constraint decides
+        "SELECT idempotency_core_operation",  # the event with its operations' statuses
+        "INSERT idempotency_core_delivery",
+        "COMMIT",
+    ]
+    assert Event.objects.count() == 1
+
+
+def test_a_cold_process_reads_the_key_and_the_destinations_once(api):
+    config_cache_clear()
+    _, cold = statements(api, person(1), "first")
+    _, warm = statements(api, person(2), "second")
+    assert sorted(set(cold) - set(warm)) == [
+        "SELECT idempotency_core_destination",
+        "SELECT idempotency_core_sourceapikey",
+    ]
+    assert len(cold) == len(warm) + 3  # the key, and the crm and email destinations
+
+
+def test_a_key_revoked_elsewhere_gets_401_on_the_next_request(api, source_and_key):
+    _, key = source_and_key
+    assert post(api, person(1), key="a").status_code == 202
+    elsewhere(lambda: api_key_revoke(prefix=key))
+    assert post(api, person(2), key="b").status_code == 401
+
+
+def test_a_key_rotated_elsewhere_without_overlap_gets_401_on_the_next_request(api):
+    assert post(api, person(1), key="a").status_code == 202
+    elsewhere(lambda: source_api_key_rotate(name="website", overlap=timedelta(0)))
+    assert post(api, person(2), key="b").status_code == 401
+
+
+def test_a_rotated_key_stops_at_the_end_of_its_overlap_without_a_notification(api):
+    elsewhere(lambda: source_api_key_rotate(name="website", overlap=timedelta(seconds=1)))
+    assert post(api, person(1), key="a").status_code == 202  # cached, with its end
+    time.sleep(1.2)
+    assert post(api, person(2), key="b").status_code == 401
+
+
+def test_a_source_disabled_elsewhere_gets_403_on_the_next_request(api, source):
+    assert post(api, person(1), key="a").status_code == 202
+    elsewhere(lambda: Source.objects.filter(pk=source.pk).update(is_active=False))
+    assert post(api, person(2), key="b").status_code == 403
+
+
+def test_a_destination_changed_elsewhere_is_used_by_the_next_submission(api, source):
+    assert post(api, person(1), key="a").status_code == 202
+    other = Destination.objects.create(
+        name="other-crm", kind=Destination.objects.get(name="crm").kind
+    )
+    elsewhere(lambda: Source.objects.filter(pk=source.pk).update(crm=other))
+    assert post(api, person(2), key="b").status_code == 202
+    assert Operation.objects.get(event__key="b", step="create_enquiry").destination == other
+
+
+def test_inside_a_transaction_the_database_is_read_not_the_cache(api, source_and_key):
+    _, key = source_and_key
+    assert post(api, person(1), key="a").status_code == 202  # cached
+    source = source_and_key[0]
+    with transaction.atomic():
+        SourceApiKey.objects.filter(source=source).update(revoked_at=timezone.now())
+        # Not committed, so not notified: only a read in this transaction can see it.
+        assert source_for_working_api_key(key) is None
+        transaction.set_rollback(True)
+    assert source_for_working_api_key(key) == source
+
+
+# -- the suspected-duplicate search, in the first step's task -------------------------
+
+
+def _first_operation(key: str) -> Operation:
+    return Operation.objects.get(event__key=key, position=0)
+
+
+def test_twins_are_flagged_once_on_the_later_event_whichever_task_runs_first(api):
+    assert post(api, submission(), key="first").status_code == 202
+    assert post(api, submission(), key="second").status_code == 202
+    assert not ReviewCase.objects.exists()  # not in the answer's path
+    # The earlier event's task runs after the later one committed (a backlog), then the
+    # later one's, then the earlier one's again (a crash before its claim): one case.
+    for key in ("first", "second", "first"):
+        suspected_duplicate_flag(operation_id=_first_operation(key).pk)
+    case = ReviewCase.objects.get(kind="suspected_duplicate")
+    first, second = Event.objects.get(key="first"), Event.objects.get(key="second")
+    assert case.subject == f"events:{first.pk}:{second.pk}"
+    assert case.event == second
+
+
+def test_the_search_runs_only_before_the_first_attempt_of_the_first_step(api):
+    assert post(api, submission(), key="first").status_code == 202
+    assert post(api, submission(), key="second").status_code == 202
+    later = Operation.objects.get(event__key="second", position=1)
+    assert suspected_duplicate_flag(operation_id=later.pk) is None
+    Operation.objects.filter(pk=_first_operation("second").pk).update(attempt_count=1)
+    assert suspected_duplicate_flag(operation_id=_first_operation("second").pk) is None
+    assert not ReviewCase.objects.exists()
+
+
+def test_the_first_steps_task_opens_the_case(api, sandbox):
+    assert post(api, submission(), key="first").status_code == 202
+    assert post(api, submission(), key="second").status_code == 202
+    assert operation_run(_first_operation("second").pk) == "succeeded"
+    assert ReviewCase.objects.get(kind="suspected_duplicate").event.key == "second"
