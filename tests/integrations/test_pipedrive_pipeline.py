@@ -14,27 +14,31 @@ and otherwise opens a case saying why it cannot tell. No second lead, ever.
 from __future__ import annotations
 
 import io
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
-from idempotency_core.models import Attempt, Operation, ReviewCase
+from idempotency_core.models import Attempt, Event, Operation, ReviewCase
+from idempotency_core.reconciliation.compare import reconcile, run_summary
 from integrations.pipedrive.emulator import (
     DEFAULT_API_TOKEN,
     REFERENCE_FIELD_KEY,
     PipedriveEmulator,
 )
-from tests.factories import ingest, op, submission
+from tests.factories import completed, ingest, op, submission
 from tests.support.processes import wait_for
 
 SETTLE = 0.6  # PIPEDRIVE_SETTLE_SECONDS in these tests
@@ -182,69 +186,106 @@ def test_check_destinations_verifies_and_refuses_the_reference_field(
     assert "type enum, which search cannot find" in out.getvalue()
 
 
+def test_reconciliation_lists_pipedrive_leads_and_finds_one_deleted(
+    pipedrive: httpx.Client, sandbox: Any
+) -> None:
+    configure(pipedrive, search_lag_seconds=0)
+    events = [completed(f"pd-recon-{n}", contact_from_key=True) for n in range(3)]
+    period = {
+        "since": timezone.now() - timedelta(days=1),
+        "until": timezone.now() + timedelta(minutes=1),
+    }
+    clean = run_summary(reconcile(**period))
+    assert (clean["events"], clean["destination_records"]) == (3, 3)
+    assert sum(clean["findings"].values()) == 0
+    deleted = op(events[0], "create_enquiry")
+    response = pipedrive.delete(
+        f"/v1/leads/{deleted.destination_ref}", headers={"x-api-token": DEFAULT_API_TOKEN}
+    )
+    assert response.status_code == 200
+    found = run_summary(reconcile(**period))
+    assert found["destination_records"] == 2
+    assert found["findings"]["removed"] == 1 and sum(found["findings"].values()) == 1
+    assert ReviewCase.objects.get(kind="recon_removed").operation_id == deleted.pk
+
+
 # -- through gunicorn and a real cluster ----------------------------------------------
 
-EVENTS = 12
+ROUNDS = 20
+DELIVERIES = 50
+CUSTOMERS = 10  # rounds share customers: a returning customer's person is found by email
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_repeated_deliveries_and_lost_answers_through_a_cluster_make_one_lead_each(
+def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_task_each(
     emulator: PipedriveEmulator, sandbox: Any, web_server: Any, qcluster_factory: Any
 ) -> None:
-    """Each submission delivered twice at once through gunicorn; lost answers and
-    429s on creates; a real django-q2 cluster and a sweeper recover. The search
-    settles within the delay, so every lost answer is adopted: one lead and one
-    activity per submission, and a create sent again only after a 429."""
+    """Each round, one submission delivered 50 times at once through gunicorn; lost
+    lead and activity answers and a 429; a real django-q2 cluster and a sweeper
+    recover. The search settles within the delay, so every lost answer is adopted:
+    one lead, one activity and one email per submission, and a create sent again
+    only after the 429."""
     with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
         assert control.post("/_sandbox/reset").status_code == 200
         configure(control, search_lag_seconds=SETTLE / 3)
         fault(control, "create_record", "drop_response_after_commit", times=4)
-        fault(control, "create_record", "http_429", times=2)
-        fault(control, "create_task", "drop_response_after_commit", times=2)
-        env = {**emulator.adapter_env(), "PIPEDRIVE_SETTLE_SECONDS": str(SETTLE)}
-        qcluster_factory("qcluster", ONEFOLD_CRM="pipedrive", **env)
-        qcluster_factory.sweeper("sweeper", ONEFOLD_CRM="pipedrive", **env)
-
-        _, _, key = source_create_with_key(name="website")
-        bodies = {
-            f"pd-e2e-{uuid.uuid4().hex[:8]}": submission(
-                contact={"name": f"Person {n}", "email": f"person{n % 4}@example.com"},
-                message=f"Enquiry {n}",
-            )
-            for n in range(EVENTS)
+        fault(control, "create_record", "http_429")
+        fault(control, "create_task", "drop_response_after_commit", times=3)
+        env = {
+            "ONEFOLD_CRM": "pipedrive",
+            **emulator.adapter_env(),
+            "PIPEDRIVE_SETTLE_SECONDS": str(SETTLE),
         }
-
-        def deliver(event_key: str) -> int:
-            with httpx.Client(timeout=60) as client:
-                return client.post(
-                    f"{web_server.url}/api/v1/submissions/",
-                    json=bodies[event_key],
-                    headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": event_key},
-                ).status_code
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            codes = list(pool.map(deliver, [k for k in bodies for _ in range(2)]))
-        assert sorted(codes) == [200] * EVENTS + [202] * EVENTS
-
-        wait_for(
-            lambda: (
-                not Operation.objects.exclude(
-                    status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
-                ).exists()
-                and Operation.objects.count() == EVENTS * 3
-            ),
-            timeout=120,
-            interval=0.5,
-            what="every operation to settle",
-        )
+        qcluster_factory("qcluster", **env)
+        qcluster_factory.sweeper("sweeper", **env)
+        _, _, key = source_create_with_key(name="website")
+        codes: list[int] = []
+        with ThreadPoolExecutor(max_workers=DELIVERIES) as pool:
+            for n in range(ROUNDS):
+                person = n % CUSTOMERS
+                body = submission(
+                    contact={"name": f"Person {person}", "email": f"person{person}@example.com"},
+                    message=f"Enquiry {n}",
+                )
+                event_key = f"pd-e2e-{n}-{uuid.uuid4().hex[:6]}"
+                codes += _deliver_at_once(pool, web_server.url, key, event_key, body)
+        assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
+        wait_for(_all_settled, timeout=240, interval=0.5, what="every operation to settle")
         counted = stats(control)
 
     assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
-    keys = set(Operation.objects.filter(step="create_enquiry").values_list("key", flat=True))
-    assert counted["records_by_external_ref"] == dict.fromkeys(sorted(keys), 1)
-    task_keys = set(Operation.objects.filter(step="assign_task").values_list("key", flat=True))
-    assert counted["tasks_by_external_ref"] == dict.fromkeys(sorted(task_keys), 1)
-    assert counted["calls"]["create_record"] == EVENTS + 2  # sent again only after a 429
-    assert counted["calls"]["create_task"] == EVENTS
-    assert len(sandbox.messages()) == EVENTS
+    assert Event.objects.count() == ROUNDS
+    keys = sorted(Operation.objects.filter(step="create_enquiry").values_list("key", flat=True))
+    assert counted["records_by_external_ref"] == dict.fromkeys(keys, 1)
+    task_keys = sorted(Operation.objects.filter(step="assign_task").values_list("key", flat=True))
+    assert counted["tasks_by_external_ref"] == dict.fromkeys(task_keys, 1)
+    # A lost answer is found by search after the delay, never sent again; a 429 is.
+    assert counted["calls"]["create_record"] == ROUNDS + 1
+    assert counted["calls"]["create_task"] == ROUNDS
+    assert len(sandbox.messages()) == ROUNDS
+    assert not ReviewCase.objects.exists()
+
+
+def _deliver_at_once(
+    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
+) -> list[int]:
+    barrier = threading.Barrier(DELIVERIES)
+
+    def deliver(_: int) -> int:
+        with httpx.Client(timeout=60) as client:
+            barrier.wait(timeout=60)
+            return client.post(
+                f"{url}/api/v1/submissions/",
+                json=body,
+                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
+            ).status_code
+
+    return list(pool.map(deliver, range(DELIVERIES)))
+
+
+def _all_settled() -> bool:
+    unsettled = Operation.objects.exclude(
+        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
+    )
+    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()
