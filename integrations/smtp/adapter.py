@@ -12,14 +12,30 @@ Addresses: the domain of an internationalised address is written in ASCII
 which every server accepts. A local part outside ASCII can only travel over
 SMTPUTF8 (RFC 6531): the message is sent with it when the server offers it,
 and refused as permanent, before MAIL FROM, when it does not.
+
+Connections are reused within a process (a worker sends many confirmations),
+never across a fork, and only where reuse cannot blur an outcome. A connection
+goes back to the pool only after a message it carried was accepted (2xx after
+the body); after any error it is closed. Taken from the pool, it must first
+answer RSET with 250 (RFC 5321, 4.1.1.5: RSET discards any transaction state);
+if it does not (the server closed it while idle, or answers 421), it is closed
+and a new connection is opened, before this message's MAIL FROM. Nothing is
+ever reconnected or repeated once MAIL FROM is sent: a connection that dies
+later fails the message exactly as a new one would (retryable before the body,
+ambiguous after it). Idle connections are dropped after `_IDLE_SECONDS`, well
+inside the five minutes a server waits for a command (RFC 5321, 4.5.3.2.7).
 """
 
 from __future__ import annotations
 
 import email.errors
 import email.policy
+import os
 import re
 import smtplib
+import threading
+import time
+from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -43,6 +59,77 @@ _LEADING_DOT = re.compile(rb"(?m)^\.")
 # Headers stay ASCII, the body is 7-bit (quoted-printable or base64 when needed):
 # a server that offers no 8BITMIME takes it as it is.
 _COMPOSE_POLICY = email.policy.SMTP.clone(cte_type="7bit")
+# A pooled connection idle longer than this is closed, not reused.
+_IDLE_SECONDS = 30.0
+# Messages one connection carries before it is closed: bounds what a long-lived
+# session accumulates on either side (a relay that limits messages per session
+# answers MAIL FROM with a 4xx, which is retryable, but costs a retry).
+_MESSAGES_PER_CONNECTION = 100
+# Idle connections kept per server (a worker process sends one message at a time).
+_IDLE_PER_SERVER = 4
+
+
+@dataclass
+class _Session:
+    """A connected SMTP client, after EHLO when it has carried a message."""
+
+    client: smtplib.SMTP
+    sent: int = 0
+    idle_since: float = 0.0
+
+
+_PoolKey = tuple[str, int, float]
+_pool_lock = threading.Lock()
+_pool: dict[_PoolKey, list[_Session]] = {}
+_pool_pid: int | None = None
+
+
+def _pool_take(key: _PoolKey) -> _Session | None:
+    """An idle session to `key` opened by this process, or None."""
+    global _pool_pid
+    expired: list[_Session] = []
+    taken = None
+    with _pool_lock:
+        if _pool_pid != os.getpid():
+            # Inherited over fork: the parent's sockets. Dropped unclosed (a QUIT
+            # from here would end the parent's session).
+            _pool.clear()
+            _pool_pid = os.getpid()
+        idle = _pool.get(key, [])
+        while idle:
+            session = idle.pop()
+            if time.monotonic() - session.idle_since < _IDLE_SECONDS:
+                taken = session
+                break
+            expired.append(session)
+    for session in expired:
+        _quit_quietly(session.client)
+    return taken
+
+
+def _pool_return(key: _PoolKey, session: _Session) -> None:
+    """Keeps a session whose last message was accepted, if there is room."""
+    session.idle_since = time.monotonic()
+    with _pool_lock:
+        idle = _pool.setdefault(key, [])
+        keep = (
+            _pool_pid == os.getpid()
+            and session.sent < _MESSAGES_PER_CONNECTION
+            and len(idle) < _IDLE_PER_SERVER
+        )
+        if keep:
+            idle.append(session)
+    if not keep:
+        _quit_quietly(session.client)
+
+
+def smtp_pool_clear() -> None:
+    """Closes every idle connection of this process (tests; a changed relay)."""
+    with _pool_lock:
+        sessions = [session for idle in _pool.values() for session in idle]
+        _pool.clear()
+    for session in sessions:
+        _quit_quietly(session.client)
 
 
 def message_id_for(operation_key: str) -> str:
@@ -99,18 +186,37 @@ class SmtpSender:
             body=body,
             utf8=utf8,
         )
+        key = (self.host, self.port, self.timeout)
+        session = self._session(key)
         try:
-            client = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+            self._envelope(session.client, sender, recipient, utf8=utf8)
+            code, reply = self._data(session.client, data)
+            effect = self._accepted(code, reply, operation_key=operation_key)
+        except BaseException:
+            # Whatever state the dialogue is in, this connection carries nothing more.
+            _quit_quietly(session.client)
+            raise
+        session.sent += 1
+        _pool_return(key, session)
+        return effect
+
+    def _session(self, key: _PoolKey) -> _Session:
+        """A pooled connection that answers RSET, else a new one: before MAIL FROM."""
+        session = _pool_take(key)
+        if session is not None:
+            try:
+                code, _ = session.client.rset()
+            except (OSError, smtplib.SMTPException):
+                code = -1
+            if code == 250:
+                return session
+            session.client.close()  # died or refused while idle: nothing of this message sent
+        try:
+            return _Session(smtplib.SMTP(self.host, self.port, timeout=self.timeout))
         except (OSError, smtplib.SMTPException) as exc:
             raise DestinationError(
                 f"SMTP connect failed: {exc}", classification=Classification.RETRYABLE
             ) from exc
-        try:
-            self._envelope(client, sender, recipient, utf8=utf8)
-            code, reply = self._data(client, data)
-        finally:
-            _quit_quietly(client)
-        return self._accepted(code, reply, operation_key=operation_key)
 
     def _message_bytes(
         self, *, operation_key: str, sender: str, to: str, subject: str, body: str, utf8: bool
