@@ -10,6 +10,7 @@ configured from DATAVERSE_* variables, as in production.
 from __future__ import annotations
 
 import io
+import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -146,29 +147,32 @@ def test_check_destinations_refuses_dataverse_until_the_key_is_active(
 
 # -- through gunicorn and a real cluster, with Resend for email -------------------------
 
-EVENTS = 12
+ROUNDS = 20
+DELIVERIES = 50
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_repeated_deliveries_and_lost_answers_through_a_cluster_make_one_of_each(
+def test_identical_concurrent_deliveries_through_a_cluster_make_one_of_each(
     emulator: DataverseEmulator, sandbox: Any, web_server: Any, qcluster_factory: Any
 ) -> None:
-    """Each submission delivered twice at once through gunicorn; lost answers, 500s after
-    commit and 429s on lead, task and email; a real django-q2 cluster and a sweeper
-    recover. Dataverse answers every repeat 412 and Resend every repeated key with the
-    first answer: one lead, one task and one email per submission, no case."""
+    """Each round, one submission delivered 50 times at once through gunicorn; lost
+    answers, 500s after commit and 429s on lead, task and email, and every token
+    revoked mid-run; a real django-q2 cluster and a sweeper recover. Dataverse answers
+    every repeat 412 and Resend every repeated key with its first answer: one lead,
+    one task and one email per submission, no case."""
     with (
         ResendEmulator() as resend,
         httpx.Client(base_url=emulator.http_url, timeout=30) as control,
         httpx.Client(base_url=resend.http_url, timeout=30) as mail,
     ):
         assert control.post("/_sandbox/reset").status_code == 200
-        for mode, times in (("drop_response_after_commit", 3), ("http_500_after_commit", 1)):
-            fault(control, "create_record", mode, times=times)
-            fault(control, "create_task", mode, times=times)
-            fault(mail, "send_email", mode, times=times)
-        fault(control, "create_record", "http_429", times=2)
+        # At most three failed attempts for any one operation (four are allowed).
+        for mode in ("drop_response_after_commit", "http_500_after_commit"):
+            fault(control, "create_record", mode)
+            fault(control, "create_task", mode)
+            fault(mail, "send_email", mode)
+        fault(control, "create_record", "http_429")
         env = {
             **emulator.adapter_env(),
             **resend.adapter_env(),
@@ -177,22 +181,14 @@ def test_repeated_deliveries_and_lost_answers_through_a_cluster_make_one_of_each
         }
         qcluster_factory("qcluster", **env)
         qcluster_factory.sweeper("sweeper", **env)
-        deliver_each_twice(web_server.url)
-        wait_for(
-            lambda: (
-                not Operation.objects.exclude(
-                    status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
-                ).exists()
-                and Operation.objects.count() == EVENTS * 3
-            ),
-            timeout=180,
-            interval=0.5,
-            what="every operation to settle",
-        )
+        codes = deliver_rounds(web_server.url, control)
+        assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
+        wait_for(all_settled, timeout=240, interval=0.5, what="every operation to settle")
         counted, sent = stats(control), stats(mail)
 
+    assert list(ReviewCase.objects.values_list("summary", flat=True)) == []
     assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
-    assert not ReviewCase.objects.exists()
+    assert Event.objects.count() == ROUNDS
     for step, counts in (
         ("create_enquiry", counted["records_by_external_ref"]),
         ("assign_task", counted["tasks_by_external_ref"]),
@@ -201,31 +197,49 @@ def test_repeated_deliveries_and_lost_answers_through_a_cluster_make_one_of_each
         keys = sorted(Operation.objects.filter(step=step).values_list("key", flat=True))
         assert counts == dict.fromkeys(keys, 1), step
     # Every unclear create was sent again and answered 412; each 429 was sent again.
-    assert counted["calls"]["create_record"] == EVENTS + 4 + 2
-    assert counted["calls"]["create_task"] == EVENTS + 4
-    assert sent["calls"]["send_email"] == EVENTS + 4
+    assert counted["calls"]["create_record"] == ROUNDS + 2 + 1
+    assert counted["calls"]["create_task"] == ROUNDS + 2
+    assert sent["calls"]["send_email"] == ROUNDS + 2
+    assert counted["calls"]["token"] >= 2  # the revoked tokens were replaced
     assert sandbox.messages() == []
 
 
-def deliver_each_twice(web_url: str) -> None:
-    """EVENTS submissions, each POSTed twice at once to the ingest API."""
-    _, _, key = source_create_with_key(name="website")
-    bodies = {
-        f"dv-e2e-{uuid.uuid4().hex[:8]}": submission(
-            contact={"name": f"Person {n}", "email": f"person{n % 4}@example.com"},
-            message=f"Enquiry {n}",
-        )
-        for n in range(EVENTS)
-    }
+def deliver_rounds(web_url: str, control: httpx.Client) -> list[int]:
+    """ROUNDS submissions, each POSTed DELIVERIES times at once; tokens revoked halfway."""
+    _, _, api_key = source_create_with_key(name="website")
+    codes: list[int] = []
+    with ThreadPoolExecutor(max_workers=DELIVERIES) as pool:
+        for n in range(ROUNDS):
+            body = submission(
+                contact={"name": f"Person {n}", "email": f"person{n}@example.com"},
+                message=f"Enquiry {n}",
+            )
+            event_key = f"dv-e2e-{n}-{uuid.uuid4().hex[:6]}"
+            codes += deliver_at_once(pool, web_url, api_key, event_key, body)
+            if n == ROUNDS // 2:
+                configure(control, revoke_tokens=True)
+    return codes
 
-    def deliver(event_key: str) -> int:
+
+def deliver_at_once(
+    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
+) -> list[int]:
+    barrier = threading.Barrier(DELIVERIES)
+
+    def deliver(_: int) -> int:
         with httpx.Client(timeout=60) as client:
+            barrier.wait(timeout=60)
             return client.post(
-                f"{web_url}/api/v1/submissions/",
-                json=bodies[event_key],
-                headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": event_key},
+                f"{url}/api/v1/submissions/",
+                json=body,
+                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
             ).status_code
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        codes = list(pool.map(deliver, [k for k in bodies for _ in range(2)]))
-    assert sorted(codes) == [200] * EVENTS + [202] * EVENTS
+    return list(pool.map(deliver, range(DELIVERIES)))
+
+
+def all_settled() -> bool:
+    unsettled = Operation.objects.exclude(
+        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
+    )
+    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()
