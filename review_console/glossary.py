@@ -10,6 +10,7 @@ renders every console page and fails when a code shows where a label exists.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 STEPS: dict[str, str] = {
@@ -163,6 +164,9 @@ EVIDENCE_FIELDS: dict[str, str] = {
     "finding": "Finding",
 }
 
+# Evidence shown only under "Technical details": opaque keys mean nothing to a reviewer.
+TECHNICAL_EVIDENCE = frozenset({"external_ref", "operation_key", "merge_key"})
+
 # SMTP reply codes (RFC 5321, section 4.2.3) and HTTP statuses (RFC 9110) a
 # reviewer meets, in words. Unknown codes fall back to their class.
 _SMTP: dict[int, str] = {
@@ -287,7 +291,7 @@ def evidence_rows(evidence: Any) -> list[dict[str, Any]]:
         return []
     rows = []
     for key, value in evidence.items():
-        if value in (None, "", [], {}):
+        if value in (None, "", [], {}) or key in TECHNICAL_EVIDENCE:
             continue
         rows.append({"label": evidence_field_label(key), "value": _evidence_value(key, value)})
     return rows
@@ -313,17 +317,68 @@ def _evidence_value(key: str, value: Any) -> str:
         )
     if isinstance(value, dict):
         return "; ".join(f"{evidence_field_label(k)}: {v}" for k, v in value.items())
-    return str(value)
+    return plain_text(value)
 
 
-# Codes that must never reach a page where one of these labels exists (the
-# glossary test scans rendered HTML for them, outside "Technical details").
+# Codes that must never reach a page's visible text where one of these labels
+# exists (tests/review_console/test_glossary.py scans rendered pages for them):
+# the snake_case ones, which no English sentence contains by chance.
 def technical_codes() -> set[str]:
-    return (
-        {k for k in STEPS}
-        | set(CASE_KINDS)
-        | set(RESOLUTIONS)
-        | {k for k in RECOVERY if k}
-        | {k for k in ACTIONS}
-        | {"needs_review", "retry_scheduled", "in_progress"}
+    tables = (STEPS, CASE_KINDS, RESOLUTIONS, RECOVERY, ACTIONS, DELIVERY_OUTCOMES)
+    codes = {code for table in tables for code in table}
+    codes |= set(OPERATION_STATUSES) | set(CASE_STATUSES)
+    return {code for code in codes if "_" in code}
+
+
+# -- free text: summaries, destination messages, refusals ---------------------------
+
+_REPLY_IN_TEXT = re.compile(r"\b(SMTP|HTTP) ([1-5]\d\d)\b")
+
+
+def _code_pattern() -> re.Pattern[str]:
+    codes = sorted(_TEXT_LABELS, key=len, reverse=True)
+    return re.compile(r"\b(" + "|".join(re.escape(c) for c in codes) + r")(:[\w.-]+)?\b")
+
+
+# Codes that may appear inside sentences the engine and the services write; each
+# snake_case code of the tables above, with the label a sentence can carry.
+_TEXT_LABELS: dict[str, str] = {
+    **{k: v for k, v in CASE_KINDS.items()},
+    **{k: v for k, v in RESOLUTIONS.items() if "_" in k},
+    **{k: v for k, v in RECOVERY.items() if "_" in k},
+    **{k: v for k, v in DELIVERY_OUTCOMES.items() if "_" in k},
+    **{k: v for k, v in ACTIONS.items() if "_" in k},
+    "needs_review": OPERATION_STATUSES["needs_review"],
+    "retry_scheduled": OPERATION_STATUSES["retry_scheduled"],
+    "in_progress": CASE_STATUSES["in_progress"],
+}
+_CODES_IN_TEXT = _code_pattern()
+_STEPS_IN_TEXT = re.compile(
+    r"\b(" + "|".join(sorted(STEPS, key=len, reverse=True)) + r")(?::([\w.-]+))?\b"
+)
+
+
+def plain_text(text: Any) -> str:
+    """A sentence written with codes, in words: steps and kinds become their labels
+    (quoted), "SMTP 250" becomes "accepted by the mail server (250)"."""
+    value = "" if text is None else str(text)
+    value = _REPLY_IN_TEXT.sub(
+        lambda m: f"{_reply_words(m.group(1), int(m.group(2)))} ({m.group(2)})", value
     )
+    value = _STEPS_IN_TEXT.sub(lambda m: f"“{step_label(m.group(0))}”", value)
+    return _CODES_IN_TEXT.sub(lambda m: f"“{_TEXT_LABELS[m.group(1)]}”", value)
+
+
+def _reply_words(protocol: str, code: int) -> str:
+    if protocol == "SMTP":
+        return reply_label(smtp_code=code)
+    return reply_label(http_status=code)
+
+
+def reference_text(ref: Any) -> str:
+    """A destination reference as a reviewer reads it: a CRM record or task id; an
+    email's Message-ID (derived from the operation key) is technical, so it is ""."""
+    value = "" if ref is None else str(ref)
+    if value.startswith("<") and "@" in value:
+        return ""
+    return value

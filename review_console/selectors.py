@@ -358,7 +358,13 @@ def related_cases(case: ReviewCase, audit: list[AuditEntry]) -> list[tuple[Revie
         for pk in ReviewCase.objects.filter(event_id=case.event_id).values_list("pk", flat=True):
             links[pk] = "Same submission"
     # Operations this case's decisions created (a merge, a send again): their cases.
-    spawned = {e.operation_id for e in audit if e.case_id == case.pk} - {case.operation_id, None}
+    spawned = {
+        e.operation_id
+        for e in audit
+        if e.case_id == case.pk
+        and e.operation_id is not None
+        and e.operation_id != case.operation_id
+    }
     for pk in ReviewCase.objects.filter(operation_id__in=spawned).values_list("pk", flat=True):
         links[pk] = "Opened by an action taken on this case (a merge, an email sent again)"
     # The case whose decision created this case's operation.
