@@ -79,5 +79,7 @@ def reply_words(attempt: Any) -> str:
         smtp_code=getattr(attempt, "smtp_code", None),
         http_status=getattr(attempt, "http_status", None),
     )
+
+
 register.filter("plain", glossary.plain_text)
 register.filter("reference_text", glossary.reference_text)

@@ -35,8 +35,9 @@ from tests.factories import completed, duplicate_case, ingest, op, permanent_cas
 pytestmark = pytest.mark.django_db
 
 FORBIDDEN = [
-    re.compile(r"\b(?:" + "|".join(sorted(glossary.technical_codes(), key=len, reverse=True))
-               + r")\b"),
+    re.compile(
+        r"\b(?:" + "|".join(sorted(glossary.technical_codes(), key=len, reverse=True)) + r")\b"
+    ),
     re.compile(r"\b(?:SMTP|HTTP) [1-5]\d\d\b"),
     re.compile(r"\boperation:\d+"),
     re.compile(r"\bopk_[0-9a-f]{8,}"),
