@@ -723,14 +723,16 @@ def drill_run(
             if destination == "sandbox"
             else {destination: None}
         )
-        shared = {"run": run, "control": control, "mail_control": mail_control, "crm": crm}
         try:
             for case_name, case in CASES.items():
                 if cases and case_name not in cases:
                     continue
                 for profile_name, flags in chosen.items():
                     cell = _run_cell(
-                        **shared,
+                        run=run,
+                        control=control,
+                        mail_control=mail_control,
+                        crm=crm,
                         source_name=source.name,
                         case_name=case_name,
                         case=case,
