@@ -8,21 +8,27 @@ sink. Each scenario ends by counting what HubSpot holds.
 from __future__ import annotations
 
 import io
+import threading
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Operation, ReviewCase
 from idempotency_core.reconciliation.compare import reconcile, run_summary
 from integrations.hubspot.adapter import seconds_to_midnight
 from integrations.hubspot.emulator import HubSpotEmulator
-from tests.factories import completed, ingest, op
+from tests.factories import completed, ingest, op, submission
+from tests.support.processes import wait_for
 
 TOKEN = "pat-na1-pipeline-secret"
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
@@ -166,3 +172,95 @@ def test_reconciliation_lists_hubspot_deals_and_finds_one_archived(hubspot):
     assert found["findings"]["removed"] == 1 and sum(found["findings"].values()) == 1
     case = ReviewCase.objects.get(kind="recon_removed")
     assert case.operation_id == archived.pk
+
+
+# -- through gunicorn and a real cluster ----------------------------------------------
+
+ROUNDS = 20
+DELIVERIES = 50
+CUSTOMERS = 10  # rounds share customers: returning customers are the same contact
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_task_each(
+    sandbox, web_server, qcluster_factory
+):
+    """Each round, one submission delivered 50 times at once through gunicorn; search
+    5 s behind, lost deal, contact and task answers and a ten-second 429; a real
+    django-q2 cluster and a sweeper recover. One deal, one task and one email per
+    submission, one contact per customer."""
+    with HubSpotEmulator() as emulator:
+        control = emulator.hubspot
+        control.set_config({"token": TOKEN, "search_lag_seconds": 5, "retry_after_header": True})
+        control.add_fault(action="create_record", mode="drop_response_after_commit", times=4)
+        control.add_fault(action="create_record", mode="http_429", seconds=1)
+        control.add_fault(action="create_contact", mode="drop_response_after_commit", times=2)
+        control.add_fault(action="create_task", mode="drop_response_after_commit", times=3)
+        # The faults serve whichever calls come first, so one operation may meet all
+        # seven create faults in a row: enough attempts that none is exhausted.
+        env = {
+            "ONEFOLD_CRM": "hubspot",
+            "HUBSPOT_TOKEN": TOKEN,
+            "HUBSPOT_BASE_URL": emulator.http_url,
+            "ONEFOLD_MAX_ATTEMPTS": "10",
+        }
+        qcluster_factory("qcluster", **env)
+        qcluster_factory.sweeper("sweeper", **env)
+        _, _, key = source_create_with_key(name="website")
+        codes: list[int] = []
+        with ThreadPoolExecutor(max_workers=DELIVERIES) as pool:
+            for n in range(ROUNDS):
+                person = n % CUSTOMERS
+                body = submission(
+                    contact={"name": f"Person {person}", "email": f"person{person}@example.com"},
+                    message=f"Enquiry {n}",
+                )
+                event_key = f"hs-e2e-{n}-{uuid.uuid4().hex[:6]}"
+                codes += _deliver_at_once(pool, web_server.url, key, event_key, body)
+        assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
+        wait_for(_all_settled, timeout=240, interval=0.5, what="every operation to settle")
+        counted = control.stats()
+
+    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}, [
+        (o.step, o.status, [(a.outcome, a.error_message) for a in o.attempts.order_by("number")])
+        for o in Operation.objects.exclude(status="succeeded")
+    ] + [(c.kind, c.summary) for c in ReviewCase.objects.all()]
+    assert Event.objects.count() == ROUNDS
+    keys = sorted(Operation.objects.filter(step="create_enquiry").values_list("key", flat=True))
+    assert counted["records_by_external_ref"] == dict.fromkeys(keys, 1)
+    task_keys = sorted(Operation.objects.filter(step="assign_task").values_list("key", flat=True))
+    assert counted["tasks_by_external_ref"] == dict.fromkeys(task_keys, 1)
+    assert counted["contacts"] == CUSTOMERS
+    assert set(counted["contacts_by_email"].values()) == {1}
+    # Each lost or refused answer cost one more call, answered 409 and adopted.
+    assert counted["calls"]["create_record"] == ROUNDS + 4 + 1
+    assert counted["calls"]["create_contact"] == counted["calls"]["create_record"] + 2
+    assert counted["calls"]["create_task"] == ROUNDS + 3
+    assert counted["calls"]["search"] == 0  # never asked: it lags
+    assert len(sandbox.messages()) == ROUNDS
+    assert not ReviewCase.objects.exists()
+
+
+def _deliver_at_once(
+    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
+) -> list[int]:
+    barrier = threading.Barrier(DELIVERIES)
+
+    def deliver(_: int) -> int:
+        with httpx.Client(timeout=60) as client:
+            barrier.wait(timeout=60)
+            return client.post(
+                f"{url}/api/v1/submissions/",
+                json=body,
+                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
+            ).status_code
+
+    return list(pool.map(deliver, range(DELIVERIES)))
+
+
+def _all_settled() -> bool:
+    unsettled = Operation.objects.exclude(
+        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
+    )
+    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()
