@@ -25,7 +25,7 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
-from review_console.glossary import step_label
+from review_console.glossary import kind_label, step_label
 
 DATE_WIDGET = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
@@ -45,7 +45,9 @@ def _up_to_day(queryset: QuerySet, column: str, day: date) -> QuerySet:
 class CaseFilter(django_filters.FilterSet):
     # distinct=False: both are columns of the case itself, so no row can repeat,
     # and a DISTINCT would stop PostgreSQL from reading the queue index in order.
-    kind = django_filters.MultipleChoiceFilter(choices=CaseKind.choices, distinct=False)
+    kind = django_filters.MultipleChoiceFilter(
+        choices=[(value, kind_label(value)) for value in CaseKind.values], distinct=False
+    )
     status = django_filters.MultipleChoiceFilter(choices=CaseStatus.choices, distinct=False)
     owner = django_filters.CharFilter(
         method="filter_owner",
