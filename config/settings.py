@@ -446,7 +446,12 @@ Q_CLUSTER: QClusterOptions = {
     "max_attempts": 3,
     "ack_failures": True,
     "catch_up": False,
-    "save_limit": 1000,
+    # Successful results are not saved (-1): Onefold's attempts record every outcome
+    # and nothing reads django-q2's Task/Success rows (no hook, no chain, no
+    # result() call). Saving them made the monitor decode up to this many pickled rows
+    # for every task (a fifth of a cluster's CPU). A failed task (a crash) is still
+    # saved, whatever the limit: the admin's "Failed tasks" keeps it.
+    "save_limit": env_int("ONEFOLD_Q_SAVE_LIMIT", -1, minimum=-1),
     "poll": env_float("ONEFOLD_Q_POLL", 0.2, minimum=0.01),
     "label": "Task queue",
     # Clusters started with Q_CLUSTER_NAME=<queue> serve that queue instead (the

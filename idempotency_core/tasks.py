@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from idempotency_core.execution.engine import operation_execute
+from django.conf import settings
+
+from idempotency_core.execution.engine import operation_execute_chain
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import suspected_duplicate_flag
 from idempotency_core.reconciliation.compare import reconcile_daily as _reconcile_daily
@@ -23,8 +25,11 @@ def operation_run(operation_id: int) -> str | None:
     # of the answer's path (intake/ingest.py, suspected_duplicate_flag, says why it is safe).
     suspected_duplicate_flag(operation_id=operation_id)
     # Onefold records every outcome on the operation and returns normally, so
-    # the broker's own retry is only a backstop for a crashed worker.
-    return operation_execute(operation_id=operation_id)
+    # the broker's own retry is only a backstop for a crashed worker. The steps
+    # this one's success releases run in the same task, within its timeout.
+    return operation_execute_chain(
+        operation_id=operation_id, seconds=float(settings.Q_CLUSTER["timeout"])
+    )
 
 
 def sweep() -> dict[str, int]:

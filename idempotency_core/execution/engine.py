@@ -4,12 +4,15 @@ Flow 2 of DESIGN.md. The claim is a conditional UPDATE committed before any
 network call; the outcome is written only by the attempt that holds the claim
 (`UPDATE ... WHERE id = ? AND claim_token = ?`); the next step is released in the
 same transaction as the success of this one. Every caller (worker task, sweeper,
-manual replay) goes through `operation_execute`, so none can bypass the guards.
+manual replay) goes through `operation_execute`, so none can bypass the guards; a
+worker's task goes through `operation_execute_chain`, which claims the next step
+in that same transaction and runs it too, with the same claim.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 import uuid
 from collections.abc import Iterator
@@ -21,11 +24,12 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
+from config.logfilters import log_ids_bound
 from idempotency_core.audit.cases import review_case_open, review_cases_settle_on_success
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.audit.subjects import operation_subject
@@ -50,6 +54,12 @@ TASK = "idempotency_core.tasks.operation_run"
 # The queue (django-q2 cluster name) tasks go to; the drill sends its own to a
 # queue no worker cluster listens on, so it alone decides when its steps run.
 _queue: ContextVar[str | None] = ContextVar("onefold_queue", default=None)
+
+
+# Set by operation_execute_chain while it records an outcome: the step that
+# success releases is claimed for this worker (appended here) instead of queued.
+_chained: ContextVar[list[Claim] | None] = ContextVar("onefold_chained", default=None)
+_CHAIN_MARGIN_SECONDS = 0.5
 
 
 @contextmanager
@@ -100,34 +110,45 @@ def operation_claim(*, operation_id: int) -> Claim | None:
     who or what scheduled it (worker, sweeper, a replaying admin).
     """
     now = timezone.now()
-    token = uuid.uuid4()
     with transaction.atomic():
-        claimed = Operation.objects.filter(
-            pk=operation_id,
-            status__in=Operation.CLAIMABLE,
-            next_attempt_at__lte=now,
-        ).update(
-            status=Operation.Status.RUNNING,
-            claim_token=token,
-            lease_expires_at=now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS),
-            attempt_count=F("attempt_count") + 1,
-            first_presented_at=Coalesce(F("first_presented_at"), now),
-            updated_at=now,
+        return _claim_take(
+            Operation.objects.filter(
+                pk=operation_id, status__in=Operation.CLAIMABLE, next_attempt_at__lte=now
+            ),
+            operation_id=operation_id,
+            now=now,
         )
-        if not claimed:
-            return None
-        operation = Operation.objects.select_related("event__source", "destination").get(
-            pk=operation_id
-        )
-        attempt = Attempt.objects.create(
-            operation=operation,
-            number=operation.attempt_count,
-            claim_token=token,
-            trigger=operation.next_trigger,
-            triggered_by_id=operation.next_triggered_by_id,
-            recovery=operation.recovery,
-            started_at=now,
-        )
+
+
+def _claim_take(
+    rows: QuerySet[Operation], *, operation_id: int, now: datetime, **also: object
+) -> Claim | None:
+    """The claim's conditional UPDATE on `rows` (the operation, if claimable) and its
+    attempt. Call inside a transaction, committed before the destination is called."""
+    token = uuid.uuid4()
+    claimed = rows.update(
+        status=Operation.Status.RUNNING,
+        claim_token=token,
+        lease_expires_at=now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS),
+        attempt_count=F("attempt_count") + 1,
+        first_presented_at=Coalesce(F("first_presented_at"), now),
+        updated_at=now,
+        **also,
+    )
+    if not claimed:
+        return None
+    operation = Operation.objects.select_related("event__source", "destination").get(
+        pk=operation_id
+    )
+    attempt = Attempt.objects.create(
+        operation=operation,
+        number=operation.attempt_count,
+        claim_token=token,
+        trigger=operation.next_trigger,
+        triggered_by_id=operation.next_triggered_by_id,
+        recovery=operation.recovery,
+        started_at=now,
+    )
     return Claim(operation=operation, attempt=attempt, token=token)
 
 
@@ -139,6 +160,43 @@ def operation_execute(*, operation_id: int) -> str | None:
     result = operation_perform(claim)
     operation_record_outcome(claim=claim, result=result)
     return result.outcome
+
+
+def operation_execute_chain(*, operation_id: int, seconds: float) -> str | None:
+    """`operation_execute`, then each step its success releases, in this task.
+
+    For the worker's task, which has `seconds` before django-q2 kills it. A next
+    step is claimed in the transaction that records this one's success (the
+    claim's conditional UPDATE, committed before its call, as any claim) instead
+    of being queued: no queue row, no poll, no second dequeue. Only while the
+    time left covers a lookup and a call; otherwise it is queued as usual. A
+    worker that dies between leaves a claimed step whose lease the sweeper
+    recovers, as after a death just after any claim. Returns the outcome of
+    `operation_id`'s attempt.
+    """
+    deadline = time.monotonic() + seconds
+    claim = operation_claim(operation_id=operation_id)
+    outcome = None
+    while claim is not None:
+        # The task's log lines named the first operation; each step names its own.
+        with log_ids_bound(operation_id=claim.operation.pk):
+            result = operation_perform(claim)
+            outcome = outcome or result.outcome
+            time_left = deadline - time.monotonic()
+            chained: list[Claim] | None = [] if time_left > _chain_allowance() else None
+            token = _chained.set(chained)
+            try:
+                operation_record_outcome(claim=claim, result=result)
+            finally:
+                _chained.reset(token)
+        claim = chained[0] if chained else None
+    return outcome
+
+
+def _chain_allowance() -> float:
+    """The time a chained step may need: a lookup and a call, each bounded by the
+    HTTP timeout, and a margin for the two transactions around them."""
+    return 2 * settings.ONEFOLD_HTTP_TIMEOUT_SECONDS + _CHAIN_MARGIN_SECONDS
 
 
 def operation_state(operation: Operation, *, attempt_number: int | None = None) -> OperationState:
@@ -420,6 +478,22 @@ def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
         next_attempt_at__isnull=True,
     )
     ids = list(following.values_list("pk", flat=True))
+    if not ids:
+        return ids  # the last step: nothing waits behind it
+    chained = _chained.get()
+    if chained is not None and len(ids) == 1:
+        # The worker that recorded this success runs the next step itself
+        # (operation_execute_chain): claimed here, in the same transaction.
+        claim = _claim_take(
+            following.filter(pk=ids[0]),
+            operation_id=ids[0],
+            now=now,
+            next_attempt_at=now,
+            enqueued_at=now,
+        )
+        if claim is not None:
+            chained.append(claim)
+            return ids
     following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
     for operation_id in ids:
         operation_enqueue(operation_id)

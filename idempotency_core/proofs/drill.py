@@ -458,6 +458,9 @@ def _drill_cluster() -> Iterator[None]:
         # queue, and none of the shared schedules.
         "Q_CLUSTER_NAME": DRILL_WORKERS_QUEUE,
         "ONEFOLD_Q_POLL": "0.05",
+        # Its workers' results are kept (Q_CLUSTER saves none by default): the
+        # drill's test counts them as proof that the cluster did the work.
+        "ONEFOLD_Q_SAVE_LIMIT": "250",
         # The drill's retry timings; the HTTP and task timeouts stay the deployment's.
         **{
             name: str(value)

@@ -1,0 +1,151 @@
+"""A worker runs the steps a success releases in the same task, with the same claim.
+
+`operation_execute_chain` claims the next step in the transaction that records
+the success of this one (instead of queueing it), then runs it. These tests
+hold it to the rules every claim keeps: one effect per step however many run
+it at once, a failure ends the chain, and a task short of time queues the next
+step as before. The real-cluster test shows the whole: one task per submission,
+and one HTTP and one SMTP connection per worker process, reused across tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from django.db import connections, transaction
+from django_q.models import OrmQ, Task
+
+from idempotency_core import tasks
+from idempotency_core.execution.engine import TASK, operation_execute_chain
+from idempotency_core.models import Attempt, Event, Operation
+from integrations import http
+from tests.factories import ingest, op
+from tests.support.counting_proxy import CountingProxy
+from tests.support.processes import Sandbox, start_qcluster, wait_for
+from tests.support.queue import queued
+
+STEPS = ("create_enquiry", "assign_task", "send_confirmation")
+
+
+def statuses(event: Event) -> list[str]:
+    return [o.status for o in event.operations.order_by("position")]
+
+
+def effects(sandbox: Sandbox) -> tuple[int, int, int]:
+    stats = sandbox.stats()
+    return stats["records"], stats["tasks"], stats["messages"]
+
+
+@pytest.mark.django_db
+def test_a_worker_task_runs_every_step_its_successes_release(sandbox):
+    event = ingest("chain-1", contact_from_key=True)
+    OrmQ.objects.all().delete()  # the first step's task, run here as a worker would
+    assert tasks.operation_run(op(event, "create_enquiry").pk) == "succeeded"
+    assert statuses(event) == ["succeeded"] * 3
+    # One attempt each, claimed by the worker, and nothing left on the queue.
+    attempts = Attempt.objects.filter(operation__event=event)
+    assert sorted(attempts.values_list("operation__step", "number", "trigger")) == sorted(
+        (step, 1, Attempt.Trigger.WORKER) for step in STEPS
+    )
+    assert not OrmQ.objects.exists()
+    assert effects(sandbox) == (1, 1, 1)
+
+
+@pytest.mark.django_db
+def test_a_task_without_time_for_another_step_queues_it(sandbox):
+    event = ingest("chain-2", contact_from_key=True)
+    OrmQ.objects.all().delete()
+    operation_execute_chain(operation_id=op(event, "create_enquiry").pk, seconds=0)
+    assert statuses(event) == ["succeeded", "pending", "pending"]
+    assert [row.task["args"] for row in queued(TASK)] == [(op(event, "assign_task").pk,)]
+    assert op(event, "assign_task").next_attempt_at is not None  # due, queued
+    assert op(event, "send_confirmation").next_attempt_at is None  # waits for it
+    assert effects(sandbox) == (1, 0, 0)
+
+
+@pytest.mark.django_db
+def test_a_step_that_fails_ends_the_chain(sandbox):
+    event = ingest("chain-3", contact_from_key=True)
+    OrmQ.objects.all().delete()
+    sandbox.fault("create_task", "http_503")
+    assert tasks.operation_run(op(event, "create_enquiry").pk) == "succeeded"
+    assert statuses(event) == ["succeeded", "retry_scheduled", "pending"]
+    assert op(event, "send_confirmation").next_attempt_at is None
+    assert not OrmQ.objects.exists()  # the retry is the sweeper's to queue when due
+    assert effects(sandbox) == (1, 0, 0)
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # threads race on commits
+def test_tasks_racing_on_one_pipeline_make_each_effect_once(sandbox):
+    event = ingest("chain-4", contact_from_key=True)
+    first = op(event, "create_enquiry").pk
+    barrier = threading.Barrier(4)
+
+    def worker() -> None:
+        try:
+            barrier.wait()
+            tasks.operation_run(first)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses(event) == ["succeeded"] * 3
+    assert Attempt.objects.filter(operation__event=event).count() == 3
+    assert effects(sandbox) == (1, 1, 1)
+
+
+def test_a_forked_process_builds_its_own_http_client():
+    parent = http.shared_client()
+    assert http.shared_client() is parent  # reused within the process
+    pid = os.fork()
+    if pid == 0:  # the child: inherits the parent's object, must not use it
+        os._exit(0 if http.shared_client() is not parent else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert http.shared_client() is parent
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the cluster commits
+def test_a_cluster_runs_each_pipeline_in_one_task_over_reused_connections(sandbox, tmp_path):
+    http_proxy, smtp_proxy = CountingProxy(sandbox.http_port), CountingProxy(sandbox.smtp_port)
+    proxied = Sandbox(child=sandbox.child, http_port=http_proxy.port, smtp_port=smtp_proxy.port)
+    count = 30
+    with transaction.atomic():  # posted at once
+        events = [ingest(f"burst-{n}", contact_from_key=True) for n in range(count)]
+    cluster = start_qcluster(
+        tmp_path,
+        proxied,
+        env={
+            "ONEFOLD_Q_WORKERS": "2",
+            # Task results kept, to count the tasks; room for three steps in one task
+            # however loaded the machine (the lease must outlast the task).
+            "ONEFOLD_Q_SAVE_LIMIT": "0",
+            "ONEFOLD_Q_TIMEOUT": "20",
+            "ONEFOLD_LEASE_SECONDS": "30",
+        },
+    )
+    try:
+        done = Operation.objects.filter(status=Operation.Status.SUCCEEDED)
+        wait_for(lambda: done.count() == 3 * count, timeout=120, what="every step")
+    except TimeoutError:
+        print(cluster.log()[-10000:])
+        raise
+    finally:
+        cluster.stop()
+        http_proxy.close()
+        smtp_proxy.close()
+    assert effects(sandbox) == (count, count, count)
+    assert not Attempt.objects.exclude(number=1).exists()
+    # One task per submission, not one per step.
+    assert Task.objects.filter(func=TASK, success=True).count() == count
+    assert {e.pk for e in events} == set(Event.objects.values_list("pk", flat=True))
+    # Each worker process kept one connection to each server across its tasks.
+    assert 1 <= http_proxy.accepted <= 2
+    assert 1 <= smtp_proxy.accepted <= 2
