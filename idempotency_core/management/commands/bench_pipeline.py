@@ -1,0 +1,62 @@
+"""`manage.py bench_pipeline`: submissions fully processed per second by real worker
+clusters, beside a bare client driving the same effects into the sandbox (the
+benchmark itself: idempotency_core/proofs/bench_pipeline.py)::
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_pipeline \\
+        .venv/bin/python manage.py bench_pipeline [--submissions 300] [--clusters 1 2]
+        [--rounds 1] [--poll 0.05 0.2 1]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from idempotency_core.proofs.bench_pipeline import (
+    BenchmarkError,
+    bench_pipeline_database_check,
+    bench_pipeline_measure,
+    bench_pipeline_poll,
+)
+
+
+class Command(BaseCommand):
+    help = "Times a burst of submissions through real worker clusters, beside a bare client."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--submissions", type=int, default=300, help="posted at once")
+        parser.add_argument(
+            "--clusters", type=int, nargs="+", default=[1, 2], help="worker clusters per run"
+        )
+        parser.add_argument("--rounds", type=int, default=1, help="rounds per figure (median)")
+        parser.add_argument(
+            "--poll",
+            type=float,
+            nargs="*",
+            default=[],
+            help="also measure these poll intervals (seconds), one cluster each",
+        )
+
+    def handle(
+        self,
+        *args: Any,
+        submissions: int,
+        clusters: list[int],
+        rounds: int,
+        poll: list[float],
+        **options: Any,
+    ) -> None:
+        if submissions < 1 or rounds < 1 or min(clusters) < 1 or any(p <= 0 for p in poll):
+            raise CommandError("--submissions, --rounds, --clusters and --poll must be positive")
+        try:
+            bench_pipeline_database_check()
+            call_command("migrate", verbosity=0)
+            bench_pipeline_measure(
+                count=submissions, clusters=clusters, rounds=rounds, out=self.stdout.write
+            )
+            if poll:
+                bench_pipeline_poll(polls=poll, count=submissions, out=self.stdout.write)
+        except BenchmarkError as exc:
+            raise CommandError(str(exc)) from exc

@@ -1,0 +1,443 @@
+"""Benchmark of the whole pipeline under a burst (not a unit test).
+
+N submissions are stored at once (one transaction, so their first tasks appear
+together), then timed until the sandbox holds every record, task and email.
+Workers are real `qcluster` processes on this database, one cluster and then
+two, calling the sandbox (its own process, started here) over loopback.
+
+The limit beside it is measured in the same run: a bare client that drives the
+same three effects (record, task, SMTP message) straight into the sandbox, with
+as many processes as the clusters have workers, one pooled HTTP client and one
+SMTP connection each: no database, no queue, no claim, no attempt record. The
+ratio says what Onefold's guarantees cost over the sandbox's own speed.
+
+Duplicates are counted by the sandbox (`/_sandbox/stats`): records and tasks by
+external reference, messages by recipient (every submission has its own).
+
+It refuses to run on a database whose name does not contain "bench": it empties
+the tables. `manage.py bench_pipeline` runs it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import signal
+import smtplib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from email.message import EmailMessage
+from multiprocessing.synchronize import Event as EventType
+from typing import IO, Any
+
+import httpx
+from django.conf import settings
+from django.db import connection, connections, transaction
+
+from config.env import database_url_of
+from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.sources import source_get_or_create
+from idempotency_core.models import Destination, Operation, ReviewCase
+
+Out = Callable[[str], None]
+TARGET_RATIO = 0.5
+_PORTS = (
+    re.compile(r"Sandbox CRM listening on http://[\d.]+:(\d+)"),
+    re.compile(r"Sandbox SMTP listening on [\d.]+:(\d+)"),
+)
+_TABLES = (
+    "review_console_bulkreplayitem, review_console_bulkreplayjob, idempotency_core_attempt, "
+    "idempotency_core_delivery, idempotency_core_reviewcase, idempotency_core_operation, "
+    "idempotency_core_event, django_q_ormq, django_q_task"
+)
+
+
+class BenchmarkError(Exception):
+    """The benchmark cannot run here, or a run did not end as it should."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    http_url: str
+    smtp_port: int
+    client: httpx.Client
+
+    def stats(self, *, detail: bool) -> dict[str, Any]:
+        response = self.client.get("/_sandbox/stats", params={"detail": int(detail)})
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def reset(self) -> None:
+        self.client.post("/_sandbox/reset").raise_for_status()
+
+
+@dataclass(frozen=True)
+class Run:
+    label: str
+    submissions: int
+    seconds: float
+    duplicates: int
+
+    @property
+    def rate(self) -> float:
+        return self.submissions / self.seconds
+
+
+def bench_pipeline_database_check() -> None:
+    """Refuses anything but a PostgreSQL database named for benchmarks."""
+    name = settings.DATABASES["default"]["NAME"]
+    if connection.vendor != "postgresql" or "bench" not in str(name):
+        raise BenchmarkError(
+            f"refusing to empty {name!r}: use a PostgreSQL database named like "
+            "onefold_bench_pipeline (DATABASE_URL)"
+        )
+
+
+# -- processes --------------------------------------------------------------------
+
+
+def _spawn(
+    args: list[str], log: IO[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(settings.BASE_DIR / "manage.py"), *args],
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
+            **(env or {}),
+        },
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: a cluster's workers stop with it
+    )
+
+
+def _wait_log(process: subprocess.Popen[bytes], log: IO[str], ready: Callable[[str], Any]) -> Any:
+    deadline = time.monotonic() + 60
+    while True:
+        log.seek(0)
+        text = log.read()
+        found = ready(text)
+        if found:
+            return found
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise BenchmarkError(f"a child process did not start:\n{text}")
+        time.sleep(0.1)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@contextmanager
+def sandbox_running() -> Iterator[Sandbox]:
+    """The sandbox in a process of its own, so its CPU is not the benchmark's."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = _spawn(["sandbox", "--http-port", "0", "--smtp-port", "0"], log)
+        try:
+
+            def ports(text: str) -> tuple[int, int] | None:
+                found = [pattern.search(text) for pattern in _PORTS]
+                return (int(found[0][1]), int(found[1][1])) if found[0] and found[1] else None
+
+            http_port, smtp_port = _wait_log(process, log, ports)
+            url = f"http://127.0.0.1:{http_port}"
+            with httpx.Client(base_url=url, timeout=60) as client:
+                yield Sandbox(http_url=url, smtp_port=smtp_port, client=client)
+        finally:
+            _stop(process)
+
+
+@contextmanager
+def clusters_running(count: int, *, env: dict[str, str] | None = None) -> Iterator[list[int]]:
+    """`count` qcluster processes on this database; yields their pids."""
+    with ExitStack() as stack:
+        processes = []
+        for _ in range(count):
+            log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            process = _spawn(["qcluster"], log, env)
+            stack.callback(_stop, process)
+            _wait_log(process, log, lambda text: " running." in text)
+            processes.append(process)
+        yield [process.pid for process in processes]
+
+
+# -- Onefold ----------------------------------------------------------------------
+
+
+def _tables_empty() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {_TABLES} CASCADE")
+        # Audit entries refuse DELETE (a trigger); TRUNCATE is the bench's own reset.
+        cursor.execute("TRUNCATE idempotency_core_auditentry")
+
+
+def bench_source(sandbox: Sandbox) -> Any:
+    """A source whose CRM and mailer are this run's sandbox."""
+    crm, _ = Destination.objects.update_or_create(
+        name="bench-crm",
+        defaults={"kind": Destination.Kind.CRM_HTTP, "base_url": sandbox.http_url},
+    )
+    mailer, _ = Destination.objects.update_or_create(
+        name="bench-mail",
+        defaults={"kind": Destination.Kind.SMTP, "base_url": f"127.0.0.1:{sandbox.smtp_port}"},
+    )
+    source, _ = source_get_or_create(name="bench-pipeline")
+    source.crm, source.mailer = crm, mailer
+    source.save(update_fields=["crm", "mailer"])
+    return source
+
+
+def payload_for(run: str, index: int) -> dict[str, Any]:
+    """A distinct contact per submission, so messages count by recipient."""
+    return {
+        "form": "contact",
+        "contact": {"name": f"Bench {index}", "email": f"bench-{run}-{index}@example.com"},
+        "message": "Please quote for a kitchen refit.",
+    }
+
+
+def submissions_store(source: Any, *, run: str, count: int) -> float:
+    """Stores `count` submissions in one transaction; returns the moment of its commit."""
+    with transaction.atomic():
+        for index in range(count):
+            event_ingest(source=source, key=f"{run}-{index}", payload=payload_for(run, index))
+    return time.monotonic()
+
+
+def effects_wait(sandbox: Sandbox, *, count: int, timeout: float) -> float:
+    """Waits until the sandbox holds `count` records, tasks and messages."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = sandbox.stats(detail=False)
+        if min(stats["records"], stats["tasks"], stats["messages"]) >= count:
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"timed out after {timeout:.0f} s: the sandbox holds {stats}")
+        time.sleep(0.05)
+
+
+def outcomes_check(*, timeout: float) -> None:
+    """Every operation succeeded and no case opened (the last outcomes are written
+    just after the sandbox stored the last effects)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        unfinished = Operation.objects.exclude(status=Operation.Status.SUCCEEDED).count()
+        cases = ReviewCase.objects.count()
+        if not unfinished and not cases:
+            return
+        if cases or time.monotonic() > deadline:
+            raise BenchmarkError(f"{unfinished} operations unfinished and {cases} review cases")
+        time.sleep(0.1)
+
+
+def duplicates_count(sandbox: Sandbox) -> int:
+    """Effects beyond one per external reference (records, tasks) or recipient (messages)."""
+    stats = sandbox.stats(detail=True)
+    maps = ("records_by_external_ref", "tasks_by_external_ref", "messages_by_recipient")
+    return sum(count - 1 for name in maps for count in stats[name].values() if count > 1)
+
+
+def onefold_run(
+    sandbox: Sandbox, *, clusters: int, count: int, env: dict[str, str] | None = None
+) -> Run:
+    """One burst through `clusters` real worker clusters."""
+    _tables_empty()
+    sandbox.reset()
+    source = bench_source(sandbox)
+    run = uuid.uuid4().hex[:8]
+    with clusters_running(clusters, env=env):
+        started = submissions_store(source, run=run, count=count)
+        finished = effects_wait(sandbox, count=count, timeout=max(120.0, count))
+        outcomes_check(timeout=30)
+    return Run(
+        label=f"Onefold, {clusters} cluster{'s' if clusters > 1 else ''}",
+        submissions=count,
+        seconds=finished - started,
+        duplicates=duplicates_count(sandbox),
+    )
+
+
+# -- the bare client --------------------------------------------------------------
+
+
+def _bare_message(run: str, index: int) -> bytes:
+    message = EmailMessage()
+    message["From"] = settings.DEFAULT_FROM_EMAIL
+    message["To"] = payload_for(run, index)["contact"]["email"]
+    message["Subject"] = "We received your enquiry"
+    message["Message-ID"] = f"<bare-{run}-{index}@bench>"
+    message.set_content(f"Hello Bench {index},\n\nThank you for your enquiry.\n")
+    return message.as_bytes()
+
+
+def _bare_worker(
+    sandbox_url: str, smtp_port: int, run: str, indices: list[int], go: EventType
+) -> None:
+    """One process of the bare client: record, task, message for each index."""
+    with httpx.Client(base_url=sandbox_url, timeout=60) as client:
+        mail = smtplib.SMTP("127.0.0.1", smtp_port, timeout=60)
+        go.wait()
+        for index in indices:
+            ref = f"bare-{run}-{index}"
+            payload = payload_for(run, index)
+            record = client.post(
+                "/crm/records",
+                json={**payload["contact"], "message": payload["message"], "external_ref": ref},
+                headers={"Idempotency-Key": ref},
+            )
+            record.raise_for_status()
+            client.post(
+                f"/crm/records/{record.json()['id']}/tasks",
+                json={"external_ref": f"{ref}-task", "title": "Follow up", "assignee": ""},
+                headers={"Idempotency-Key": f"{ref}-task"},
+            ).raise_for_status()
+            mail.sendmail(
+                settings.DEFAULT_FROM_EMAIL,
+                [payload["contact"]["email"]],
+                _bare_message(run, index),
+            )
+        mail.quit()
+
+
+def bare_run(sandbox: Sandbox, *, processes: int, count: int) -> Run:
+    """The same effects, `processes` at a time, straight into the sandbox."""
+    sandbox.reset()
+    run = uuid.uuid4().hex[:8]
+    context = multiprocessing.get_context("fork")
+    go = context.Event()
+    connections.close_all()  # a forked child must not share the parent's socket
+    children = [
+        context.Process(
+            target=_bare_worker,
+            args=(sandbox.http_url, sandbox.smtp_port, run, list(range(n, count, processes)), go),
+        )
+        for n in range(processes)
+    ]
+    for child in children:
+        child.start()
+    time.sleep(0.5)  # connected and waiting
+    started = time.monotonic()
+    go.set()
+    for child in children:
+        child.join()
+    finished = time.monotonic()
+    if any(child.exitcode for child in children):
+        raise BenchmarkError("a bare client process failed")
+    effects_wait(sandbox, count=count, timeout=10)
+    return Run(
+        label=f"bare client, {processes} processes",
+        submissions=count,
+        seconds=finished - started,
+        duplicates=duplicates_count(sandbox),
+    )
+
+
+# -- the report -------------------------------------------------------------------
+
+
+def _row(run: Run, baseline: Run | None = None) -> str:
+    ratio = f"{run.rate / baseline.rate:.2f}x" if baseline else ""
+    return (
+        f"| {run.label} | {run.submissions} | {run.seconds:.2f} | {run.rate:.1f} "
+        f"| {run.duplicates} | {ratio} |"
+    )
+
+
+def bench_pipeline_measure(
+    *, count: int, clusters: list[int], rounds: int, out: Out
+) -> list[tuple[Run, Run]]:
+    """Interleaved rounds (bare, Onefold) per cluster count; prints the median of each."""
+    workers = int(settings.Q_CLUSTER["workers"])
+    out(
+        f"{count} submissions at once, {workers} workers per cluster, poll "
+        f"{settings.Q_CLUSTER['poll']} s, median of {rounds} round(s)"
+    )
+    out("| run | submissions | seconds | submissions/s | duplicates | vs bare |")
+    out("| --- | ---: | ---: | ---: | ---: | ---: |")
+    results = []
+    with sandbox_running() as sandbox:
+        for count_of_clusters in clusters:
+            pairs = [
+                (
+                    bare_run(sandbox, processes=workers * count_of_clusters, count=count),
+                    onefold_run(sandbox, clusters=count_of_clusters, count=count),
+                )
+                for _ in range(rounds)
+            ]
+            bare, onefold = (_median([pair[side] for pair in pairs]) for side in (0, 1))
+            out(_row(bare))
+            out(_row(onefold, bare))
+            results.append((bare, onefold))
+    for bare, onefold in results:
+        verdict = "meets" if onefold.rate >= TARGET_RATIO * bare.rate else "MISSES"
+        out(
+            f"{onefold.label}: {onefold.rate / bare.rate:.2f}x the bare client "
+            f"({verdict} the {TARGET_RATIO}x target), {onefold.duplicates} duplicates"
+        )
+    return results
+
+
+def _median(runs: list[Run]) -> Run:
+    median = statistics.median_low(run.seconds for run in runs)
+    chosen = next(run for run in runs if run.seconds == median)
+    return Run(
+        label=chosen.label,
+        submissions=chosen.submissions,
+        seconds=chosen.seconds,
+        duplicates=max(run.duplicates for run in runs),
+    )
+
+
+# -- the poll interval ------------------------------------------------------------
+
+
+def latency_run(sandbox: Sandbox, *, env: dict[str, str], count: int) -> list[float]:
+    """Seconds from commit to the third effect, one submission at a time (an idle queue)."""
+    _tables_empty()
+    sandbox.reset()
+    source = bench_source(sandbox)
+    run = uuid.uuid4().hex[:8]
+    latencies = []
+    with clusters_running(1, env=env):
+        for index in range(count):
+            time.sleep(0.3)  # the workers idle: the first step waits for a poll
+            started = submissions_store_one(source, run=run, index=index)
+            latencies.append(effects_wait(sandbox, count=index + 1, timeout=60) - started)
+    return latencies
+
+
+def submissions_store_one(source: Any, *, run: str, index: int) -> float:
+    event_ingest(source=source, key=f"{run}-{index}", payload=payload_for(run, index))
+    return time.monotonic()
+
+
+def bench_pipeline_poll(*, polls: list[float], count: int, out: Out) -> None:
+    """A burst and an idle queue's latency for each poll interval, one cluster."""
+    out(f"Poll interval: one cluster, a burst of {count} and 10 single submissions")
+    out("| poll (s) | burst submissions/s | idle latency p50 (ms) | max (ms) | idle polls/s |")
+    out("| ---: | ---: | ---: | ---: | ---: |")
+    with sandbox_running() as sandbox:
+        for poll in polls:
+            env = {"ONEFOLD_Q_POLL": str(poll)}
+            burst = onefold_run(sandbox, clusters=1, count=count, env=env)
+            latencies = latency_run(sandbox, env=env, count=10)
+            out(
+                f"| {poll} | {burst.rate:.1f} | {statistics.median(latencies) * 1000:.0f} "
+                f"| {max(latencies) * 1000:.0f} | {1 / poll:.0f} |"
+            )
