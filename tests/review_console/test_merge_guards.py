@@ -6,6 +6,7 @@ both sides".
 
 from __future__ import annotations
 
+import html
 import threading
 
 import pytest
@@ -173,3 +174,27 @@ def test_a_refused_merge_keeps_the_typed_reason_and_says_why(sandbox):
         {"confirm": "yes", "survivor": a, "reason": reason},
     ).content.decode()
     assert "Choose the record merged into it." in page and f">{reason}</textarea>" in page
+
+
+@pytest.mark.django_db
+def test_a_merge_and_the_case_it_spawned_link_to_each_other(sandbox):
+    rita = make_user("rita", groups=("Reviewers",))
+    events, (a, b) = two_records(sandbox, "spawn")
+    case = case_about([a, b], events[1])
+    merge = duplicate_merge_request(
+        case_id=case.pk, survivor_ref=a, duplicate_ref=b, actor=rita, reason="same person"
+    )
+    # Someone deleted the duplicate in the CRM meanwhile: the merge is refused there.
+    sandbox.client.delete(f"/crm/records/{b}").raise_for_status()
+    assert operation_execute(operation_id=merge.pk) == "permanent"
+    spawned = ReviewCase.objects.get(operation=merge)
+    client = Client()
+    client.force_login(rita)
+    case_page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
+    spawned_page = client.get(reverse("console:case-detail", args=[spawned.pk])).content.decode()
+    assert f'href="{reverse("console:case-detail", args=[spawned.pk])}"' in case_page
+    assert "Opened by an action taken on this case" in case_page
+    assert f'href="{reverse("console:case-detail", args=[case.pk])}"' in spawned_page
+    assert "This case's step was asked for on that case" in html.unescape(spawned_page)
+    # The merge step reads as what it does, on the spawned case.
+    assert f"Merge CRM record {b} into the one that stays" in spawned_page
