@@ -51,6 +51,9 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py ensure_database
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_console $(PY) manage.py bench_console
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_ingest $(PY) manage.py ensure_database
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_ingest $(PY) manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_ingest $(PY) manage.py bench_ingest
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py ensure_database
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline
