@@ -40,6 +40,7 @@ the usual attempts the operation becomes a case that says why.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 import os
@@ -303,8 +304,28 @@ def sandbox_capabilities(reported: Mapping[str, Any]) -> Capabilities:
 # -- verification, as the workers do it -------------------------------------------
 
 _verified_lock = threading.Lock()
-# (name, kind, base_url) -> (monotonic time the result expires, refusal or "")
-_verified: dict[tuple[str, str, str], tuple[float, str]] = {}
+# configuration (`_configuration_key`) -> (monotonic time the result expires, refusal or "")
+_verified: dict[tuple[str, ...], tuple[float, str]] = {}
+# The variables each kind's adapter reads: a change of any is a new configuration.
+_ENV_PREFIXES: dict[str, str] = {
+    Kind.CRM_HTTP: "SANDBOX_",
+    Kind.HUBSPOT: "HUBSPOT_",
+    Kind.SALESFORCE: "SALESFORCE_",
+    Kind.PIPEDRIVE: "PIPEDRIVE_",
+    Kind.DATAVERSE: "DATAVERSE_",
+    Kind.RESEND: "RESEND_",
+}
+
+
+def _configuration_key(destination: Destination) -> tuple[str, ...]:
+    """What a verification holds for: the destination, its kind and URL, and the
+    settings and variables its adapter reads (as a digest: no credential is kept)."""
+    kind = kind_of(destination)
+    prefix = _ENV_PREFIXES.get(kind)
+    read = sorted((k, v) for k, v in os.environ.items() if prefix and k.startswith(prefix))
+    read += [("urls", f"{settings.DESTINATION_URL} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}")]
+    digest = hashlib.sha256(repr(read).encode()).hexdigest()
+    return (destination.name, kind, destination.base_url, digest)
 
 
 def destination_checks(destination: Destination) -> list[CapabilityCheck]:
@@ -328,12 +349,13 @@ def destination_refusal(checks: list[CapabilityCheck]) -> str:
 def destination_ready(destination: Destination, *, now: float | None = None) -> None:
     """Raises `DestinationRefusedError` unless the destination's declaration holds.
 
-    Verified on first use in this process, then again after ONEFOLD_VERIFY_TTL_SECONDS.
+    Verified on first use in this process, then again after ONEFOLD_VERIFY_TTL_SECONDS,
+    or at once when its configuration changed (another URL, another variable).
     A refusal is remembered as long as a success (the destination is not asked
     again on every attempt), except a failure to reach it, asked again next time.
     """
     now = time.monotonic() if now is None else now
-    key = (destination.name, kind_of(destination), destination.base_url)
+    key = _configuration_key(destination)
     with _verified_lock:
         cached = _verified.get(key)
     if cached is None or cached[0] <= now:
