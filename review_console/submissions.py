@@ -170,12 +170,14 @@ class TimelineEntry:
     technical: str = ""
 
 
-def submission_cases(event: Event) -> list[ReviewCase]:
-    """Every case of the submission: its own, and those of its operations' merges."""
+def submission_cases(event: Event, operations: list[Operation]) -> list[ReviewCase]:
+    """Every case of the submission: its own, and those of its operations (a merge's
+    case may belong to another event). Both columns are indexed foreign keys, so
+    this is a bitmap OR of two index scans, not a join over every case."""
+    condition = Q(event_id=event.pk) | Q(operation_id__in=[o.pk for o in operations])
     return list(
-        ReviewCase.objects.filter(Q(event=event) | Q(operation__event=event))
+        ReviewCase.objects.filter(condition)
         .select_related("operation", "owner")
-        .distinct()
         .order_by("created_at", "pk")
     )
 

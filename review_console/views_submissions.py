@@ -54,7 +54,7 @@ def submission_detail(request: HttpRequest, event_id: uuid.UUID) -> HttpResponse
     unmasked = request.user.has_perm(VIEW_CONTACT)
     operations = selectors.event_operations(event)
     deliveries = selectors.event_deliveries(event)
-    cases = submissions.submission_cases(event)
+    cases = submissions.submission_cases(event, operations)
     audit = submissions.submission_audit(event, cases, operations)
     steps = [
         (op, submissions.crm_record_url(op.destination, op.destination_ref)) for op in operations

@@ -306,6 +306,7 @@ def bench_console_measure(*, rounds: int, out: Callable[[str], None]) -> None:
     if open_count == 0:
         raise BenchmarkError("no open cases to render: seed first")
     sample, sample_event, sample_operation = _sample_case(open_cases, open_count)
+    sample_event_id = Event.objects.filter(key=sample_event).values_list("pk", flat=True)[0]
     with console_client(admin) as client:
         deep_cursor, depth = _cursor_at_depth(client, pages=DEEP_PAGES)
         pages: list[tuple[str, str]] = [
@@ -320,6 +321,11 @@ def bench_console_measure(*, rounds: int, out: Callable[[str], None]) -> None:
             ("queue, search operation key", f"/console/cases/?q={sample_operation}"),
             ("case page", f"/console/cases/{sample}/"),
             ("dashboard", "/console/"),
+            # Issue 14: a submission's page, and the customer search (see
+            # review_console/submissions.py for how each kind is answered).
+            ("submission page", f"/console/submissions/{sample_event_id}/"),
+            ("search, email (digest)", "/console/search/?q=p123%40example.com"),
+            ("search, name (payload scan)", "/console/search/?q=Person%2029999"),
         ]
         out(
             f"\n{Event.objects.count():,} events, {open_count:,} open cases, "
