@@ -9,7 +9,8 @@ and why no contact detail is indexed in clear:
   like an address is not tried as a key either, so it never reaches a query.
 - **name**: the name is stored only inside the payload (no index, no digest, and
   a digest could not match part of a name). It is searched as a substring of the
-  payload's contact name, newest first, under a statement timeout, and only for
+  payload's contact name among the newest NAME_SEARCH_SCOPE submissions (a bounded
+  scan: no index of names in clear), under a statement timeout, and only for
   viewers who may see contact details: for a masked viewer a name search would
   reveal the full names the console hides ("A. L." would answer "Ada Lovelace?").
 - **key or reference**: exact event key (the (source, key) unique index, one
@@ -43,6 +44,8 @@ from review_console import glossary
 RESULTS_LIMIT = 50
 # A name search reads payloads (no index): stop it rather than hold a web worker.
 NAME_SEARCH_TIMEOUT_MS = 2000
+# How far back a name is looked for (newest submissions first): see _name_search.
+NAME_SEARCH_SCOPE = 100_000
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _CASE_NUMBER = re.compile(r"^#\s*(\d{1,18})$")
 
@@ -55,6 +58,8 @@ class SearchResult:
     events: list[Event] = field(default_factory=list)
     case_id: int | None = None
     notice: str = ""
+    # Said next to the results when a name search looked at recent submissions only.
+    scope_note: str = ""
 
 
 def _events(condition: Q) -> QuerySet[Event]:
@@ -139,7 +144,21 @@ def _name_search(query: str, result: SearchResult, *, may_see_contact: bool) -> 
             "key or reference instead."
         )
         return
-    matches = _events(Q(payload__contact__name__icontains=query))[:RESULTS_LIMIT]
+    condition = Q(payload__contact__name__icontains=query)
+    # The scan is bounded by the newest NAME_SEARCH_SCOPE submissions (their start
+    # found on the received_at index), so its cost does not grow with the table.
+    cutoff = (
+        Event.objects.order_by("-received_at")
+        .values_list("received_at", flat=True)[NAME_SEARCH_SCOPE - 1 : NAME_SEARCH_SCOPE]
+        .first()
+    )
+    if cutoff is not None:
+        condition &= Q(received_at__gte=cutoff)
+        result.scope_note = (
+            f"Names are searched among the {NAME_SEARCH_SCOPE:,} most recent submissions; "
+            "an email address, key or reference finds any submission."
+        )
+    matches = _events(condition)[:RESULTS_LIMIT]
     try:
         with transaction.atomic():
             if connection.vendor == "postgresql":

@@ -198,3 +198,16 @@ def test_the_menu_names_reconciliation_bulk_replays_and_sources(rita):
         ("Sources", reverse("console:source-list")),
     ):
         assert f'href="{url}"' in page and name in page
+
+
+def test_a_name_is_looked_for_among_the_newest_submissions_only(sue, monkeypatch):
+    from review_console import submissions
+
+    monkeypatch.setattr(submissions, "NAME_SEARCH_SCOPE", 2)
+    person("old-1", "Grace Hopper", "grace@example.com")
+    newer = [person(f"new-{n}", "Alan Turing", f"alan{n}@example.com") for n in range(2)]
+    page = search(client_as(sue), "hopper").content.decode()
+    assert "0 submissions" in page and "among the 2 most recent submissions" in page
+    listed = search(client_as(sue), "turing").content.decode()
+    assert "2 submissions" in listed
+    assert all(reverse("console:submission-detail", args=[e.pk]) in listed for e in newer)
