@@ -39,6 +39,7 @@ from idempotency_core.review.cases import (
 )
 from idempotency_core.review.comparison import duplicate_records_fetch
 from idempotency_core.review.email_cases import (
+    email_may_have_gone,
     email_receipt_confirm,
     email_send_again,
     is_email_case,
@@ -166,6 +167,7 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
         "audit": audit,
         "related_cases": selectors.related_cases(case, audit),
         "is_email": is_email_case(case),
+        "email_undecided": email_may_have_gone(case),
         "is_open": case.status in ReviewCase.OPEN_STATUSES,
         "is_duplicate": case.kind in DUPLICATE_KINDS,
         "can_change": request.user.has_perm(CHANGE_CASES),
@@ -647,8 +649,8 @@ def bulk_replay_new(request: HttpRequest) -> HttpResponse:
 def case_email(request: HttpRequest, case_id: int) -> HttpResponse:
     """An email case settled by what the customer says (review/email_cases.py)."""
     case = _open_case(case_id)
-    if not is_email_case(case):
-        raise Http404("This case is not about an email.")
+    if not email_may_have_gone(case):
+        raise Http404("This case is not about an email that may have gone out.")
     if _confirmed(request):
         form = EmailSettleForm(request.POST)
     else:

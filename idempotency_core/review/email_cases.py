@@ -47,6 +47,12 @@ def is_email_case(case: ReviewCase) -> bool:
     return operation is not None and step_of(operation).at_most_once
 
 
+def email_may_have_gone(case: ReviewCase) -> bool:
+    """An email case where only the customer can say whether it arrived. A refused
+    send (permanent failure) certainly did not go: a plain replay is the answer."""
+    return is_email_case(case) and case.kind != ReviewCase.Kind.PERMANENT
+
+
 def _locked_email_case(case_id: int, reason: str) -> tuple[ReviewCase, Operation, str]:
     reason = reason.strip()
     if not reason:
@@ -59,8 +65,8 @@ def _locked_email_case(case_id: int, reason: str) -> tuple[ReviewCase, Operation
     if case.status not in ReviewCase.OPEN_STATUSES:
         raise CaseActionRefusedError(f"Case {case.pk} is no longer open; nothing to do.")
     operation = case.operation
-    if operation is None or not step_of(operation).at_most_once:
-        raise CaseActionRefusedError("This case is not about an email.")
+    if operation is None or not email_may_have_gone(case):
+        raise CaseActionRefusedError("This case is not about an email that may have gone out.")
     operation = Operation.objects.select_for_update().get(pk=operation.pk)
     if operation.status != Operation.Status.NEEDS_REVIEW or operation.held_by_id is not None:
         raise CaseActionRefusedError(

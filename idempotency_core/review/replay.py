@@ -132,9 +132,13 @@ class ReplayFacts:
 def replay_facts(operation: Operation) -> ReplayFacts:
     """Reads the facts of the replay rule. The replay calls it under the row lock;
     the console's preview calls it without one (and is re-checked on replay)."""
+    # A send again stands in for the send it repeats (cancelled): that one is not
+    # an unfinished earlier step.
+    replaces = (operation.arguments or {}).get("sends_again")
     earlier = (
         Operation.objects.filter(event_id=operation.event_id, position__lt=operation.position)
         .exclude(status=Operation.Status.SUCCEEDED)
+        .exclude(pk=replaces)
         .order_by("position")
         .values_list("step", flat=True)
         .first()

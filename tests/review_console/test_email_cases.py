@@ -159,3 +159,38 @@ def test_send_again_end_to_end_with_a_worker_cluster(sandbox, qcluster_factory):
     assert (attempt.outcome, attempt.smtp_code, attempt.trigger) == ("succeeded", 250, "reviewer")
     settled = AuditEntry.objects.get(action="case_settled_by_success", case=case)
     assert settled.actor_label.startswith("system:")
+
+
+@pytest.mark.django_db
+def test_a_refused_email_is_tried_again_not_asked_about(sandbox, rita_client):
+    """A 550 certainly sent nothing: the case offers a replay, not the customer's answers."""
+    event = ingest("mail-550", message="Call me (mail-550).")
+    for step in ("create_enquiry", "assign_task"):
+        assert operation_execute(operation_id=op(event, step).pk) == "succeeded"
+    sandbox.fault("send_email", "http_400")  # the sink answers 550 5.1.1
+    assert operation_execute(operation_id=op(event, "send_confirmation").pk) == "permanent"
+    case = ReviewCase.objects.get(event=event)
+    assert case.kind == "permanent_failure"
+    page = rita_client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
+    assert "Customer confirms receipt…" not in page
+    assert "Mark resolved…" not in page  # an email has no reference to type
+    assert settle(rita_client, case, "send_again").status_code == 404
+    assert sandbox.stats()["messages"] == 0
+
+
+@pytest.mark.django_db
+def test_a_send_again_refused_by_the_server_can_itself_be_replayed(sandbox, rita_client):
+    from idempotency_core.review.replay import operation_replay
+
+    case = interrupted_email(sandbox, "mail-again-550")
+    settle(rita_client, case, "send_again")
+    again = Operation.objects.get(event=case.event, step="send_confirmation:2")
+    sandbox.fault("send_email", "http_400")
+    assert operation_execute(operation_id=again.pk) == "permanent"
+    # The cancelled first send is what this one replaces, not an unfinished earlier step.
+    rex = make_user("rex", groups=("Replay admins",))
+    operation_replay(operation_id=again.pk, actor=rex, reason="mailbox fixed")
+    assert operation_execute(operation_id=again.pk) == "succeeded"
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "sent_again")
+    assert sandbox.stats()["messages"] == 2
