@@ -9,8 +9,8 @@ compared before and after.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +20,7 @@ from django.urls import reverse
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.review.cases import case_mark_resolved
 from idempotency_core.review.refusals import CaseActionRefusedError
+from integrations import http as adapter_http
 from integrations.base import DestinationError
 from integrations.sandbox.adapter import SandboxCrm
 
@@ -45,21 +46,28 @@ TRAVERSALS = [
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The raw path of every request the adapters send from now on, as it left."""
+    """The raw path of every request the adapters send from now on, as it left: the
+    adapters' one pooled client (integrations/http.py) is replaced, for this test,
+    by one that records each request it sends."""
     paths: list[str] = []
-    real = httpx.request
 
-    def recording(method: str, url: Any, **kwargs: Any) -> httpx.Response:
-        response = real(method, url, **kwargs)
-        paths.append(f"{method} {response.request.url.raw_path.decode()}")
-        return response
+    def record(request: httpx.Request) -> None:
+        sent = f"{request.method} {request.url.raw_path.decode()}"
+        # The sandbox adapter's own question about its capabilities (CONTRACT.md,
+        # "Destination adapters") is not a request about a record.
+        if sent != "GET /_sandbox/capabilities":
+            paths.append(sent)
 
-    monkeypatch.setattr(httpx, "request", recording)
+    client = httpx.Client(follow_redirects=False, event_hooks={"request": [record]})
+    monkeypatch.setattr(adapter_http, "_client", client)
+    monkeypatch.setattr(adapter_http, "_client_pid", os.getpid())
     yield paths
+    client.close()
 
 
 def test_a_typed_path_is_refused_before_any_request(users, ambiguous_case, sandbox, sent):
     case = ambiguous_case("traversal")
+    sent.clear()  # the create that made the case; what follows is the reviewer's
     calls_before = sandbox.stats()["calls"]
     for typed in TRAVERSALS:
         with pytest.raises(CaseActionRefusedError, match="is not a crm record reference"):
@@ -77,6 +85,7 @@ def test_the_console_answers_a_typed_path_with_the_reason_on_the_form(
     users, ambiguous_case, sandbox, sent
 ):
     case = ambiguous_case("traversal-console")
+    sent.clear()  # the create that made the case; what follows is the reviewer's
     client = Client()
     client.force_login(users["reviewer"])
     response = client.post(
