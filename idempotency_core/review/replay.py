@@ -134,11 +134,11 @@ def replay_facts(operation: Operation) -> ReplayFacts:
     the console's preview calls it without one (and is re-checked on replay)."""
     # A send again stands in for the send it repeats (cancelled): that one is not
     # an unfinished earlier step.
-    replaces = (operation.arguments or {}).get("sends_again")
+    replaces = [(operation.arguments or {}).get("sends_again") or 0]
     earlier = (
         Operation.objects.filter(event_id=operation.event_id, position__lt=operation.position)
         .exclude(status=Operation.Status.SUCCEEDED)
-        .exclude(pk=replaces)
+        .exclude(pk__in=replaces)
         .order_by("position")
         .values_list("step", flat=True)
         .first()
