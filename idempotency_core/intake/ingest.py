@@ -16,12 +16,14 @@ runs in the first step's task, not here (`suspected_duplicate_flag` says why).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.constants import OnConflict
 from django.utils import timezone
 from django_q.tasks import async_task
@@ -90,7 +92,7 @@ def event_ingest(
     """
     fingerprint = payload_fingerprint(payload)
     destinations = _destination_ids(source)
-    with transaction.atomic():
+    with _transaction_pipelined():
         revised = _revised_candidate(source=source, payload=payload)
         event = Event(
             source=source,
@@ -111,6 +113,22 @@ def event_ingest(
     if not matched:
         raise KeyReusedError(result.event)
     return result
+
+
+@contextmanager
+def _transaction_pipelined() -> Iterator[None]:
+    """One transaction, in psycopg's pipeline mode on PostgreSQL: statements whose answer
+    nobody waits for travel with the next one (BEGIN with the event's INSERT, the
+    delivery with the task), so a new submission waits for 4 answers instead of 6.
+    The connection's health check is made first, outside it: a broken connection is
+    replaced before the transaction, not found out at its end."""
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            yield
+        return
+    connection.cursor().close()  # Django's health check, when one is due
+    with transaction.atomic(), connection.connection.pipeline():
+        yield
 
 
 def _destination_ids(source: Source) -> dict[str, int]:
@@ -190,7 +208,7 @@ def _event_complete(event: Event, *, destinations: dict[str, int], raw: RawDeliv
         )
         for position, step in enumerate(pipeline)
     )
-    Delivery.objects.create(
+    delivery = Delivery(
         source=source,
         event=event,
         outcome=Delivery.Outcome.ACCEPTED,
@@ -199,6 +217,14 @@ def _event_complete(event: Event, *, destinations: dict[str, int], raw: RawDeliv
         fingerprint=event.fingerprint,
         payload_matched=True,
         **(raw.as_fields() if raw else {}),
+    )
+    # Inserted without RETURNING (nothing needs its id): in a pipeline it travels
+    # with the task's INSERT below instead of waiting for an answer of its own.
+    Delivery.objects._insert(  # type: ignore[attr-defined]
+        [delivery],
+        fields=[
+            f for f in Delivery._meta.local_concrete_fields if f is not Delivery._meta.auto_field
+        ],
     )
     # Same transaction as the rows (ORM broker): no event without its task.
     operation_enqueue(operations[0].pk)

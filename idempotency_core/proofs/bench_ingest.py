@@ -376,39 +376,33 @@ def _profile(
     into: Path,
     out: Callable[[str], None],
 ) -> None:
-    """py-spy on every worker of `server` during one unmeasured round (idle frames
-    included: a worker waiting for PostgreSQL is time the request takes)."""
+    """py-spy on every worker of `server` during one unmeasured round, twice at once:
+    `wall` with idle frames (a worker waiting for PostgreSQL is time the request
+    takes) and `cpu` without them (what the process itself spends)."""
     py_spy = Path(sys.executable).parent / "py-spy"
     if not py_spy.exists():
         raise BenchmarkError("--profile needs py-spy (the dev extras: make install)")
     into.mkdir(parents=True, exist_ok=True)
-    raw = into / f"{target.name}.txt"
-    sampler = subprocess.Popen(
-        [
-            str(py_spy),
-            "record",
-            "--pid",
-            str(server.process.pid),
-            "--subprocesses",
-            "--idle",
-            "--nonblocking",
-            "--rate",
-            "250",
-            "--format",
-            "raw",
-            "--output",
-            str(raw),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    raws = {kind: into / f"{target.name}-{kind}.txt" for kind in ("wall", "cpu")}
+    samplers = [
+        subprocess.Popen(
+            [str(py_spy), "record", "--pid", str(server.process.pid), "--subprocesses"]
+            + (["--idle"] if kind == "wall" else [])
+            + ["--nonblocking", "--rate", "200", "--format", "raw", "--output", str(raw)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for kind, raw in raws.items()
+    ]
     time.sleep(2)  # py-spy attaches to each worker
     run_round(target, requests=requests, tag=f"{run_id}-profile")
-    sampler.send_signal(signal.SIGINT)
-    sampler.wait(timeout=60)
-    out(f"profile of {target.name} written to {raw}; share of request samples:")
-    for line in profile_summary(raw.read_text()):
-        out(f"  {line}")
+    for sampler in samplers:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait(timeout=60)
+    for kind, raw in raws.items():
+        out(f"profile ({kind}) of {target.name} written to {raw}; share of request samples:")
+        for line in profile_summary(raw.read_text()):
+            out(f"  {line}")
 
 
 def profile_summary(raw: str, *, top: int = 20) -> list[str]:

@@ -9,13 +9,17 @@ own, as another process would (README: a revoked key gets 401 from the next requ
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
@@ -26,6 +30,7 @@ from idempotency_core.intake.ingest import suspected_duplicate_flag
 from idempotency_core.intake.sources import (
     api_key_revoke,
     source_api_key_rotate,
+    source_create_with_key,
     source_for_working_api_key,
 )
 from idempotency_core.models import (
@@ -37,9 +42,12 @@ from idempotency_core.models import (
     SourceApiKey,
 )
 from idempotency_core.tasks import operation_run
-from tests.factories import post, submission
+from tests.factories import URL, post, submission
+from tests.support.processes import REPO, app_env, start_web
 
 # Committed, and the migrations' seed (the default destinations) restored after each test.
+NOTIFY_DELIVERY_SECONDS = 0.05
+
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
@@ -81,6 +89,11 @@ def elsewhere(action: Callable[[], Any]) -> None:
     thread = threading.Thread(target=run)
     thread.start()
     thread.join()
+    # PostgreSQL sends the NOTIFY to listeners just after the commit returns, typically
+    # well under a millisecond later (README: "from the next request that starts after
+    # it arrives"). Another process's command and a sender's next request are further
+    # apart than this; the test, in one process, waits for it.
+    time.sleep(NOTIFY_DELIVERY_SECONDS)
 
 
 def test_a_new_submission_is_four_inserts_in_one_transaction(api):
@@ -160,6 +173,22 @@ def test_a_destination_changed_elsewhere_is_used_by_the_next_submission(api, sou
     assert Operation.objects.get(event__key="b", step="create_enquiry").destination == other
 
 
+def test_a_backend_terminated_between_requests_costs_a_reconnect_not_a_request(api):
+    """The cache's read of the socket stands in for Django's health check (SELECT 1):
+    a terminated backend (as in a restart) must still be replaced before it is used."""
+    assert post(api, person(1), key="a").status_code == 202
+    pid = connection.connection.info.backend_pid
+
+    def terminate() -> None:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    elsewhere(terminate)  # the FATAL message and the end of the stream reach this socket
+    assert post(api, person(2), key="b").status_code == 202
+    assert connection.connection.info.backend_pid != pid
+    assert set(Event.objects.values_list("key", flat=True)) == {"a", "b"}
+
+
 def test_inside_a_transaction_the_database_is_read_not_the_cache(api, source_and_key):
     _, key = source_and_key
     assert post(api, person(1), key="a").status_code == 202  # cached
@@ -208,3 +237,36 @@ def test_the_first_steps_task_opens_the_case(api, sandbox):
     assert post(api, submission(), key="second").status_code == 202
     assert operation_run(_first_operation("second").pk) == "succeeded"
     assert ReviewCase.objects.get(kind="suspected_duplicate").event.key == "second"
+
+
+# -- the same across processes: gunicorn keeping its connections ------------------------
+
+
+def test_gunicorn_with_persistent_connections_refuses_a_key_revoked_by_a_command(tmp_path):
+    """The suite's servers run with DATABASE_CONN_MAX_AGE=0 (no cache); this one keeps
+    its connections as production does, so each of its threads caches the key."""
+    source, _, key = source_create_with_key(name="shop")
+    server = start_web(tmp_path, workers=2, env={"DATABASE_CONN_MAX_AGE": "600"})
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+
+            def send(n: int) -> int:
+                return client.post(
+                    URL,
+                    json=person(n),
+                    headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": f"g{n}"},
+                ).status_code
+
+            assert [send(n) for n in range(8)] == [202] * 8
+            revoked = subprocess.run(
+                [sys.executable, str(REPO / "manage.py"), "revoke_key", key[:10]],
+                env={**os.environ, **app_env()},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert revoked.returncode == 0, revoked.stderr
+            assert [send(n) for n in range(8, 16)] == [401] * 8
+    finally:
+        server.child.stop()
+    assert Event.objects.filter(source=source).count() == 8
