@@ -19,8 +19,12 @@ REASON_HELP = "Written to the audit trail. Say what you checked and why this is 
 
 class ReasonForm(forms.Form):
     confirm = forms.CharField(widget=forms.HiddenInput, initial="yes")
+    # One line, focused when the confirmation page opens: the reviewer types the
+    # reason and Enter submits (issue 14: the reason box focused, three actions).
     reason = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3}), help_text=REASON_HELP, strip=True
+        widget=forms.TextInput(attrs={"autofocus": True, "class": "reason"}),
+        help_text=REASON_HELP,
+        strip=True,
     )
 
 
@@ -54,8 +58,10 @@ class ResolveForm(ReasonForm):
 
 
 class CloseForm(ReasonForm):
+    # "Other (explained in the reason)" is chosen until the reviewer picks another:
+    # always true, since the reason is required, and closing needs no extra action.
     resolution_code = forms.ChoiceField(
-        choices=[("", "Choose…"), *RESOLUTION_CODES.items()], label="Resolution"
+        choices=list(RESOLUTION_CODES.items()), label="Resolution", initial="other"
     )
 
 
