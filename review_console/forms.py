@@ -57,6 +57,15 @@ class ResolveForm(ReasonForm):
     )
 
 
+class ResolveFoundForm(ReasonForm):
+    """Resolve with the record the last lookup found: only the reason is typed (the
+    reference is the one the lookup stored, read again on the server), so the reason
+    box (ReasonForm's, focused) is all there is to fill. `lookup` is the lookup the
+    reviewer saw (a guard against a newer one, never the source of the reference)."""
+
+    lookup = forms.IntegerField(widget=forms.HiddenInput)
+
+
 class CloseForm(ReasonForm):
     # "Other (explained in the reason)" is chosen until the reviewer picks another:
     # always true, since the reason is required, and closing needs no extra action.

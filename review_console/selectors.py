@@ -42,7 +42,7 @@ from idempotency_core.models import (
     ReviewCase,
 )
 from idempotency_core.review.comparison import FetchedRecord
-from idempotency_core.review.replay import replay_facts, replay_refusal
+from idempotency_core.review.replay import replay_facts, replay_plan_for, replay_refusal
 from review_console.filters import AuditFilter, CaseFilter
 from review_console.masking import record_for
 
@@ -480,3 +480,20 @@ def replay_preview(operation: Operation, *, destination_checked: bool = True) ->
         "native_lookup": capabilities.lookup,
         "window": window,
     }
+
+
+def replay_steps(operation: Operation) -> list[dict[str, Any]]:
+    """The replay page's preview: every step of the submission, in pipeline order, with
+    what a replay of `operation` does to it (`replay_plan`, the engine's own rule) and
+    the key it presents: each step's original operation key, never a new one."""
+    return [
+        {
+            "step": planned.state.step,
+            "key": planned.state.key,
+            "effect": planned.effect,
+            "replayed": planned.state.pk == operation.pk,
+            "status": planned.state.status,
+            "destination_ref": planned.state.destination_ref,
+        }
+        for planned in replay_plan_for(operation)
+    ]

@@ -14,6 +14,11 @@ urlpatterns = [
     path("cases/<int:case_id>/lookup/", views.case_lookup, name="case-lookup"),
     path("cases/<int:case_id>/replay/", views.case_replay, name="case-replay"),
     path("cases/<int:case_id>/resolve/", views.case_resolve, name="case-resolve"),
+    path(
+        "cases/<int:case_id>/resolve-found/",
+        views.case_resolve_found,
+        name="case-resolve-found",
+    ),
     path("cases/<int:case_id>/close/", views.case_close_view, name="case-close"),
     path("cases/<int:case_id>/compare/", views.case_compare, name="case-compare"),
     path("cases/<int:case_id>/email/", views.case_email, name="case-email"),

@@ -44,7 +44,11 @@ from idempotency_core.review.email_cases import (
     email_send_again,
     is_email_case,
 )
-from idempotency_core.review.lookup import latest_lookup, operation_destination_lookup
+from idempotency_core.review.lookup import (
+    latest_lookup,
+    lookup_found_reference,
+    operation_destination_lookup,
+)
 from idempotency_core.review.merge import DUPLICATE_KINDS, duplicate_merge_request
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import operation_replay
@@ -57,6 +61,7 @@ from review_console.forms import (
     ReasonForm,
     ReplayForm,
     ResolveForm,
+    ResolveFoundForm,
     TakeOwnershipForm,
 )
 from review_console.glossary import step_label
@@ -177,7 +182,25 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
     if operation is not None:
         context["replay"] = selectors.replay_preview(operation)
         context["lookup"] = latest_lookup(operation)
+        context["found_ref"] = _found_ref(operation)
+        # The safe action first: where an earlier try may have worked, the lookup and
+        # "resolve with the record found" lead, and a replay is the second choice.
+        context["safe_first"] = not context["email_undecided"] and (
+            case.kind in SAFE_FIRST_KINDS or context["replay"]["needs_check"]
+        )
     return render(request, "review_console/case_detail.html", context)
+
+
+# Cases where an earlier try may have created the effect: look before trying again.
+SAFE_FIRST_KINDS = (ReviewCase.Kind.AMBIGUOUS, ReviewCase.Kind.INTERRUPTED_SEND)
+
+
+def _found_ref(operation: Any) -> str:
+    """The one record the last lookup found, if resolving with it is possible now."""
+    try:
+        return lookup_found_reference(operation)[0]
+    except ActionRefusedError:
+        return ""
 
 
 @require_GET
@@ -424,6 +447,9 @@ def case_lookup(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
                 "lookup": latest_lookup(operation),
                 "audit": selectors.case_audit(case),
                 "oob": True,
+                "case": case,
+                "offer_resolve": case.status in ReviewCase.OPEN_STATUSES,
+                "found_ref": _found_ref(operation),
             },
         )
     level = {True: messages.SUCCESS, False: messages.INFO, None: messages.WARNING}[result.found]
@@ -470,6 +496,7 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
         template="review_console/replay_confirm.html",
         operation=operation,
         replay=preview,
+        replay_steps=selectors.replay_steps(operation),
         lookup=latest_lookup(operation),
     )
 
@@ -510,6 +537,57 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
             f"You found {step} in the CRM. Its record number becomes the step's reference, "
             "the step counts as done, and the next step runs. The number is checked against "
             "the CRM first."
+        ),
+    )
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
+    """Resolve with the record the last lookup found: the case page's one button, then
+    the reason. The reference is the one the lookup stored, read here again, never
+    taken from the request; the posted `lookup` only guards against a newer lookup
+    having replaced the one the reviewer saw."""
+    case = _open_case(case_id)
+    if case.operation is None:
+        raise Http404("This case has no operation to resolve with a record.")
+    try:
+        ref, lookup = lookup_found_reference(case.operation)
+    except ActionRefusedError as exc:
+        messages.error(request, str(exc))
+        return redirect(_case_url(case))
+    form = ResolveFoundForm(
+        request.POST if _confirmed(request) else None, initial={"lookup": lookup.pk}
+    )
+    if form.is_valid() and form.cleaned_data["lookup"] != lookup.pk:
+        form.add_error(None, "A newer lookup came in since this page opened: check it below.")
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: case_mark_resolved(
+            case_id=case.pk,
+            actor=acting_user(request),
+            destination_ref=ref,
+            reason=data["reason"],
+            from_lookup=lookup.pk,
+        ),
+        success=f"Case {case.pk} resolved with record {ref}, the one the lookup found.",
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
+    step = step_label(case.operation.step)
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=f"Resolve with record {ref}",
+        action=reverse("console:case-resolve-found", args=[case.pk]),
+        submit=f"Resolve with {ref}",
+        explanation=(
+            f"The lookup {lookup.at:%Y-%m-%d %H:%M} UTC found “{step}” in the CRM as record "
+            f"{ref}. It becomes the step's reference (checked against the CRM once more), "
+            "the step counts as done, the next steps run, and nothing is sent twice."
         ),
     )
 

@@ -119,9 +119,11 @@ def case_take_ownership(
 
 
 def case_mark_resolved(
-    *, case_id: int, actor: User, destination_ref: str, reason: str
+    *, case_id: int, actor: User, destination_ref: str, reason: str, from_lookup: int | None = None
 ) -> ReviewCase:
-    """Resolves a case with the destination reference the reviewer verified.
+    """Resolves a case with the destination reference the reviewer verified
+    (`from_lookup`: the audit entry of the lookup that found it, when the reviewer
+    resolved with the record found rather than typing the reference).
 
     When the case holds an operation waiting for review, the reference proves
     its effect exists: the operation becomes succeeded with that reference and
@@ -167,6 +169,7 @@ def case_mark_resolved(
                 "operation_completed": completed,
                 "unheld_operations": unheld,
                 "released_operations": released,
+                "from_lookup": from_lookup,
             },
         )
     case.refresh_from_db()

@@ -83,6 +83,34 @@ def latest_lookup(operation: Operation) -> AuditEntry | None:
     )
 
 
+def lookup_found_reference(operation: Operation) -> tuple[str, AuditEntry]:
+    """The one record the last lookup found for this operation, and that lookup's
+    audit entry: what "resolve with the record found" settles with, read from the
+    stored lookup (never from the request). Refused when the last lookup found
+    nothing, could not say, found more than one record, or is older than the last
+    attempt (which may have changed what the destination holds)."""
+    lookup = latest_lookup(operation)
+    if lookup is None:
+        raise CaseActionRefusedError("No lookup yet: look the record up in the CRM first.")
+    refs = [str(r) for r in lookup.details.get("refs") or []]
+    if lookup.details.get("found") is not True or not refs:
+        raise CaseActionRefusedError(
+            "The last lookup did not find the record, so there is nothing to resolve with."
+        )
+    if len(refs) > 1:
+        raise CaseActionRefusedError(
+            f"The last lookup found {len(refs)} records ({', '.join(refs)}); choose one with "
+            "'mark resolved' and say why, or close the case."
+        )
+    last_attempt = operation.attempts.order_by("-number").values_list("started_at", flat=True)
+    started = last_attempt.first()
+    if started is not None and lookup.at < started:
+        raise CaseActionRefusedError(
+            "The last lookup is older than the last try: look the record up again first."
+        )
+    return refs[0], lookup
+
+
 def lookup_can_answer(operation: Operation) -> bool:
     """Whether `operation_destination_lookup` can tell if this operation's effect exists:
     by the destination's lookup, or (an enquiry in a CRM without one) its listing."""

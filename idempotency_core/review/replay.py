@@ -207,3 +207,78 @@ def _unless_checked_absent(facts: ReplayFacts, *, destination_checked: bool) -> 
     if not destination_checked:
         return f"{unrecognisable} Look it up in the destination first, then confirm it is absent."
     return None
+
+
+# -- what a replay will run ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepState:
+    """One operation of the event, as the plan reads it (stored state only)."""
+
+    pk: int
+    step: str
+    key: str
+    position: int
+    status: str
+    held_by_id: int | None
+    due: bool  # a next attempt is scheduled (next_attempt_at set)
+    destination_ref: str
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """What a replay does to one step: "run" (with `key`), "done" (already happened:
+    skipped), or "not_run" (this replay leaves it as it is)."""
+
+    state: StepState
+    effect: str
+
+
+def replay_plan(replayed: StepState, steps: list[StepState]) -> list[PlannedStep]:
+    """The steps a replay of `replayed` runs, in pipeline order. Pure.
+
+    The engine's rule (execution/engine.py): the replay makes `replayed` due and
+    puts the steps held behind it back to waiting (`operation_unhold_later`: held
+    by it, in review); each success then releases the step at the next position
+    if it is waiting (`operation_release_next`: pending, not due). So the steps
+    that run are `replayed` and the unbroken run of waiting steps after it; a step
+    that already succeeded is skipped; anything else stops the run.
+    """
+    Status = Operation.Status
+    plan: list[PlannedStep] = []
+    last_run = replayed.position  # the position whose success releases the next
+    for state in sorted(steps, key=lambda s: s.position):
+        if state.pk == replayed.pk:
+            effect = "run"
+        elif state.status == Status.SUCCEEDED:
+            effect = "done"
+        else:
+            waiting = (state.status == Status.NEEDS_REVIEW and state.held_by_id == replayed.pk) or (
+                state.status == Status.PENDING and not state.due
+            )
+            runs = waiting and state.position == last_run + 1
+            last_run = state.position if runs else last_run
+            effect = "run" if runs else "not_run"
+        plan.append(PlannedStep(state, effect))
+    return plan
+
+
+def replay_plan_for(operation: Operation) -> list[PlannedStep]:
+    """`replay_plan` over the event's operations as stored now."""
+    rows = Operation.objects.filter(event_id=operation.event_id).values_list(
+        "pk",
+        "step",
+        "key",
+        "position",
+        "status",
+        "held_by_id",
+        "next_attempt_at",
+        "destination_ref",
+    )
+    states = [
+        StepState(pk, step, key, position, status, held, due is not None, ref)
+        for pk, step, key, position, status, held, due, ref in rows
+    ]
+    replayed = next(s for s in states if s.pk == operation.pk)
+    return replay_plan(replayed, states)
