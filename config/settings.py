@@ -354,8 +354,12 @@ ONEFOLD_MAX_ATTEMPTS = env_int("ONEFOLD_MAX_ATTEMPTS", 6, minimum=1)
 ONEFOLD_SWEEP_SECONDS = env_float("ONEFOLD_SWEEP_SECONDS", 10, minimum=0.1)
 # An operation not finished this long after its event arrived is "stuck".
 ONEFOLD_STUCK_AFTER_SECONDS = env_int("ONEFOLD_STUCK_AFTER_SECONDS", 3600, minimum=1)
-# Same contact, same form and message, new key, within this many seconds: the
-# second event is processed and a suspected-duplicate case opens for a person.
+# Same contact (contact digest), same form, same message once case and whitespace
+# are set aside, new key, within this many seconds (default 600: ten minutes, a
+# double click or a resubmission after a slow page, not a customer writing again
+# days later): a suspected duplicate. A source's `duplicates` policy says what
+# follows: `flag` writes both and opens a case that offers a merge; `hold` keeps
+# the later one unwritten until a reviewer decides (intake/duplicate_hold.py).
 ONEFOLD_DUPLICATE_WINDOW_SECONDS = env_int("ONEFOLD_DUPLICATE_WINDOW_SECONDS", 600, minimum=0)
 # Default requests per minute per source (each source may override).
 ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)

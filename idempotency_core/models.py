@@ -453,6 +453,8 @@ class CaseKind(models.TextChoices):
     PERMANENT = "permanent_failure", "Permanent failure"
     RETRIES_EXHAUSTED = "retries_exhausted", "Retries exhausted"
     SUSPECTED_DUPLICATE = "suspected_duplicate", "Suspected duplicate"
+    # A source's `hold` policy: the second submission waits, unwritten, for a reviewer.
+    DUPLICATE_HELD = "duplicate_held", "Suspected duplicate held before the write"
     LATE_REPLAY = "late_replay", "Late replay"
     RECON_MISSING = "recon_missing", "Reconciliation: missing in destination"
     RECON_DUPLICATE = "recon_duplicate", "Reconciliation: duplicate external reference"

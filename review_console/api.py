@@ -38,6 +38,7 @@ from idempotency_core.review.cases import (
     case_mark_resolved,
     case_take_ownership,
 )
+from idempotency_core.review.held_duplicates import held_duplicate_link, held_duplicate_separate
 from idempotency_core.review.lookup import operation_destination_lookup
 from idempotency_core.review.merge import duplicate_merge_request
 from idempotency_core.review.refusals import (
@@ -369,6 +370,39 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         case_mark_not_duplicate(case_id=case.pk, actor=acting_user(request), **body.validated_data)
+        return self._done(case)
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
+    @action(
+        detail=True, methods=["post"], permission_classes=[CanChangeCases], url_path="same-enquiry"
+    )
+    def same_enquiry(self, request: Request, pk: Any = None) -> Response:
+        """A held suspected duplicate is the same enquiry: linked, nothing written."""
+        case = self.get_object()
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        held_duplicate_link(case_id=case.pk, actor=acting_user(request), **body.validated_data)
+        return self._done(case)
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        permission_classes=[CanChangeCases],
+        url_path="separate-enquiry",
+    )
+    def separate_enquiry(self, request: Request, pk: Any = None) -> Response:
+        """A held suspected duplicate is a separate enquiry: it is written as usual."""
+        case = self.get_object()
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        held_duplicate_separate(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
     @extend_schema(

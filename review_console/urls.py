@@ -2,7 +2,14 @@
 
 from django.urls import include, path
 
-from review_console import api, reconciliation_views, views, views_sources, views_submissions
+from review_console import (
+    api,
+    reconciliation_views,
+    views,
+    views_hold,
+    views_sources,
+    views_submissions,
+)
 
 app_name = "console"
 
@@ -33,6 +40,12 @@ urlpatterns = [
         "cases/<int:case_id>/not-duplicate/",
         views.case_not_duplicate,
         name="case-not-duplicate",
+    ),
+    path("cases/<int:case_id>/same-enquiry/", views_hold.case_hold_same, name="case-hold-same"),
+    path(
+        "cases/<int:case_id>/separate-enquiry/",
+        views_hold.case_hold_separate,
+        name="case-hold-separate",
     ),
     path("bulk-replays/", views.bulk_replay_list, name="bulk-replay-list"),
     path("bulk-replays/new/", views.bulk_replay_new, name="bulk-replay-new"),

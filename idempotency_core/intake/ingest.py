@@ -16,7 +16,7 @@ runs in the first step's task, not here (`suspected_duplicate_flag` says why).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -34,6 +34,11 @@ from idempotency_core.execution.destinations import destination_for
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, pipeline_for
 from idempotency_core.intake.config_cache import config_cached
+from idempotency_core.intake.duplicate_hold import (
+    duplicate_hold,
+    message_normalised,
+    source_holds_duplicates,
+)
 from idempotency_core.keys import contact_digest, key_expired, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 
@@ -264,7 +269,9 @@ def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
     """Opens a case when the same person sent the same message again under a new key.
 
     Both events are kept and processed (two genuine submissions must both count); a
-    person decides whether to merge the records (never automatic). Run by the first
+    person decides whether to merge the records (never automatic). Under the source's
+    `hold` policy the later one waits unwritten instead (duplicate_hold.py); the points
+    below hold for it too, its hold racing a worker's claim safely. Run by the first
     step's task (tasks.operation_run) before its first attempt, not by ingest:
 
     * the answer never depended on it: the case changes no effect and holds no step,
@@ -292,6 +299,10 @@ def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
     earlier, later = _duplicate_pair(event)
     if earlier is None or later is None:
         return None
+    if source_holds_duplicates(event.source_id):  # the `hold` policy: duplicate_hold.py
+        held = duplicate_hold(earlier=earlier, later=later)
+        if held is not None:
+            return held
     window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
     case, _ = review_case_open(
         kind=ReviewCase.Kind.SUSPECTED_DUPLICATE,
@@ -317,24 +328,33 @@ def _duplicate_pair(event: Event) -> tuple[Event | None, Event | None]:
         source_id=event.source_id,
         contact_digest=event.contact_digest,
         form=event.form,
-        payload__message=(event.payload or {}).get("message", ""),
         revises__isnull=True,
     ).exclude(pk=event.pk)
-    earlier = (
+    # The message matches with case and whitespace set aside, compared here: the same
+    # contact's submissions to one form within the window are few.
+    message = message_normalised((event.payload or {}).get("message", ""))
+    earlier = _first_twin(
         twins.filter(
             received_at__gte=event.received_at - window, received_at__lte=event.received_at
-        )
-        .order_by("-received_at")
-        .first()
+        ).order_by("-received_at"),
+        message,
     )
     if earlier is not None:
         return earlier, event
-    later = (
-        twins.filter(received_at__gt=event.received_at, received_at__lte=event.received_at + window)
-        .order_by("received_at")
-        .first()
+    later = _first_twin(
+        twins.filter(
+            received_at__gt=event.received_at, received_at__lte=event.received_at + window
+        ).order_by("received_at"),
+        message,
     )
     return (event, later) if later is not None else (None, None)
+
+
+def _first_twin(candidates: Iterable[Event], message: str) -> Event | None:
+    return next(
+        (e for e in candidates if message_normalised((e.payload or {}).get("message")) == message),
+        None,
+    )
 
 
 def delivery_refused(

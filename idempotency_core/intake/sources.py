@@ -49,6 +49,17 @@ class InvalidProfileError(ValueError):
     """A profile or profile setting that does not exist or does not fit."""
 
 
+def source_duplicates_set(*, source: Source, policy: str) -> Source:
+    """The source's suspected-duplicate policy (intake/duplicate_hold.py): `flag` (both
+    submissions are written, a case offers a merge) or `hold` (the later one waits,
+    unwritten, until a reviewer decides)."""
+    if policy not in ("flag", "hold"):
+        raise InvalidProfileError("--duplicates is flag or hold.")
+    source.duplicates = policy
+    source.save(update_fields=["duplicates"])
+    return source
+
+
 @dataclass(frozen=True)
 class HookSetup:
     """What a sender needs, shown once: the hook's path, and the secrets or token."""

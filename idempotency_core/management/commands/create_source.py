@@ -23,6 +23,7 @@ from idempotency_core.intake.sources import (
     SourceExistsError,
     source_api_key_issue,
     source_create,
+    source_duplicates_set,
     source_hook_configure,
     source_pipeline_set,
 )
@@ -54,7 +55,14 @@ class Command(BaseCommand):
         )
         parser.add_argument("--form", default="", help="Form name when a delivery names none.")
         parser.add_argument("--thank-you", default="", help="Where html forms land (303).")
-        parser.add_argument("--duplicates", default="flag", choices=("flag", "hold"))
+        parser.add_argument(
+            "--duplicates",
+            default="flag",
+            choices=("flag", "hold"),
+            help="Same contact, form and message again within ONEFOLD_DUPLICATE_WINDOW_SECONDS: "
+            "flag (both written, a case offers a merge) or hold (the later one waits, "
+            "unwritten, for a reviewer's 'same' or 'separate enquiry').",
+        )
 
     def handle(self, *args: Any, name: str, pipeline: str | None, **options: Any) -> None:
         steps = [s.strip() for s in (pipeline or "").split(",") if s.strip()]
@@ -63,9 +71,6 @@ class Command(BaseCommand):
                 pipeline_validate(steps)  # before anything is created
             except InvalidPipelineError as exc:
                 raise CommandError(str(exc)) from exc
-        if options["duplicates"] == "hold":
-            # Not built yet (the reviewer-experience issue): refusing beats pretending.
-            raise CommandError("--duplicates hold is not available yet; use flag.")
         try:
             # One transaction: a refused secret leaves no half-made source behind, which
             # a second run would then refuse as existing.
@@ -74,6 +79,7 @@ class Command(BaseCommand):
                 if steps:
                     source_pipeline_set(source=source, steps=steps)
                 if options["profile"] == API:
+                    source_duplicates_set(source=source, policy=options["duplicates"])
                     key = source_api_key_issue(source=source)
                 else:
                     setup = _configure(source, options)
@@ -81,6 +87,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if steps:
             self.stdout.write(f"Pipeline: {' -> '.join(steps)}")
+        if options["duplicates"] == "hold":
+            self.stdout.write(
+                "Suspected duplicates: held before the CRM write until a reviewer decides."
+            )
         if options["profile"] == API:
             self.stdout.write(f"Created source {source.name!r}. New API key (shown once):")
             self.stdout.write(key)

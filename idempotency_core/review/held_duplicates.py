@@ -1,0 +1,147 @@
+"""A reviewer's decision on a suspected duplicate held before the write.
+
+Under a source's `hold` policy (intake/duplicate_hold.py) the later submission's
+steps wait, never tried, in `needs_review`, and a `duplicate_held` case names the
+pair. Two decisions, each in one transaction with its audit entry, guarded like
+every case action (only an open case moves; the case row is locked):
+
+* "Separate enquiry": two genuine enquiries. The held first step becomes due (a
+  reviewer's trigger), the steps behind it go back in line, and the pipeline runs
+  as for any submission: a second record, task and confirmation.
+* "Same enquiry": one enquiry sent twice. Nothing is written for the second one:
+  its held steps end `cancelled`, each saying which submission it was linked to,
+  and the audit entry and the case name that submission and its CRM references.
+  No record, task or email is created, so there is nothing to merge later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from idempotency_core.audit.cases import review_case_settle
+from idempotency_core.execution.engine import operation_enqueue, operation_unhold_later
+from idempotency_core.models import Attempt, Operation, ReviewCase
+from idempotency_core.review.cases import _locked_open_case, _require_reason
+from idempotency_core.review.refusals import CaseActionRefusedError
+
+HELD_KIND = ReviewCase.Kind.DUPLICATE_HELD
+
+
+def _held_case(case_id: int) -> ReviewCase:
+    case = _locked_open_case(case_id)
+    if case.kind != HELD_KIND or case.operation is None:
+        raise CaseActionRefusedError(
+            "Only a submission held as a suspected duplicate can be decided this way."
+        )
+    return case
+
+
+def held_duplicate_separate(*, case_id: int, actor: User, reason: str) -> ReviewCase:
+    """'Separate enquiry': the held submission is written as usual."""
+    reason = _require_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        case = _held_case(case_id)
+        first = case.operation
+        assert first is not None  # _held_case checked
+        released = Operation.objects.filter(
+            pk=first.pk, status=Operation.Status.NEEDS_REVIEW, held_by__isnull=True
+        ).update(
+            status=Operation.Status.PENDING,
+            next_attempt_at=now,
+            enqueued_at=now,
+            next_trigger=Attempt.Trigger.REVIEWER,
+            next_triggered_by=actor,
+            last_error="",
+            updated_at=now,
+        )
+        unheld = operation_unhold_later(first, now=now)
+        if released:
+            operation_enqueue(first.pk)  # the ORM broker: queued with this commit
+        review_case_settle(
+            case,
+            status=ReviewCase.Status.RESOLVED,
+            code="separate_enquiry",
+            note=reason,
+            action="duplicate_released",
+            actor=actor,
+            reason=reason,
+            now=now,
+            details={
+                "event_ids": case.evidence.get("event_ids", []),
+                "released_operation": first.pk if released else None,
+                "unheld_operations": unheld,
+            },
+        )
+    case.refresh_from_db()
+    return case
+
+
+def held_duplicate_link(*, case_id: int, actor: User, reason: str) -> ReviewCase:
+    """'Same enquiry': the held submission is linked to the first; nothing is written."""
+    reason = _require_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        case = _held_case(case_id)
+        assert case.operation is not None  # _held_case checked
+        first_event_id = (case.evidence.get("event_ids") or [""])[0]
+        references = _first_submission_references(first_event_id)
+        # Every step of the held submission never tried (a step tried meanwhile, after
+        # a replay from this case, may be in the CRM: it is left to run its course).
+        held = Operation.objects.select_for_update().filter(
+            event_id=case.operation.event_id,
+            status__in=[Operation.Status.NEEDS_REVIEW, *Operation.CLAIMABLE],
+            attempt_count=0,
+        )
+        cancelled = list(held.order_by("position").values_list("pk", flat=True))
+        Operation.objects.filter(pk__in=cancelled).update(
+            status=Operation.Status.CANCELLED,
+            held_by=None,
+            next_attempt_at=None,
+            enqueued_at=None,
+            last_error=(
+                f"Same enquiry as submission {first_event_id}: linked to it by a reviewer, "
+                "not written again."
+            ),
+            completed_at=now,
+            updated_at=now,
+        )
+        review_case_settle(
+            case,
+            status=ReviewCase.Status.RESOLVED,
+            code="same_enquiry",
+            note=reason,
+            action="duplicate_linked",
+            actor=actor,
+            reason=reason,
+            now=now,
+            details={
+                "linked_event": first_event_id,
+                "linked_references": references,
+                "cancelled_operations": cancelled,
+            },
+        )
+    case.refresh_from_db()
+    return case
+
+
+def _first_submission_references(event_id: str) -> dict[str, Any]:
+    """The first submission's steps as {step: {status, destination_ref}}. Refused when
+    its first step will never be written (cancelled): linking would lose both."""
+    rows = list(
+        Operation.objects.filter(event_id=event_id)
+        .order_by("position")
+        .values_list("step", "status", "destination_ref")
+    )
+    if not rows:
+        raise CaseActionRefusedError("The first submission of this pair is no longer stored.")
+    if rows[0][1] == Operation.Status.CANCELLED:
+        raise CaseActionRefusedError(
+            "The first submission's enquiry was cancelled and will not be written: linking "
+            "to it would lose this one. Choose 'Separate enquiry' instead."
+        )
+    return {step: {"status": status, "destination_ref": ref} for step, status, ref in rows}
