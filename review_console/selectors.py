@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.core.exceptions import BadRequest
+from django.db import connection
 from django.db.models import (
     CharField,
     Count,
@@ -27,7 +29,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
-from django.db.models.functions import TruncHour
+from django.db.models.functions import TruncDay, TruncHour
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -39,6 +41,8 @@ from idempotency_core.models import (
     Delivery,
     Event,
     Operation,
+    ReconciliationFinding,
+    ReconciliationRun,
     ReviewCase,
 )
 from idempotency_core.review.comparison import FetchedRecord
@@ -219,6 +223,7 @@ AGE_BUCKETS: tuple[tuple[str, timedelta | None], ...] = (
 
 
 def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
+    """The dashboard's figures; the viewer's own cases come from `my_cases`."""
     now = now or timezone.now()
     open_cases = ReviewCase.objects.filter(status__in=ReviewCase.OPEN_STATUSES)
     buckets: dict[str, Any] = {}
@@ -242,9 +247,8 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
         row["label"] = labels.get(row["kind"], row["kind"])
         row["ages"] = [row[f"age_{i}"] for i in range(len(AGE_BUCKETS))]
     oldest = open_cases.select_related("event", "operation").order_by("created_at", "id").first()
-    operations = dict(
-        Operation.objects.values_list("status").annotate(n=Count("id")).order_by("status")
-    )
+    history = dashboard_history(now=now)
+    operations = history["operations"]
     return {
         "open_total": sum(r["total"] for r in by_kind),
         "unowned_total": sum(r["unowned"] for r in by_kind),
@@ -254,9 +258,183 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
         "operations": [
             (value, label, operations.get(value, 0)) for value, label in Operation.Status.choices
         ],
+        "succeeded_estimated": operations.get("estimated", False),
         "held_total": Operation.objects.filter(held_by__isnull=False).count(),
-        "throughput": throughput_24h(now=now),
+        "throughput": history["throughput"],
+        "trend": history["trend"],
+        "settle": history["settle"],
+        "history_as_of": history["as_of"],
+        "ages_chart": age_chart(by_kind),
+        "reconciliation": last_reconciliation(),
     }
+
+
+# How long the dashboard's counted history (operations by status, attempts per hour,
+# cases per day, time to settle) is reused: these scan a day's attempts and a
+# month's cases, 0.5 s together at 1M events; a minute old is fresh enough for them.
+DASHBOARD_HISTORY_SECONDS = 60
+
+
+def dashboard_history(*, now: datetime) -> dict[str, Any]:
+    """The dashboard's counted figures, computed at most once a minute per process and
+    again at once when a case, an attempt or an audit entry (a decision) was added:
+    the cache key carries the minute and the newest id of each (three index probes)."""
+    newest = [
+        model.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        for model in (ReviewCase, Attempt, AuditEntry)
+    ]
+    key = f"console:dashboard:{now:%Y%m%d%H%M}:{':'.join(map(str, newest))}"
+    history = cache.get(key)
+    if history is None:
+        history = {
+            "operations": operation_counts(),
+            "throughput": throughput_24h(now=now),
+            "trend": case_trend(now=now),
+            "settle": settle_time(now=now),
+            "as_of": now,
+        }
+        cache.set(key, history, DASHBOARD_HISTORY_SECONDS)
+    return history
+
+
+# Above this many operations (the planner's estimate), "succeeded" is that estimate
+# less the exact others: counting a million succeeded rows took a third of a second.
+EXACT_SUCCEEDED_UP_TO = 100_000
+
+
+def operation_counts() -> dict[str, Any]:
+    """Operations per status: every status but "succeeded" counted exactly through the
+    status index (they are the few that need work); "succeeded" exactly on a small
+    table, else from PostgreSQL's row estimate (`estimated` says so)."""
+    Status = Operation.Status
+    others = [value for value in Status.values if value != Status.SUCCEEDED]
+    counts: dict[str, Any] = dict(
+        Operation.objects.filter(status__in=others)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+            [Operation._meta.db_table],
+        )
+        estimate = int(cursor.fetchone()[0])
+    if estimate <= EXACT_SUCCEEDED_UP_TO:
+        counts[Status.SUCCEEDED] = Operation.objects.filter(status=Status.SUCCEEDED).count()
+    else:
+        counts[Status.SUCCEEDED] = max(estimate - sum(counts.values()), 0)
+        counts["estimated"] = True
+    return counts
+
+
+# -- dashboard: trends, time to settle, reconciliation, my cases ------------------
+
+TREND_DAYS = 30
+MY_CASES_SHOWN = 10
+
+
+def case_trend(*, now: datetime, days: int = TREND_DAYS) -> list[dict[str, Any]]:
+    """Cases opened and settled (resolved or closed) per UTC day, the last `days` days
+    with today, oldest first: two bounded range scans (created_at, resolved_at)."""
+    first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    cases = ReviewCase.objects.order_by()
+    opened = dict(
+        cases.filter(created_at__gte=first)
+        .annotate(day=TruncDay("created_at"))
+        .values_list("day")
+        .annotate(n=Count("id"))
+    )
+    settled = dict(
+        cases.filter(resolved_at__gte=first)
+        .annotate(day=TruncDay("resolved_at"))
+        .values_list("day")
+        .annotate(n=Count("id"))
+    )
+    rows = []
+    for i in range(days):
+        day = first + timedelta(days=i)
+        rows.append({"day": day, "opened": opened.get(day, 0), "settled": settled.get(day, 0)})
+    peak = max((max(r["opened"], r["settled"]) for r in rows), default=0) or 1
+    for i, row in enumerate(rows):
+        # Two bars per day in a 360 x 60 box: opened (left), settled (right).
+        row["x"] = i * 12
+        row["opened_h"] = row["opened"] / peak * 60
+        row["settled_h"] = row["settled"] / peak * 60
+        row["opened_y"] = 60 - row["opened_h"]
+        row["settled_y"] = 60 - row["settled_h"]
+    return rows
+
+
+def settle_time(*, now: datetime, days: int = TREND_DAYS) -> dict[str, Any]:
+    """The median time from opening to settling of the cases settled in the last `days`
+    days, and how many they are (PostgreSQL's percentile_cont over a bounded range)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT percentile_cont(0.5) WITHIN GROUP "
+            "(ORDER BY extract(epoch FROM resolved_at - created_at)), count(*) "
+            f"FROM {ReviewCase._meta.db_table} WHERE resolved_at >= %s",
+            [now - timedelta(days=days)],
+        )
+        median, count = cursor.fetchone()
+    seconds = float(median) if median is not None else None
+    return {
+        "median": timedelta(seconds=seconds) if seconds is not None else None,
+        "median_words": _duration_words(seconds) if seconds is not None else "",
+        "count": count,
+        "days": days,
+    }
+
+
+def _duration_words(seconds: float) -> str:
+    """A duration as a reviewer says it: "40 min", "5.5 h", "3.2 days"."""
+    if seconds < 3600:
+        return f"{max(round(seconds / 60), 1)} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def last_reconciliation() -> dict[str, Any] | None:
+    """The newest reconciliation run with its findings by kind (in words), or None."""
+    run = (
+        ReconciliationRun.objects.select_related("destination", "source")
+        .order_by("-started_at", "-pk")
+        .first()
+    )
+    if run is None:
+        return None
+    labels = dict(ReconciliationFinding.Kind.choices)
+    findings = [
+        {"label": labels.get(kind, kind), "total": total, "new": run.findings_new.get(kind, 0)}
+        for kind, total in sorted((run.findings_total or {}).items())
+        if total
+    ]
+    return {"run": run, "findings": findings, "total": sum(f["total"] for f in findings)}
+
+
+def my_cases(user: Any) -> dict[str, Any]:
+    """The viewer's open cases, oldest first (the first few), and how many (capped)."""
+    if user is None or not user.is_authenticated:
+        return {"items": [], "count": 0, "capped": False}
+    mine = ReviewCase.objects.filter(owner=user, status__in=ReviewCase.OPEN_STATUSES)
+    count = mine.order_by().values("pk")[: COUNT_CAP + 1].count()
+    items = list(
+        mine.select_related("operation")
+        .defer("evidence")
+        .order_by("created_at", "id")[:MY_CASES_SHOWN]
+    )
+    return {"items": items, "count": min(count, COUNT_CAP), "capped": count > COUNT_CAP}
+
+
+def age_chart(by_kind: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Open cases per age band (summed over kinds), as horizontal bars of a 300-wide box."""
+    totals = [sum(row["ages"][i] for row in by_kind) for i in range(len(AGE_BUCKETS))]
+    peak = max(totals, default=0) or 1
+    return [
+        {"label": label, "count": n, "y": i * 22, "width": n / peak * 200}
+        for i, ((label, _), n) in enumerate(zip(AGE_BUCKETS, totals, strict=True))
+    ]
 
 
 def throughput_24h(*, now: datetime) -> list[dict[str, Any]]:

@@ -115,7 +115,9 @@ def _querystring(request: HttpRequest, *, drop: tuple[str, ...] = ("after", "bef
 @console_permission(VIEW_CASES)
 def dashboard(request: HttpRequest) -> HttpResponse:
     return render(
-        request, "review_console/dashboard.html", {"summary": selectors.dashboard_summary()}
+        request,
+        "review_console/dashboard.html",
+        {"summary": selectors.dashboard_summary(), "mine": selectors.my_cases(request.user)},
     )
 
 

@@ -1,0 +1,104 @@
+"""The dashboard's trends and the queue's chips (issue 14, items 7 and 8), on PostgreSQL.
+
+Cases are opened through the services (tests/factories.py) and settled through
+the review services, so the figures are those of the states production makes.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from idempotency_core.models import Destination, ReconciliationRun, ReviewCase
+from idempotency_core.review.cases import case_close, case_take_ownership
+from review_console.selectors import dashboard_summary
+from tests.factories import permanent_case
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _opened_days_ago(case: ReviewCase, days: int) -> None:
+    ReviewCase.objects.filter(pk=case.pk).update(created_at=timezone.now() - timedelta(days=days))
+
+
+def test_the_dashboard_counts_cases_per_day_and_the_median_time_to_settle(users):
+    rita = users["reviewer"]
+    cases = [permanent_case(f"trend-{i}") for i in range(4)]
+    _opened_days_ago(cases[0], 5)
+    _opened_days_ago(cases[1], 1)
+    _opened_days_ago(cases[2], 40)  # outside the 30 days: not in the trend
+    for case in cases[:2]:
+        case_close(case_id=case.pk, actor=rita, resolution_code="other", reason="done")
+    summary = dashboard_summary()
+    trend = {row["day"].date(): (row["opened"], row["settled"]) for row in summary["trend"]}
+    today = timezone.now().date()
+    assert len(trend) == 30 and max(trend) == today
+    assert trend[today] == (1, 2)  # one opened today, both closures today
+    assert trend[today - timedelta(days=5)] == (1, 0)
+    assert trend[today - timedelta(days=1)] == (1, 0)
+    assert sum(o for o, _ in trend.values()) == 3
+    # Settled after 5 days and after 1 day: the median is 3 days.
+    settle = summary["settle"]
+    assert settle["count"] == 2
+    assert abs(settle["median"] - timedelta(days=3)) < timedelta(minutes=1)
+    assert settle["median_words"] == "3.0 days"
+    # The open ones by age: 1 under an hour, 1 over 7 days (opened 40 days ago).
+    assert [b["count"] for b in summary["ages_chart"]] == [1, 0, 0, 1]
+
+    page = _client(rita).get(reverse("console:dashboard")).content.decode()
+    assert "3.0 days" in page
+    # Each chart readable as text: the trend's table, the ages in the caption.
+    table = page.split('aria-label="Cases opened and settled per day"', 1)[1].split("</table>")[0]
+    assert f'<th scope="row">{today:%Y-%m-%d}</th><td>1</td><td>2</td>' in table
+    caption = re.search(r'<figcaption id="age-caption"[^>]*>(.*?)</figcaption>', page, re.S)
+    assert caption and "under 1 h: 1" in caption.group(1) and "over 7 days: 1" in caption.group(1)
+
+
+def test_the_dashboard_figures_follow_a_decision_at_once(users):
+    """The counted history is reused for a minute, but not past a new decision."""
+    rita = users["reviewer"]
+    case = permanent_case("fresh-1")
+    assert dashboard_summary()["settle"]["count"] == 0
+    case_close(case_id=case.pk, actor=rita, resolution_code="other", reason="done")
+    assert dashboard_summary()["settle"]["count"] == 1
+
+
+def test_the_dashboard_shows_my_cases_and_the_last_reconciliation(users):
+    rita = users["reviewer"]
+    mine, other = permanent_case("mine-1"), permanent_case("mine-2")
+    case_take_ownership(case_ids=[mine.pk], actor=rita, take_over=False)
+    # A run as the reconciliation command leaves it (its own tests run it for real).
+    now = timezone.now()
+    run = ReconciliationRun.objects.create(
+        destination=Destination.objects.get(name="crm"),
+        since=now - timedelta(days=1),
+        until=now,
+        as_of=now,
+        listing_since=now - timedelta(days=1),
+        listing_until=now,
+        status="completed",
+        findings_total={"missing": 2, "orphan": 1, "stuck": 0},
+        findings_new={"missing": 1, "orphan": 1, "stuck": 0},
+        finished_at=now,
+    )
+    page = _client(rita).get(reverse("console:dashboard")).content.decode()
+    my_cases = page.split('id="my-cases"', 1)[1].split("</div>", 1)[0]
+    assert f"Case #{mine.pk}</a>" in my_cases and f"Case #{other.pk}<" not in my_cases
+    recon = page.split('id="last-reconciliation"', 1)[1].split("</div>\n</div>", 1)[0]
+    assert reverse("console:reconciliation-run", args=[run.pk]) in recon
+    assert '<th scope="row">Missing</th><td>2</td><td>1</td>' in recon
+    assert '<th scope="row">Orphan record</th><td>1</td><td>1</td>' in recon
+    assert "Stuck" not in recon  # nothing found of that kind
+    nobody = _client(users["replay_admin"]).get(reverse("console:dashboard")).content.decode()
+    assert "You own no open case" in nobody
