@@ -42,6 +42,28 @@ def _up_to_day(queryset: QuerySet, column: str, day: date) -> QuerySet:
     return queryset.filter(**{f"{column}__lt": _day_start(day + timedelta(days=1))})
 
 
+class CaseIdsField(forms.Field):
+    """Case numbers ticked on the queue (repeated `case` parameters)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: object) -> list[int]:
+        if not value:
+            return []
+        values = value if isinstance(value, (list, tuple)) else [value]
+        try:
+            return [int(str(v)) for v in values][:1000]
+        except ValueError:
+            raise forms.ValidationError("Not a case number.") from None
+
+
+class CaseIdsFilter(django_filters.Filter):
+    field_class = CaseIdsField
+
+    def filter(self, qs: QuerySet, value: list[int]) -> QuerySet:
+        return qs.filter(pk__in=value) if value else qs
+
+
 class CaseFilter(django_filters.FilterSet):
     # distinct=False: both are columns of the case itself, so no row can repeat,
     # and a DISTINCT would stop PostgreSQL from reading the queue index in order.
@@ -69,6 +91,8 @@ class CaseFilter(django_filters.FilterSet):
     opened_before = django_filters.DateFilter(
         method="filter_opened_before", label="Opened up to", widget=DATE_WIDGET
     )
+    # The cases ticked on the queue: "Replay selected" starts a bulk replay of them.
+    case = CaseIdsFilter(label="Selected cases")
     q = django_filters.CharFilter(
         method="filter_search",
         label="Key or reference",
@@ -86,6 +110,7 @@ class CaseFilter(django_filters.FilterSet):
             "step",
             "opened_after",
             "opened_before",
+            "case",
             "q",
         ]
 

@@ -137,10 +137,15 @@ def case_list(request: HttpRequest) -> HttpResponse:
         )
     else:
         page = selectors.KeysetPage(items=[])
+    selectors.queue_customers(page.items, unmasked=request.user.has_perm(VIEW_CONTACT))
     return render(
         request,
         "review_console/case_list.html",
         {
+            "chips": selectors.queue_chips(request.GET, request=request),
+            "chip_groups": [("kind", "Kind"), ("owner", "Owner"), ("status", "Status")],
+            "chosen_kinds": request.GET.getlist("kind"),
+            "chosen_statuses": request.GET.getlist("status"),
             "filter": filterset,
             "page": page,
             "sort": sort,
@@ -689,8 +694,12 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
 def bulk_replay_new(request: HttpRequest) -> HttpResponse:
     """Confirmation (count, explanation) then the background job, for the queue's filter."""
     params = request.POST.copy()
-    for key in ("csrfmiddlewaretoken", "confirm", "reason"):
+    for key in ("csrfmiddlewaretoken", "confirm", "reason", "next", "selected"):
         params.pop(key, None)
+    if request.POST.get("selected") and not params.getlist("case"):
+        # "Replay selected" with nothing ticked must not become "replay everything".
+        messages.error(request, "Select at least one case to replay.")
+        return redirect(reverse("console:case-list"))
     filterset = selectors.case_filterset(params, request=request)
     if not filterset.is_valid():
         messages.error(request, "The filter is not valid; fix it on the queue first.")

@@ -14,8 +14,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from idempotency_core.models import Destination, ReconciliationRun, ReviewCase
+from idempotency_core.models import Destination, Operation, ReconciliationRun, ReviewCase
 from idempotency_core.review.cases import case_close, case_take_ownership
+from review_console.bulk import bulk_replay_run
+from review_console.glossary import kind_label
+from review_console.models import BulkReplayJob
 from review_console.selectors import dashboard_summary
 from tests.factories import permanent_case
 
@@ -102,3 +105,94 @@ def test_the_dashboard_shows_my_cases_and_the_last_reconciliation(users):
     assert "Stuck" not in recon  # nothing found of that kind
     nobody = _client(users["replay_admin"]).get(reverse("console:dashboard")).content.decode()
     assert "You own no open case" in nobody
+
+
+# -- the queue ------------------------------------------------------------------
+
+
+def _chips(html: str, group: str) -> dict[str, tuple[int | None, str, bool]]:
+    """A chip group: label -> (count or None, href, active)."""
+    nav = html.split(f'<nav aria-label="{group}"', 1)[1].split("</nav>", 1)[0]
+    chips = {}
+    for href, active, body in re.findall(
+        r'<a class="btn[^"]*" href="([^"]+)"( aria-current="true")?>(.*?)</a>', nav
+    ):
+        count = re.search(r"<span class=\"badge\" data-count>(\d+)</span>", body)
+        label = re.sub(r"<span.*", "", body).strip()
+        chips[label] = (
+            int(count.group(1)) if count else None,
+            href.replace("&amp;", "&"),
+            bool(active),
+        )
+    return chips
+
+
+def test_the_queue_filters_by_chips_with_counts_that_follow_the_other_filters(users):
+    rita = users["reviewer"]
+    cases = [permanent_case(f"chip-{i}") for i in range(3)]
+    case_take_ownership(case_ids=[cases[0].pk], actor=rita, take_over=False)
+    client = _client(rita)
+    page = client.get(reverse("console:case-list")).content.decode()
+    assert "<select" not in page or " multiple" not in page  # chips, not multi-selects
+    kinds = _chips(page, "Kind")
+    assert kinds["All kinds"][0] == 3 and kinds["All kinds"][2] is True
+    permanent = kind_label("permanent_failure")
+    assert kinds[permanent][:2] == (3, "?kind=permanent_failure")
+    owners = _chips(page, "Owner")
+    assert (owners["Mine"][0], owners["No owner"][0]) == (1, 2)
+    # Following a chip: the kind counts now count only the viewer's cases.
+    mine = client.get(reverse("console:case-list") + "?" + owners["Mine"][1].lstrip("?"))
+    html = mine.content.decode()
+    assert _chips(html, "Owner")["Mine"][2] is True
+    assert _chips(html, "Kind")[permanent][0] == 1
+    assert html.count("<tr data-href=") == 1
+    statuses = _chips(html, "Status")
+    assert statuses["Open and in progress"][2] is True and statuses["Closed"][0] is None
+
+
+def test_the_queue_shows_the_customer_masked_for_the_viewer_and_whole_row_links(users):
+    case = permanent_case("customer-1")
+    masked = _client(users["reviewer"]).get(reverse("console:case-list")).content.decode()
+    row = masked.split(f'<tr data-href="{reverse("console:case-detail", args=[case.pk])}"', 1)[1]
+    row = row.split("</tr>", 1)[0]
+    assert "A. L." in row and "Ada Lovelace" not in row and "ada@example.com" not in row
+    full = _client(users["superuser"]).get(reverse("console:case-list")).content.decode()
+    assert "Ada Lovelace" in full and "ada@example.com" in full
+    assert 'data-select-all="take-form"' in full and "review_console/queue.js" in full
+
+
+def test_replay_selected_replays_the_ticked_cases_and_never_everything(users):
+    cases = [permanent_case(f"pick-{i}") for i in range(3)]
+    client = _client(users["replay_admin"])
+    nothing = client.post(
+        reverse("console:bulk-replay-new"), {"selected": "yes", "next": "/x"}, follow=True
+    )
+    assert "Select at least one case to replay." in nothing.content.decode()
+    assert not BulkReplayJob.objects.exists()
+    picked = [str(cases[0].pk), str(cases[2].pk)]
+    confirm = client.post(reverse("console:bulk-replay-new"), {"selected": "yes", "case": picked})
+    assert confirm.status_code == 200 and "<strong>2 cases</strong>" in confirm.content.decode()
+    client.post(
+        reverse("console:bulk-replay-new"),
+        {"case": picked, "confirm": "yes", "reason": "The CRM accepts them again"},
+    )
+    job = BulkReplayJob.objects.get()
+    while bulk_replay_run(job_id=job.pk, chunk_seconds=0.5) != "finished":
+        pass
+    job.refresh_from_db()
+    assert job.total == 2
+    assert sorted(job.items.values_list("case_id", flat=True)) == sorted(int(p) for p in picked)
+    replayed = Operation.objects.filter(status="retry_scheduled").values_list("pk", flat=True)
+    assert sorted(replayed) == sorted(c.operation_id for c in (cases[0], cases[2]))
+
+
+def test_a_chip_count_stops_at_its_cap(users, monkeypatch):
+    """Counts read at most CHIP_COUNT_CAP + 1 rows each and say "N+" beyond it."""
+    monkeypatch.setattr("review_console.selectors.CHIP_COUNT_CAP", 2)
+    for i in range(3):
+        permanent_case(f"cap-{i}")
+    page = _client(users["reviewer"]).get(reverse("console:case-list")).content.decode()
+    nav = page.split('<nav aria-label="Kind"', 1)[1].split("</nav>", 1)[0]
+    assert nav.count('<span class="badge" data-count>2+</span>') == 2  # all kinds, the kind
+    owner = page.split('<nav aria-label="Owner"', 1)[1].split("</nav>", 1)[0]
+    assert '<span class="badge" data-count>2+</span>' in owner and "data-count>0<" in owner
