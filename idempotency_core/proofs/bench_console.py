@@ -41,6 +41,7 @@ from django.contrib.auth import (
     get_user_model,
     load_backend,
 )
+from django.core.cache import cache
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, connection
@@ -309,25 +310,14 @@ def bench_console_measure(*, rounds: int, out: Callable[[str], None]) -> None:
     sample_event_id = Event.objects.filter(key=sample_event).values_list("pk", flat=True)[0]
     with console_client(admin) as client:
         deep_cursor, depth = _cursor_at_depth(client, pages=DEEP_PAGES)
-        pages: list[tuple[str, str]] = [
-            ("queue, default (open, oldest first)", "/console/cases/"),
-            (f"queue, page {depth + 1} (keyset cursor)", f"/console/cases/?after={deep_cursor}"),
-            ("queue, newest first", "/console/cases/?sort=newest"),
-            ("queue, kind=ambiguous_outcome", "/console/cases/?kind=ambiguous_outcome"),
-            ("queue, owner=nobody, step", "/console/cases/?owner=nobody&step=create_enquiry"),
-            ("queue, sorted by kind", "/console/cases/?sort=kind"),
-            ("queue, opened in a 7-day range", "/console/cases/?opened_after=2026-10-01"),
-            ("queue, search exact event key", f"/console/cases/?q={sample_event}"),
-            ("queue, search operation key", f"/console/cases/?q={sample_operation}"),
-            ("case page", f"/console/cases/{sample}/"),
-            ("dashboard", "/console/"),
-            # Issue 14: a submission's page, and the customer search (see
-            # review_console/submissions.py for how each kind is answered).
-            ("submission page", f"/console/submissions/{sample_event_id}/"),
-            ("search, email (digest)", "/console/search/?q=p123%40example.com"),
-            # No match: the whole bounded scan (NAME_SEARCH_SCOPE newest submissions).
-            ("search, name, no match", "/console/search/?q=Nobody%20Known"),
-        ]
+        pages = _pages(
+            depth=depth,
+            deep_cursor=deep_cursor,
+            sample=sample,
+            sample_event=sample_event,
+            sample_operation=sample_operation,
+            sample_event_id=sample_event_id,
+        )
         out(
             f"\n{Event.objects.count():,} events, {open_count:,} open cases, "
             f"{ReviewCase.objects.count():,} cases in all. {rounds} rounds per page after 3 "
@@ -338,18 +328,62 @@ def bench_console_measure(*, rounds: int, out: Callable[[str], None]) -> None:
             f"{'page':<40} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'queries':>7} "
             f"{'base p50':>8} {'ratio':>6}"
         )
-        for label, url in pages:
+        # The dashboard reuses its counted history for a minute (review_console/
+        # selectors.py, dashboard_history): this row clears the cache before every
+        # render, so it is what the first view of each minute costs.
+        cold = ("dashboard, history recounted", "/console/")
+        for label, url in [*pages, cold]:
             # The baseline is rendered alternately with the page, round by round,
             # so both see the same machine load; the ratio is the figure to compare.
-            timings, queries, base = _time(
-                partial(client.get, url), partial(client.get, BASELINE_URL), rounds
-            )
+            render = partial(client.get, url)
+            if (label, url) == cold:
+                render = partial(_uncached_get, client, url)
+            timings, queries, base = _time(render, partial(client.get, BASELINE_URL), rounds)
             p50 = statistics.median(timings)
             base_p50 = statistics.median(base)
             out(
                 f"{label:<40} {p50:>7.1f} {_percentile(timings, 95):>7.1f} "
                 f"{max(timings):>7.1f} {queries:>7} {base_p50:>8.1f} {p50 / base_p50:>5.0f}x"
             )
+
+
+def _pages(
+    *,
+    depth: int,
+    deep_cursor: str,
+    sample: int,
+    sample_event: str,
+    sample_operation: str,
+    sample_event_id: Any,
+) -> list[tuple[str, str]]:
+    """The console pages measured, each as (label, URL)."""
+    return [
+        ("queue, default (open, oldest first)", "/console/cases/"),
+        (f"queue, page {depth + 1} (keyset cursor)", f"/console/cases/?after={deep_cursor}"),
+        ("queue, newest first", "/console/cases/?sort=newest"),
+        ("queue, kind=ambiguous_outcome", "/console/cases/?kind=ambiguous_outcome"),
+        ("queue, owner=nobody, step", "/console/cases/?owner=nobody&step=create_enquiry"),
+        ("queue, sorted by kind", "/console/cases/?sort=kind"),
+        ("queue, opened in a 7-day range", "/console/cases/?opened_after=2026-10-01"),
+        ("queue, search exact event key", f"/console/cases/?q={sample_event}"),
+        ("queue, search operation key", f"/console/cases/?q={sample_operation}"),
+        ("case page", f"/console/cases/{sample}/"),
+        ("dashboard", "/console/"),
+        # Issue 14, item 8: the queue's chips (counted, capped) under two filters.
+        ("queue, chip owner=me", "/console/cases/?owner=me"),
+        ("queue, chip kind + owner=nobody", "/console/cases/?kind=recon_missing&owner=nobody"),
+        # Issue 14: a submission's page, and the customer search (see
+        # review_console/submissions.py for how each kind is answered).
+        ("submission page", f"/console/submissions/{sample_event_id}/"),
+        ("search, email (digest)", "/console/search/?q=p123%40example.com"),
+        # No match: the whole bounded scan (NAME_SEARCH_SCOPE newest submissions).
+        ("search, name, no match", "/console/search/?q=Nobody%20Known"),
+    ]
+
+
+def _uncached_get(client: httpx.Client, url: str) -> httpx.Response:
+    cache.clear()
+    return client.get(url)
 
 
 def _cursor_at_depth(client: httpx.Client, *, pages: int) -> tuple[str, int]:
