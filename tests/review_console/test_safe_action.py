@@ -163,3 +163,15 @@ def test_the_replay_plan_runs_the_unbroken_run_of_waiting_steps_after_the_replay
     assert _effects(replay_plan(replayed, steps)) == [(2, "run"), (3, "not_run"), (4, "not_run")]
     steps = [replayed, _state(3, 2, "succeeded"), _state(4, 3, "pending", due=True)]
     assert _effects(replay_plan(replayed, steps)) == [(2, "run"), (3, "done"), (4, "not_run")]
+
+
+def test_a_lookup_by_htmx_that_found_the_record_offers_resolving_with_it_in_place(
+    users, ambiguous_case, sandbox
+):
+    case = ambiguous_case("safe-htmx", mode="drop_response_after_commit")
+    client = _client(users["reviewer"])
+    answer = client.post(reverse("console:case-lookup", args=[case.pk]), HTTP_HX_REQUEST="true")
+    html = answer.content.decode()
+    (ref,) = AuditEntry.objects.get(action="destination_lookup").details["refs"]
+    assert f"Resolve with record {ref}…" in html
+    assert reverse("console:case-resolve-found", args=[case.pk]) in html
