@@ -88,7 +88,7 @@ def held_duplicate_link(*, case_id: int, actor: User, reason: str) -> ReviewCase
     with transaction.atomic():
         case = _held_case(case_id)
         assert case.operation is not None  # _held_case checked
-        first_event_id = (case.evidence.get("event_ids") or [""])[0]
+        first_event_id = _linked_root((case.evidence.get("event_ids") or [""])[0])
         references = _first_submission_references(first_event_id)
         # Every step of the held submission never tried (a step tried meanwhile, after
         # a replay from this case, may be in the CRM: it is left to run its course).
@@ -145,3 +145,20 @@ def _first_submission_references(event_id: str) -> dict[str, Any]:
             "to it would lose this one. Choose 'Separate enquiry' instead."
         )
     return {step: {"status": status, "destination_ref": ref} for step, status, ref in rows}
+
+
+def _linked_root(event_id: str) -> str:
+    """The submission `event_id` was itself linked to, if it was (a third click held
+    behind a second one already linked to the first): the one that was written."""
+    for _ in range(10):  # a chain of linked submissions; each link points earlier
+        linked = (
+            ReviewCase.objects.filter(
+                kind=HELD_KIND, event_id=event_id, resolution_code="same_enquiry"
+            )
+            .values_list("evidence", flat=True)
+            .first()
+        )
+        if not linked:
+            return event_id
+        event_id = str(linked["event_ids"][0])
+    return event_id

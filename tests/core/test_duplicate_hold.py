@@ -126,6 +126,23 @@ def test_same_enquiry_links_it_and_writes_nothing(sandbox, reviewer):
 
 
 @pytest.mark.django_db
+def test_a_third_click_held_behind_a_linked_second_links_to_the_first(sandbox, reviewer):
+    a, b, case = held_pair(sandbox)
+    held_duplicate_link(case_id=case.pk, actor=reviewer, reason="double click")
+    c = ingest("c", message=MESSAGE)
+    assert run(c) is None
+    third = ReviewCase.objects.get(kind=HELD, event=c)
+    assert third.evidence["event_ids"] == [str(b.pk), str(c.pk)]  # its nearest twin
+
+    held_duplicate_link(case_id=third.pk, actor=reviewer, reason="triple click")
+
+    entry = AuditEntry.objects.get(action="duplicate_linked", case=third)
+    assert entry.details["linked_event"] == str(a.pk)  # the one that was written
+    assert set(statuses(c).values()) == {"cancelled"}
+    assert counts(sandbox) == (1, 1, 1)
+
+
+@pytest.mark.django_db
 def test_separate_enquiry_lets_it_run_as_usual(sandbox, reviewer):
     _, b, case = held_pair(sandbox)
 
