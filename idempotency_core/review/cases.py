@@ -144,6 +144,12 @@ def case_mark_resolved(
             "An email has no reference to verify. Ask the customer, then choose "
             "'customer confirms receipt' or 'not received: send again'."
         )
+    if case.kind == ReviewCase.Kind.DUPLICATE_HELD:
+        # Never written: a reference would mark it done and send its task and email.
+        raise CaseActionRefusedError(
+            "This submission was held before the CRM and never written: choose "
+            "'Same enquiry' or 'Separate enquiry'."
+        )
     verification = reference_verify(case.operation, destination_ref)  # network: before the lock
     now = timezone.now()
     with transaction.atomic():

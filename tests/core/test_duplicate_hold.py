@@ -24,6 +24,7 @@ from idempotency_core.execution.engine import operation_claim
 from idempotency_core.intake.ingest import event_status, suspected_duplicate_flag
 from idempotency_core.intake.sources import source_create_with_key, source_duplicates_set
 from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase, Source
+from idempotency_core.review.cases import case_mark_resolved
 from idempotency_core.review.held_duplicates import held_duplicate_link, held_duplicate_separate
 from idempotency_core.review.refusals import CaseActionRefusedError
 from idempotency_core.tasks import operation_run
@@ -170,6 +171,11 @@ def test_a_decision_needs_a_reason_and_a_held_case(sandbox, reviewer):
     _, _, case = held_pair(sandbox)
     with pytest.raises(CaseActionRefusedError, match="reason"):
         held_duplicate_link(case_id=case.pk, actor=reviewer, reason="  ")
+    # Marking it resolved with the first one's record would send a second task and email.
+    record = op(Event.objects.get(key="a"), "create_enquiry").destination_ref
+    with pytest.raises(CaseActionRefusedError, match="Same enquiry"):
+        case_mark_resolved(case_id=case.pk, actor=reviewer, destination_ref=record, reason="r")
+    assert ReviewCase.objects.get(pk=case.pk).status == "open"
     policy("flag")
     c = ingest("c", message="Another thing")
     d = ingest("d", message="another   THING")
