@@ -6,6 +6,9 @@ is `rotate_key`'s job, which also ends the old one.
 With the default profile `api`, the last line is a new API key. With a sender's
 profile (CONTRACT.md, "Senders"), the last line is the hook's path, alone; the
 signing secret (or the token inside the path) is printed once, before it.
+
+`--duplicates hold` makes a suspected duplicate wait, unwritten, for a reviewer
+(intake/duplicate_hold.py); the default `flag` writes both and opens a case.
 """
 
 from __future__ import annotations
