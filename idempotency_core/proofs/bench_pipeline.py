@@ -14,15 +14,24 @@ ratio says what Onefold's guarantees cost over the sandbox's own speed.
 Duplicates are counted by the sandbox (`/_sandbox/stats`): records and tasks by
 external reference, messages by recipient (every submission has its own).
 
+The rate depends on whatever else this machine runs at the time; the CPU each
+submission cost does not, or far less. So each run also reads, from /proc, the
+CPU spent during the burst by the client (the clusters' processes, or the bare
+client's), by PostgreSQL's backends for this database and by the sandbox, and
+prints the capacity it implies: the submissions per second all the machine's
+cores would carry at that cost.
+
 It refuses to run on a database whose name does not contain "bench": it empties
 the tables. `manage.py bench_pipeline` runs it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import re
+import resource
 import signal
 import smtplib
 import statistics
@@ -36,6 +45,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
 from multiprocessing.synchronize import Event as EventType
+from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -69,6 +79,7 @@ class Sandbox:
     http_url: str
     smtp_port: int
     client: httpx.Client
+    pid: int
 
     def stats(self, *, detail: bool) -> dict[str, Any]:
         response = self.client.get("/_sandbox/stats", params={"detail": int(detail)})
@@ -81,15 +92,38 @@ class Sandbox:
 
 
 @dataclass(frozen=True)
+class Cpu:
+    """CPU seconds spent during a run, by whom (read from /proc: Linux only)."""
+
+    client: float  # Onefold's worker clusters, or the bare client's processes
+    database: float  # PostgreSQL's backends for this database
+    sandbox: float
+
+    @property
+    def total(self) -> float:
+        return self.client + self.database + self.sandbox
+
+
+@dataclass(frozen=True)
 class Run:
     label: str
     submissions: int
     seconds: float
     duplicates: int
+    cpu: Cpu
 
     @property
     def rate(self) -> float:
         return self.submissions / self.seconds
+
+    def cpu_ms(self, seconds: float) -> float:
+        return seconds * 1000 / self.submissions
+
+    @property
+    def capacity(self) -> float:
+        """Submissions per second all this machine's cores would carry at this CPU cost:
+        a figure that other load on the machine does not lower, unlike `rate`."""
+        return (os.cpu_count() or 1) * self.submissions / self.cpu.total
 
 
 def bench_pipeline_database_check() -> None:
@@ -144,6 +178,50 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+def _stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat after the command name (which may hold spaces): state, ppid, ..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU of these processes so far (utime, stime); gone ones count 0."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = _stat_fields(pid)
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(_stat_fields(entry.name)[1]), []).append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending.extend(children.get(pid, []))
+    return found
+
+
+def database_backends() -> list[int]:
+    """PostgreSQL's server processes serving this database (the same machine's)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
 @contextmanager
 def sandbox_running() -> Iterator[Sandbox]:
     """The sandbox in a process of its own, so its CPU is not the benchmark's."""
@@ -158,7 +236,7 @@ def sandbox_running() -> Iterator[Sandbox]:
             http_port, smtp_port = _wait_log(process, log, ports)
             url = f"http://127.0.0.1:{http_port}"
             with httpx.Client(base_url=url, timeout=60) as client:
-                yield Sandbox(http_url=url, smtp_port=smtp_port, client=client)
+                yield Sandbox(http_url=url, smtp_port=smtp_port, client=client, pid=process.pid)
         finally:
             _stop(process)
 
@@ -261,16 +339,33 @@ def onefold_run(
     sandbox.reset()
     source = bench_source(sandbox)
     run = uuid.uuid4().hex[:8]
-    with clusters_running(clusters, env=env):
+    with clusters_running(clusters, env=env) as roots:
+
+        def watched() -> list[dict[int, float]]:
+            workers = [pid for root in roots for pid in descendants(root)]
+            return [_cpu_by_pid(pids) for pids in (workers, database_backends(), [sandbox.pid])]
+
+        before = watched()
         started = submissions_store(source, run=run, count=count)
         finished = effects_wait(sandbox, count=count, timeout=max(120.0, count))
+        after = watched()
         outcomes_check(timeout=30)
     return Run(
         label=f"Onefold, {clusters} cluster{'s' if clusters > 1 else ''}",
         submissions=count,
         seconds=finished - started,
         duplicates=duplicates_count(sandbox),
+        cpu=Cpu(*(_cpu_spent(b, a) for b, a in zip(before, after, strict=True))),
     )
+
+
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    return {pid: cpu_seconds([pid]) for pid in pids}
+
+
+def _cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU spent between two readings by the processes alive at the second."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 # -- the bare client --------------------------------------------------------------
@@ -329,14 +424,18 @@ def bare_run(sandbox: Sandbox, *, processes: int, count: int) -> Run:
         )
         for n in range(processes)
     ]
+    children_cpu = _children_cpu()
     for child in children:
         child.start()
     time.sleep(0.5)  # connected and waiting
+    sandbox_cpu = cpu_seconds([sandbox.pid])
     started = time.monotonic()
     go.set()
     for child in children:
         child.join()
     finished = time.monotonic()
+    sandbox_cpu = cpu_seconds([sandbox.pid]) - sandbox_cpu
+    children_cpu = _children_cpu() - children_cpu
     if any(child.exitcode for child in children):
         raise BenchmarkError("a bare client process failed")
     effects_wait(sandbox, count=count, timeout=10)
@@ -345,17 +444,35 @@ def bare_run(sandbox: Sandbox, *, processes: int, count: int) -> Run:
         submissions=count,
         seconds=finished - started,
         duplicates=duplicates_count(sandbox),
+        cpu=Cpu(client=children_cpu, database=0.0, sandbox=sandbox_cpu),
     )
+
+
+def _children_cpu() -> float:
+    """CPU of this process's children that have ended and been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # -- the report -------------------------------------------------------------------
 
 
+HEADER = (
+    "| run | submissions | seconds | submissions/s | vs bare | duplicates "
+    "| CPU ms per submission: client + PostgreSQL + sandbox | capacity (submissions/s "
+    "on all cores) | vs bare |"
+)
+
+
 def _row(run: Run, baseline: Run | None = None) -> str:
-    ratio = f"{run.rate / baseline.rate:.2f}x" if baseline else ""
+    rate_ratio = f"{run.rate / baseline.rate:.2f}x" if baseline else ""
+    capacity_ratio = f"{run.capacity / baseline.capacity:.2f}x" if baseline else ""
+    cpu = run.cpu
     return (
         f"| {run.label} | {run.submissions} | {run.seconds:.2f} | {run.rate:.1f} "
-        f"| {run.duplicates} | {ratio} |"
+        f"| {rate_ratio} | {run.duplicates} | {run.cpu_ms(cpu.client):.1f} + "
+        f"{run.cpu_ms(cpu.database):.1f} + {run.cpu_ms(cpu.sandbox):.1f} = "
+        f"{run.cpu_ms(cpu.total):.1f} | {run.capacity:.0f} | {capacity_ratio} |"
     )
 
 
@@ -368,8 +485,8 @@ def bench_pipeline_measure(
         f"{count} submissions at once, {workers} workers per cluster, poll "
         f"{settings.Q_CLUSTER['poll']} s, median of {rounds} round(s)"
     )
-    out("| run | submissions | seconds | submissions/s | duplicates | vs bare |")
-    out("| --- | ---: | ---: | ---: | ---: | ---: |")
+    out(HEADER)
+    out("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     results = []
     with sandbox_running() as sandbox:
         for count_of_clusters in clusters:
@@ -387,8 +504,9 @@ def bench_pipeline_measure(
     for bare, onefold in results:
         verdict = "meets" if onefold.rate >= TARGET_RATIO * bare.rate else "MISSES"
         out(
-            f"{onefold.label}: {onefold.rate / bare.rate:.2f}x the bare client "
-            f"({verdict} the {TARGET_RATIO}x target), {onefold.duplicates} duplicates"
+            f"{onefold.label}: {onefold.rate / bare.rate:.2f}x the bare client's rate "
+            f"({verdict} the {TARGET_RATIO}x target), {onefold.capacity / bare.capacity:.2f}x "
+            f"its capacity, {onefold.duplicates} duplicates"
         )
     return results
 
@@ -396,12 +514,7 @@ def bench_pipeline_measure(
 def _median(runs: list[Run]) -> Run:
     median = statistics.median_low(run.seconds for run in runs)
     chosen = next(run for run in runs if run.seconds == median)
-    return Run(
-        label=chosen.label,
-        submissions=chosen.submissions,
-        seconds=chosen.seconds,
-        duplicates=max(run.duplicates for run in runs),
-    )
+    return dataclasses.replace(chosen, duplicates=max(run.duplicates for run in runs))
 
 
 # -- the poll interval ------------------------------------------------------------
