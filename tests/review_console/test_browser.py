@@ -91,8 +91,7 @@ def sign_in(page, username: str, next_url: str = "/console/") -> None:
 
 def open_from_queue(page, case: ReviewCase, kind_label: str) -> None:
     page.goto("/console/cases/")
-    page.select_option("#id_kind", label=kind_label)
-    page.click("button:has-text('Apply filters')")
+    page.click(f"#queue-chips a:has-text('{kind_label}')")  # a filter chip: a link
     page.wait_for_url("**kind=*")
     assert page.locator("text=1 matching case").is_visible()
     page.click(f"a:has-text('#{case.pk}')")
@@ -123,25 +122,27 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
     page.click("button:has-text('Try again…')")
     page.fill("#id_reason", "Customer chased us")
     page.click("button:has-text('Try again')")
-    assert page.locator("text=Look it up in the destination first").first.is_visible()
+    expect(page.locator("text=Look it up in the destination first").first).to_be_visible()
     shot(page, "replay-refused")
     assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
 
     case_url = f"/console/cases/{case.pk}/"
     page.goto(case_url)
     assert page.evaluate("typeof window.htmx") == "object"  # served by WhiteNoise
-    page.click("button:has-text('Look up in destination')")
+    page.click("button:has-text('Look up in the CRM')")
     # htmx swaps the answer and the audit trail in place: no navigation.
     expect(page.locator("#lookup-result")).to_contain_text("exists")
     expect(page.locator("#case-audit")).to_contain_text("Looked it up in the destination")
     assert page.url.endswith(case_url)
     shot(page, "case-after-lookup")
-    page.click("button:has-text('Mark resolved…')")
-    reference = page.input_value("#id_destination_ref")
+    # The safe action, offered in place by the lookup: one click, then the reason.
+    resolve = page.locator("#lookup-result button:has-text('Resolve with record')")
+    reference = resolve.inner_text().removeprefix("Resolve with record ").rstrip("…")
     assert reference.startswith("rec_")
+    resolve.click()
     page.fill("#id_reason", "Found the enquiry in the CRM listing by its reference")
-    page.click("button:has-text('Mark resolved')")
-    assert page.locator(f"text=resolved with reference {reference}").is_visible()
+    page.keyboard.press("Enter")
+    expect(page.locator(f"text=resolved with record {reference}")).to_be_visible()
 
     operation = Operation.objects.get(pk=case.operation_id)
     assert (operation.status, operation.destination_ref) == ("succeeded", reference)
@@ -162,7 +163,7 @@ def test_ambiguous_create_absent_at_the_destination_is_replayed_once(
     open_from_queue(page, case, "Not sure it happened")
     timeline = page.locator(f"#operation-{case.operation_id} .timeline")
     assert "Unclear: it may have happened" in timeline.inner_text()
-    page.click("button:has-text('Look up in destination')")
+    page.click("button:has-text('Look up in the CRM')")
     expect(page.locator("#lookup-result")).to_contain_text("absent")
     page.click("button:has-text('Try again…')")
     page.check("#id_destination_checked")
