@@ -390,17 +390,19 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
 
 # How long the dashboard's counted history (operations by status, attempts per hour,
 # cases per day, time to settle) is reused: these scan a day's attempts and a
-# month's cases, 0.5 s together at 1M events; a minute old is fresh enough for them.
+# month's cases, about 0.5 s together at 1M events on this loaded 2-core machine.
 DASHBOARD_HISTORY_SECONDS = 60
 
 
 def dashboard_history(*, now: datetime) -> dict[str, Any]:
     """The dashboard's counted figures, computed at most once a minute per process and
-    again at once when a case, an attempt or an audit entry (a decision) was added:
-    the cache key carries the minute and the newest id of each (three index probes)."""
+    again at once when a case was opened or a decision audited (a settle, a lookup):
+    the cache key carries the minute and the newest id of each (two index probes).
+    Not attempts: at a busy hour one starts every second and the cache would never
+    serve; the attempts chart and operation counts may be a minute old."""
     newest = [
         model.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-        for model in (ReviewCase, Attempt, AuditEntry)
+        for model in (ReviewCase, AuditEntry)
     ]
     key = f"console:dashboard:{now:%Y%m%d%H%M}:{':'.join(map(str, newest))}"
     history = cache.get(key)
@@ -408,8 +410,7 @@ def dashboard_history(*, now: datetime) -> dict[str, Any]:
         history = {
             "operations": operation_counts(),
             "throughput": throughput_24h(now=now),
-            "trend": case_trend(now=now),
-            "settle": settle_time(now=now),
+            **dict(zip(("trend", "settle"), case_trend(now=now), strict=True)),
             "as_of": now,
         }
         cache.set(key, history, DASHBOARD_HISTORY_SECONDS)
@@ -453,23 +454,20 @@ TREND_DAYS = 30
 MY_CASES_SHOWN = 10
 
 
-def case_trend(*, now: datetime, days: int = TREND_DAYS) -> list[dict[str, Any]]:
+def case_trend(*, now: datetime, days: int = TREND_DAYS) -> tuple[list[dict[str, Any]], dict]:
     """Cases opened and settled (resolved or closed) per UTC day, the last `days` days
-    with today, oldest first: two bounded range scans (created_at, resolved_at)."""
+    with today, oldest first; and the time to settle of those settled in them. Two
+    bounded range scans: one by created_at, one by resolved_at that also gives the
+    median (`_settled_by_day`)."""
     first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    cases = ReviewCase.objects.order_by()
     opened = dict(
-        cases.filter(created_at__gte=first)
+        ReviewCase.objects.order_by()
+        .filter(created_at__gte=first)
         .annotate(day=TruncDay("created_at"))
         .values_list("day")
         .annotate(n=Count("id"))
     )
-    settled = dict(
-        cases.filter(resolved_at__gte=first)
-        .annotate(day=TruncDay("resolved_at"))
-        .values_list("day")
-        .annotate(n=Count("id"))
-    )
+    settled, settle = _settled_by_day(first, days)
     rows = []
     for i in range(days):
         day = first + timedelta(days=i)
@@ -482,27 +480,31 @@ def case_trend(*, now: datetime, days: int = TREND_DAYS) -> list[dict[str, Any]]
         row["settled_h"] = row["settled"] / peak * 60
         row["opened_y"] = 60 - row["opened_h"]
         row["settled_y"] = 60 - row["settled_h"]
-    return rows
+    return rows, settle
 
 
-def settle_time(*, now: datetime, days: int = TREND_DAYS) -> dict[str, Any]:
-    """The median time from opening to settling of the cases settled in the last `days`
-    days, and how many they are (PostgreSQL's percentile_cont over a bounded range)."""
+def _settled_by_day(first: datetime, days: int) -> tuple[dict[datetime, int], dict[str, Any]]:
+    """Cases settled per UTC day since `first`, and over all those days (ROLLUP's total
+    row, day NULL) their count and median time from opening to settling."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT percentile_cont(0.5) WITHIN GROUP "
-            "(ORDER BY extract(epoch FROM resolved_at - created_at)), count(*) "
-            f"FROM {ReviewCase._meta.db_table} WHERE resolved_at >= %s",
-            [now - timedelta(days=days)],
+            "SELECT date_trunc('day', resolved_at, 'UTC') AS day, count(*), "
+            "percentile_cont(0.5) WITHIN GROUP "
+            "(ORDER BY extract(epoch FROM resolved_at - created_at)) "
+            f"FROM {ReviewCase._meta.db_table} WHERE resolved_at >= %s GROUP BY ROLLUP (1)",
+            [first],
         )
-        median, count = cursor.fetchone()
+        rows = cursor.fetchall()
+    per_day = {day: count for day, count, _ in rows if day is not None}
+    count, median = next(((c, m) for day, c, m in rows if day is None), (0, None))
     seconds = float(median) if median is not None else None
-    return {
+    settle = {
         "median": timedelta(seconds=seconds) if seconds is not None else None,
         "median_words": _duration_words(seconds) if seconds is not None else "",
         "count": count,
         "days": days,
     }
+    return per_day, settle
 
 
 def _duration_words(seconds: float) -> str:
