@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from django.urls import reverse
+from playwright.sync_api import expect
 
 from idempotency_core.models import ReviewCase, Source
+from review_console.models import BulkReplayJob
 from tests.review_console.test_browser import browser, sign_in  # noqa: F401  (fixture)
 from tests.review_console.test_glossary import page_urls, seed
 
@@ -34,6 +36,26 @@ pytestmark = [
 ]
 
 WIDTHS = (1366, 390)
+# One h1, one main, a skip link to it; a signed-in page also has its header, menu
+# and footer (the sign-in page and the error pages have no menu to skip).
+LANDMARKS = """(() => {
+  const faults = [];
+  const count = (selector) => document.querySelectorAll(selector).length;
+  if (count('h1') !== 1) faults.push(count('h1') + ' h1');
+  if (count('main') !== 1) faults.push(count('main') + ' main');
+  if (count('footer') !== 1) faults.push(count('footer') + ' footer');
+  const skip = document.querySelector('a.skip-link');
+  if (!skip || !document.querySelector(skip.getAttribute('href'))) faults.push('no skip link');
+  if (count('header.top nav') && !count('header.top')) faults.push('a menu outside the header');
+  return faults;
+})()"""
+# What sticks out past the viewport: named in a failure, to say what to fix.
+STICKING_OUT = """(() => {
+  const width = document.documentElement.clientWidth;
+  return [...document.querySelectorAll('body *')]
+    .filter(e => e.getBoundingClientRect().right > width + 0.5 && !e.closest('.table-scroll, pre'))
+    .map(e => `${e.tagName.toLowerCase()}.${e.className}#${e.id}`).slice(-4);
+})()"""
 WIDE_BOXES = """[...document.querySelectorAll('.table-scroll')]
     .filter(box => box.scrollWidth > box.clientWidth)
     .map(box => box.getAttribute('aria-label'))"""
@@ -94,7 +116,10 @@ def check(page, axe: Axe, name: str, shots: Path) -> list[str]:
         page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
         scroll = page.evaluate("document.documentElement.scrollWidth")
         if scroll != width:
-            problems.append(f"{name} @{width}: the page is {scroll} px wide")
+            culprits = page.evaluate(STICKING_OUT)
+            problems.append(f"{name} @{width}: the page is {scroll} px wide: {culprits}")
+        if width == max(WIDTHS):
+            problems += [f"{name}: {fault}" for fault in page.evaluate(LANDMARKS)]
         if width == max(WIDTHS):  # at a desk, tables fit: none scrolls in its box
             boxes = page.evaluate(WIDE_BOXES)
             problems += [f"{name} @{width}: the table {label!r} scrolls" for label in boxes]
@@ -105,6 +130,14 @@ def check(page, axe: Axe, name: str, shots: Path) -> list[str]:
                 problems.append(
                     f"{name} @{width}: {violation['impact']} {violation['id']} {targets}"
                 )
+    # Opened, the "Technical details" (keys, raw replies) must not widen the page either.
+    page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        scroll = page.evaluate("document.documentElement.scrollWidth")
+        if scroll != width:
+            culprits = page.evaluate(STICKING_OUT)
+            problems.append(f"{name} @{width}, details open: {scroll} px wide: {culprits}")
     return problems
 
 
@@ -140,3 +173,27 @@ def test_every_console_page_passes_axe_and_fits_a_phone(
     context.close()
     assert len(pages) >= 25
     assert not problems, "\n".join(problems)
+
+
+def test_bulk_replay_progress_is_announced_by_a_live_region_that_stays(
+    browser,  # noqa: F811
+    live_server,
+    _seed_restored,
+    users,
+):
+    job = BulkReplayJob.objects.create(created_by=users["replay_admin"], reason="CRM fixed")
+    context = browser.new_context(base_url=live_server.url)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    sign_in(page, "rex", next_url=f"/console/bulk-replays/{job.pk}/")
+    live = page.locator("#progress-live")
+    assert live.get_attribute("aria-live") == "polite"
+    page.evaluate("document.getElementById('progress-live').dataset.original = 'yes'")
+    expect(live).to_contain_text("Waiting for a worker")  # after htmx's first poll
+    BulkReplayJob.objects.filter(pk=job.pk).update(status=BulkReplayJob.Status.FINISHED)
+    expect(live).to_have_text(re.compile(r"^Finished\. 0 of 0 done"))
+    # The same element all along (htmx replaced the block around it, not the region),
+    # and the words a sighted reviewer reads.
+    assert live.get_attribute("data-original") == "yes"
+    assert page.locator("#progress-text").inner_text() in live.inner_text()
+    context.close()
