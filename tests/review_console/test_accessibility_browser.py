@@ -14,7 +14,6 @@ https://github.com/dequelabs/axe-core/blob/develop/doc/API.md#results-object
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -25,10 +24,8 @@ from playwright.sync_api import expect
 
 from idempotency_core.models import ReviewCase, Source
 from review_console.models import BulkReplayJob
-from tests.review_console.test_browser import browser, sign_in  # noqa: F401  (fixture)
-from tests.review_console.test_glossary import page_urls, seed
-
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+from tests.support.browser import browser, sign_in  # noqa: F401  (fixture)
+from tests.support.console_pages import page_urls, seed
 
 pytestmark = [
     pytest.mark.browser,

@@ -14,17 +14,13 @@ accepted, the other refused with a message, and one record is left.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from playwright.sync_api import expect
 
 from idempotency_core.models import Operation, ReviewCase
 from tests.factories import completed, duplicate_case, merge_operation, permanent_case
-from tests.review_console.test_browser import browser, page, sign_in  # noqa: F401  (fixtures)
+from tests.support.browser import browser, page, sign_in  # noqa: F401  (fixtures)
 from tests.support.processes import wait_for
-
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 pytestmark = [
     pytest.mark.browser,
