@@ -135,6 +135,9 @@ def check(page, axe: Axe, name: str, shots: Path) -> list[str]:
         if scroll != width:
             culprits = page.evaluate(STICKING_OUT)
             problems.append(f"{name} @{width}, details open: {scroll} px wide: {culprits}")
+        if width == max(WIDTHS):
+            boxes = page.evaluate(WIDE_BOXES)
+            problems += [f"{name} @{width}, details open: {label!r} scrolls" for label in boxes]
     return problems
 
 
