@@ -338,7 +338,26 @@ def operation_record_outcome(
             _success_follow(operation, result, now=now)
         elif decision.case_kind:
             _review_open(claim, result, decision, system=system, now=now)
+    _outcome_log(claim, result, decision)
     return True
+
+
+def _outcome_log(claim: Claim, result: AttemptResult, decision: Decision) -> None:
+    """One line for each attempt that did not succeed, by ids, classes and codes only:
+    the attempt's message may quote the payload or the destination's answer."""
+    if decision.status == Operation.Status.SUCCEEDED:
+        return
+    logger.log(
+        logging.WARNING if decision.case_kind else logging.INFO,
+        "operation %s (event %s) attempt %s: %s%s, now %s%s",
+        claim.operation.pk,
+        claim.operation.event_id,
+        claim.attempt.number,
+        result.outcome,
+        f" ({result.reply})" if result.reply else "",
+        decision.status,
+        f", case {decision.case_kind}" if decision.case_kind else "",
+    )
 
 
 def _outcome_write(

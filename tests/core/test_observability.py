@@ -428,8 +428,8 @@ def assert_worker_logs_are_json_without_contacts(
     assert json_lines, log
     assert all({"time", "level", "logger", "message"} <= set(line) for line in json_lines)
     assert planted not in log
-    # Lines logged while a task ran name its operation (django-q2's own "Enqueued"
-    # of the next step, for one), and only operations of this scenario.
+    # Lines logged while a task ran name its operation (the engine's line for the
+    # retried and the refused attempt, for two), and only operations of this scenario.
     bound = {line["operation_id"] for line in json_lines if "operation_id" in line}
     ours = Operation.objects.filter(event_id__in=events.values()).values_list("pk", flat=True)
     assert bound, log
