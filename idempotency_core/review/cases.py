@@ -136,20 +136,7 @@ def case_mark_resolved(
     if not destination_ref:
         raise CaseActionRefusedError("Give the reference you verified in the destination.")
     case = ReviewCase.objects.select_related("operation__destination").get(pk=case_id)
-    if case.status not in ReviewCase.OPEN_STATUSES:
-        raise CaseActionRefusedError(f"Case {case.pk} is no longer open.")
-    if is_email_case(case):
-        # SMTP gives nothing to verify: a typed "reference" would be stored as proof.
-        raise CaseActionRefusedError(
-            "An email has no reference to verify. Ask the customer, then choose "
-            "'customer confirms receipt' or 'not received: send again'."
-        )
-    if case.kind == ReviewCase.Kind.DUPLICATE_HELD:
-        # Never written: a reference would mark it done and send its task and email.
-        raise CaseActionRefusedError(
-            "This submission was held before the CRM and never written: choose "
-            "'Same enquiry' or 'Separate enquiry'."
-        )
+    _refuse_unless_resolvable_by_reference(case)
     verification = reference_verify(case.operation, destination_ref)  # network: before the lock
     now = timezone.now()
     with transaction.atomic():
@@ -180,6 +167,24 @@ def case_mark_resolved(
         )
     case.refresh_from_db()
     return case
+
+
+def _refuse_unless_resolvable_by_reference(case: ReviewCase) -> None:
+    """Cases a verified reference cannot settle, refused before any network call."""
+    if case.status not in ReviewCase.OPEN_STATUSES:
+        raise CaseActionRefusedError(f"Case {case.pk} is no longer open.")
+    if is_email_case(case):
+        # SMTP gives nothing to verify: a typed "reference" would be stored as proof.
+        raise CaseActionRefusedError(
+            "An email has no reference to verify. Ask the customer, then choose "
+            "'customer confirms receipt' or 'not received: send again'."
+        )
+    if case.kind == ReviewCase.Kind.DUPLICATE_HELD:
+        # Never written: a reference would mark it done and send its task and email.
+        raise CaseActionRefusedError(
+            "This submission was held before the CRM and never written: choose "
+            "'Same enquiry' or 'Separate enquiry'."
+        )
 
 
 def _operation_complete(

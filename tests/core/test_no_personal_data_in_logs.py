@@ -480,7 +480,8 @@ def test_a_traceback_keeps_its_frames_and_classes_but_not_its_messages():
 
 
 @pytest.mark.django_db
-def test_an_unexpected_error_is_logged_by_ids_and_class(monkeypatch, caplog):
+def test_an_unexpected_error_is_logged_by_ids_and_class(sandbox, monkeypatch, caplog):
+    # The sandbox answers the worker's verification; only the create itself breaks.
     person = Person.new()
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -492,11 +493,17 @@ def test_an_unexpected_error_is_logged_by_ids_and_class(monkeypatch, caplog):
     enquiry = event.operations.get(step="create_enquiry")
     with caplog.at_level(logging.DEBUG):
         assert operation_execute(operation_id=enquiry.pk) == "ambiguous"
-    (record,) = [r for r in caplog.records if r.name == "idempotency_core.execution.engine"]
+    engine = [r for r in caplog.records if r.name == "idempotency_core.execution.engine"]
+    (record,) = [r for r in engine if "unexpected" in r.getMessage()]
     assert record.getMessage().startswith(
         f"operation {enquiry.pk} (event {event.pk}): unexpected RuntimeError"
     )
     assert record.exc_info is None
+    # The attempt's own line says what follows, by ids and codes only.
+    assert any(
+        r.getMessage().startswith(f"operation {enquiry.pk} (event {event.pk}) attempt 1: ambiguous")
+        for r in engine
+    )
     assert not occurrences({"log": caplog.text}, person.values())
     # The text is kept where a reviewer can read it, behind the console's login.
     assert person.email in enquiry.attempts.get().error_message
