@@ -182,6 +182,8 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
         "email_undecided": email_may_have_gone(case),
         "is_open": case.status in ReviewCase.OPEN_STATUSES,
         "is_duplicate": case.kind in DUPLICATE_KINDS,
+        # A held duplicate is settled by its own two decisions (_hold_actions.html) only.
+        "is_held": case.kind == ReviewCase.Kind.DUPLICATE_HELD,
         "can_change": request.user.has_perm(CHANGE_CASES),
         "can_replay": request.user.has_perm(REPLAY),
         "resolution_codes": RESOLUTION_CODES,

@@ -353,6 +353,9 @@ def test_the_case_page_shows_both_submissions_and_the_two_decisions(sandbox, rev
     for code in ("create_enquiry", "assign_task", "send_confirmation", "needs_review", "succeeded"):
         assert code not in block, code  # in words: the glossary's labels
     assert "waiting for a person" in block and ": done" in block
+    # Only the two decisions settle it: no generic replay, reference or close.
+    for generic in ("case-replay", "case-resolve", "case-close", "case-lookup"):
+        assert reverse(f"console:{generic}", args=[case.pk]) not in page, generic
 
     url = reverse("console:case-hold-same", args=[case.pk])
     confirm = client.post(url).content.decode()  # the button: the confirmation page
