@@ -135,12 +135,12 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
     expect(page.locator("#case-audit")).to_contain_text("Looked it up in the destination")
     assert page.url.endswith(case_url)
     shot(page, "case-after-lookup")
-    # The safe action, offered in place by the lookup: one click, then the reason.
+    # The safe action, offered in place by the lookup: its reason box, focused, then Enter.
     resolve = page.locator("#lookup-result button:has-text('Resolve with record')")
-    reference = resolve.inner_text().removeprefix("Resolve with record ").rstrip("…")
+    reference = resolve.inner_text().removeprefix("Resolve with record ")
     assert reference.startswith("rec_")
-    resolve.click()
-    page.fill("#id_reason", "Found the enquiry in the CRM listing by its reference")
+    expect(page.locator("#id_found_reason")).to_be_focused()
+    page.keyboard.type("Found the enquiry in the CRM listing by its reference")
     page.keyboard.press("Enter")
     expect(page.locator(f"text=resolved with record {reference}")).to_be_visible()
 

@@ -173,5 +173,9 @@ def test_a_lookup_by_htmx_that_found_the_record_offers_resolving_with_it_in_plac
     answer = client.post(reverse("console:case-lookup", args=[case.pk]), HTTP_HX_REQUEST="true")
     html = answer.content.decode()
     (ref,) = AuditEntry.objects.get(action="destination_lookup").details["refs"]
-    assert f"Resolve with record {ref}…" in html
+    # The reason is asked in place, focused, and posted with the lookup it answers.
+    assert f"Resolve with record {ref}</button>" in html
     assert reverse("console:case-resolve-found", args=[case.pk]) in html
+    assert 'name="reason" required autofocus' in html
+    lookup = AuditEntry.objects.get(action="destination_lookup")
+    assert f'name="lookup" value="{lookup.pk}"' in html
