@@ -92,7 +92,7 @@ class CaseFilter(django_filters.FilterSet):
         method="filter_opened_before", label="Opened up to", widget=DATE_WIDGET
     )
     # The cases ticked on the queue: "Replay selected" starts a bulk replay of them.
-    case = CaseIdsFilter(label="Selected cases")
+    case = CaseIdsFilter(field_name="id", label="Selected cases")
     q = django_filters.CharFilter(
         method="filter_search",
         label="Key or reference",
