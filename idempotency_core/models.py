@@ -297,6 +297,9 @@ class Operation(models.Model):
     # the destination's idempotency-key retention window.
     first_presented_at = models.DateTimeField(null=True, blank=True)
     destination_ref = models.CharField(max_length=200, blank=True)
+    # A reviewer decided "create anyway" on the CRM's duplicate rule: the create is
+    # sent telling the destination to allow a duplicate.
+    allow_duplicate = models.BooleanField(default=False, db_default=False)
     # What a step needs beyond the event (a merge: which records); null for
     # pipeline steps, which read the event.
     arguments = models.JSONField(null=True, blank=True)
@@ -455,6 +458,8 @@ class CaseKind(models.TextChoices):
     SUSPECTED_DUPLICATE = "suspected_duplicate", "Suspected duplicate"
     # A source's `hold` policy: the second submission waits, unwritten, for a reviewer.
     DUPLICATE_HELD = "duplicate_held", "Suspected duplicate held before the write"
+    # The CRM's own duplicate rule refused the create and named the records it matched.
+    DUPLICATE_RULE = "duplicate_rule", "The CRM matched an existing record"
     LATE_REPLAY = "late_replay", "Late replay"
     RECON_MISSING = "recon_missing", "Reconciliation: missing in destination"
     RECON_DUPLICATE = "recon_duplicate", "Reconciliation: duplicate external reference"

@@ -63,12 +63,19 @@ class DestinationError(Exception):
         classification: Classification,
         reply: Reply | None = None,
         retry_after: float | None = None,
+        matches: tuple[str, ...] = (),
+        create_anyway: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.classification = classification
         self.reply = reply
         self.retry_after = retry_after
+        # The records the destination says this create would duplicate (a CRM's
+        # duplicate rule), and whether it would accept the create if told to allow a
+        # duplicate (the rule only alerts). A person decides: link, or create anyway.
+        self.matches = matches
+        self.create_anyway = create_anyway
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,12 @@ class CrmAdapter(Protocol):
         (network calls). A capability the adapter does not claim is not listed."""
         ...
 
-    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect: ...
+    def create_record(
+        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+    ) -> Effect:
+        """`allow_duplicate`: a reviewer decided to create despite the destination's
+        duplicate rule (DestinationError.create_anyway); ignored where there is none."""
+        ...
 
     def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect: ...
 

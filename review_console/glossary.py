@@ -36,6 +36,7 @@ CASE_KINDS: dict[str, str] = {
     "retries_exhausted": "Gave up after several tries",
     "suspected_duplicate": "Possible duplicate enquiry",
     "duplicate_held": "Possible duplicate, held before the CRM",
+    "duplicate_rule": "The CRM matched an existing record",
     "late_replay": "Sent again after a long time",
     "recon_missing": "Check: record missing in the CRM",
     "recon_duplicate": "Check: two CRM records for one enquiry",
@@ -95,6 +96,7 @@ RESOLUTIONS: dict[str, str] = {
     "not_duplicate": "Not a duplicate: both enquiries kept",
     "separate_enquiry": "Separate enquiry: the held submission went ahead",
     "same_enquiry": "Same enquiry: linked to the first submission, nothing written",
+    "linked_to_match": "Linked to the record the CRM matched, nothing created",
     "customer_confirmed_receipt": "Customer confirmed they received the email",
     "sent_again": "Email sent again",
     "handled_elsewhere": "Handled outside Onefold",
@@ -118,6 +120,8 @@ ACTIONS: dict[str, str] = {
     "not_duplicate": "Marked not a duplicate",
     "duplicate_released": "Held submission let through as a separate enquiry",
     "duplicate_linked": "Held submission linked to the first one",
+    "duplicate_rule_linked": "Linked to the record the CRM matched",
+    "duplicate_rule_create_anyway": "Asked the CRM to create it anyway",
     "email_receipt_confirmed": "Customer confirmed receipt",
     "email_send_again": "Asked to send the email again",
     "late_outcome_discarded": "Late answer kept as evidence",
@@ -156,6 +160,8 @@ EVIDENCE_FIELDS: dict[str, str] = {
     "reply": "Answer",
     "message": "What the destination said",
     "held_operations": "Steps waiting for this case",
+    "matched_records": "CRM records it matched",
+    "create_anyway": "CRM would create it anyway if asked",
     "http_status": "Answer",
     "smtp_code": "Answer",
     "external_ref": "Reference Onefold gave the record",
@@ -311,6 +317,8 @@ def _evidence_value(key: str, value: Any) -> str:
         return reply_label(http_status=value)
     if key == "outcome":
         return outcome_label(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if key == "held_operations" and isinstance(value, list):
         return "; ".join(
             step_label(str(item.get("step", ""))) if isinstance(item, dict) else str(item)

@@ -38,6 +38,7 @@ from idempotency_core.review.cases import (
     case_take_ownership,
 )
 from idempotency_core.review.comparison import duplicate_records_fetch
+from idempotency_core.review.duplicate_rule import create_anyway_offered, matched_records
 from idempotency_core.review.email_cases import (
     email_may_have_gone,
     email_receipt_confirm,
@@ -183,7 +184,11 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
         "is_open": case.status in ReviewCase.OPEN_STATUSES,
         "is_duplicate": case.kind in DUPLICATE_KINDS,
         # A held duplicate is settled by its own two decisions (_hold_actions.html) only.
-        "is_held": case.kind == ReviewCase.Kind.DUPLICATE_HELD,
+        # So is an enquiry the CRM's duplicate rule matched (_duplicate_rule_actions.html).
+        "is_held": case.kind in (ReviewCase.Kind.DUPLICATE_HELD, ReviewCase.Kind.DUPLICATE_RULE),
+        "is_duplicate_rule": case.kind == ReviewCase.Kind.DUPLICATE_RULE,
+        "matched_records": matched_records(case),
+        "create_anyway": create_anyway_offered(case),
         "can_change": request.user.has_perm(CHANGE_CASES),
         "can_replay": request.user.has_perm(REPLAY),
         "resolution_codes": RESOLUTION_CODES,

@@ -100,6 +100,9 @@ class AttemptResult:
     retry_after: float | None = None
     # A lookup found nothing, and the destination's lookup cannot prove absence.
     absence_unproven: bool = False
+    # A duplicate rule's refusal: the records matched, and whether a create may insist.
+    matches: tuple[str, ...] = ()
+    create_anyway: bool = False
 
 
 def operation_claim(*, operation_id: int) -> Claim | None:
@@ -254,6 +257,8 @@ def operation_perform(claim: Claim) -> AttemptResult:
             error_class=type(exc.__cause__ or exc).__name__,
             reply=exc.reply,
             retry_after=exc.retry_after,
+            matches=tuple(getattr(exc, "matches", ())),
+            create_anyway=getattr(exc, "create_anyway", False),
         )
     except Exception as exc:
         # A bug of ours after the call may have started: treat as may-have-happened.
@@ -324,6 +329,8 @@ def operation_record_outcome(
             message=result.message,
             retry_after=result.retry_after,
             absence_unproven=result.absence_unproven,
+            matches=result.matches,
+            create_anyway=result.create_anyway,
         ),
         capabilities=partial(capabilities_of, operation.destination),
         now=now,
@@ -449,6 +456,11 @@ def _review_open(
             "reply": str(result.reply) if result.reply else "",
             "message": result.message,
             "held_operations": [{"id": pk, "step": step} for pk, step in held],
+            **(
+                {"matched_records": list(result.matches), "create_anyway": result.create_anyway}
+                if result.matches
+                else {}
+            ),
         },
         system=system,
     )

@@ -84,6 +84,10 @@ class AttemptReport:
     # The attempt was a lookup after an unclear one, it found nothing, and the
     # destination's lookup cannot prove absence (it lags writes).
     absence_unproven: bool = False
+    # A refusal naming the records the destination says this create would duplicate.
+    matches: tuple[str, ...] = ()
+    # The destination would accept the create if told to allow a duplicate.
+    create_anyway: bool = False
 
 
 def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at: datetime) -> str:
@@ -166,6 +170,8 @@ def decide(
 
 
 def _refused(state: OperationState, report: AttemptReport) -> Decision:
+    if report.matches:
+        return _duplicate_rule(state, report)
     return Decision(
         status=Operation.Status.NEEDS_REVIEW,
         recovery=state.current_recovery,
@@ -174,6 +180,24 @@ def _refused(state: OperationState, report: AttemptReport) -> Decision:
             f"{state.step} was refused: {report.message}. It is not retried automatically "
             "because the same request would be refused again. A reviewer should correct the "
             "cause (data, credentials, configuration) and replay, or close the case."
+        ),
+    )
+
+
+def _duplicate_rule(state: OperationState, report: AttemptReport) -> Decision:
+    """The destination's duplicate rule matched existing records: a person decides."""
+    choices = (
+        "link the enquiry to one of them, or create it anyway (the rule only alerts)"
+        if report.create_anyway
+        else "link the enquiry to one of them (the rule blocks: creating anyway is refused)"
+    )
+    return Decision(
+        status=Operation.Status.NEEDS_REVIEW,
+        recovery=state.current_recovery,
+        case_kind=ReviewCase.Kind.DUPLICATE_RULE,
+        summary=(
+            f"{state.step} was refused as a suspected duplicate of "
+            f"{', '.join(report.matches)}: {report.message}. A reviewer should {choices}."
         ),
     )
 

@@ -110,7 +110,11 @@ def _enquiry_fields(ctx: StepContext) -> dict[str, Any]:
 
 
 def _create_enquiry(ctx: StepContext) -> Effect:
-    return ctx.crm.create_record(external_ref=ctx.operation.key, fields=_enquiry_fields(ctx))
+    return ctx.crm.create_record(
+        external_ref=ctx.operation.key,
+        fields=_enquiry_fields(ctx),
+        allow_duplicate=ctx.operation.allow_duplicate,
+    )
 
 
 def _update_enquiry(ctx: StepContext) -> Effect:

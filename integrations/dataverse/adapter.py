@@ -169,7 +169,10 @@ class DataverseCrm:
 
     # -- leads ---------------------------------------------------------------
 
-    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
+    def create_record(
+        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+    ) -> Effect:
+        # allow_duplicate is ignored: the Web API suppresses duplicate detection by default.
         guid = record_guid("lead", external_ref)
         body = {**_lead_body(fields), self.ref_column: external_ref}
         response = self._request(

@@ -181,8 +181,11 @@ class HubSpotCrm:
 
     # -- records -------------------------------------------------------------------
 
-    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
+    def create_record(
+        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+    ) -> Effect:
         """The contact (found or created by email), then the enquiry associated to it."""
+        # allow_duplicate is ignored: HubSpot has no duplicate rule that refuses a create.
         contact_id = self._contact_for(fields)
         shape = self._shape
         properties = {

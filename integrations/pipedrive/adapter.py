@@ -108,7 +108,10 @@ class PipedriveCrm:
 
     # -- records (leads) -----------------------------------------------------
 
-    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
+    def create_record(
+        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+    ) -> Effect:
+        # allow_duplicate is ignored: Pipedrive has no duplicate rule that refuses a create.
         try:
             person_id = self._person_for(fields)
         except DestinationError as exc:

@@ -88,7 +88,13 @@ class SalesforceDuplicatesDetected(DestinationError):
     duplicate). `allow_save` says whether the rule only alerts."""
 
     def __init__(self, message: str, record_ids: list[str], *, allow_save: bool, rule: str) -> None:
-        super().__init__(message, classification=Classification.PERMANENT, reply=http_reply(400))
+        super().__init__(
+            message,
+            classification=Classification.PERMANENT,
+            reply=http_reply(400),
+            matches=tuple(record_ids),
+            create_anyway=allow_save,
+        )
         self.record_ids = record_ids
         self.allow_save = allow_save
         self.rule = rule
@@ -221,21 +227,22 @@ class SalesforceCrm:
 
     # -- records ---------------------------------------------------------------------
 
-    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
-        return self._create_once(self.config.sobject, external_ref, self._record_body(fields))
+    def create_record(
+        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+    ) -> Effect:
+        """`allow_duplicate`: a reviewer's decision on a suspected duplicate whose rule
+        only alerts: the same create, with `Sforce-Duplicate-Rule-Header:
+        allowSave=true` ([DUPRULE]). A blocking rule refuses it still."""
+        headers = {"Sforce-Duplicate-Rule-Header": "allowSave=true"} if allow_duplicate else None
+        return self._create_once(
+            self.config.sobject, external_ref, self._record_body(fields), headers=headers
+        )
 
     def create_record_allowing_duplicates(
         self, *, external_ref: str, fields: dict[str, Any]
     ) -> Effect:
-        """A reviewer's decision on a suspected duplicate whose rule only alerts: the
-        same create, with `Sforce-Duplicate-Rule-Header: allowSave=true` ([DUPRULE]).
-        A blocking rule refuses it still."""
-        return self._create_once(
-            self.config.sobject,
-            external_ref,
-            self._record_body(fields),
-            headers={"Sforce-Duplicate-Rule-Header": "allowSave=true"},
-        )
+        """`create_record(allow_duplicate=True)`."""
+        return self.create_record(external_ref=external_ref, fields=fields, allow_duplicate=True)
 
     def find_record(self, *, external_ref: str) -> str | None:
         return self._find(self.config.sobject, self.config.reference_field, external_ref)

@@ -62,7 +62,10 @@ class SandboxCrm:
 
     # -- records -------------------------------------------------------------
 
-    def create_record(self, *, external_ref: str, fields: dict[str, Any]) -> Effect:
+    def create_record(
+        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+    ) -> Effect:
+        # allow_duplicate is ignored: the sandbox has no duplicate rule.
         body = {**fields, "external_ref": external_ref}
         return self._create("POST", "/crm/records", body, idempotency_key=external_ref)
 

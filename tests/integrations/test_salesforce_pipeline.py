@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
@@ -27,8 +28,9 @@ from django.utils import timezone
 from idempotency_core.execution.destinations import destination_ready, verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
-from idempotency_core.models import Attempt, Event, Operation, ReviewCase
+from idempotency_core.models import Attempt, AuditEntry, Event, Operation, ReviewCase
 from idempotency_core.review.cases import case_mark_resolved
+from idempotency_core.review.duplicate_rule import duplicate_rule_create_anyway
 from idempotency_core.review.refusals import CaseActionRefusedError
 from integrations.salesforce.emulator import SalesforceEmulator
 from tests.factories import ingest, make_user, op, submission
@@ -171,7 +173,10 @@ def test_a_duplicate_rule_ends_as_a_case_naming_the_matched_lead(
 
     assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.PERMANENT
     case = ReviewCase.objects.get(operation=enquiry)
+    assert case.kind == ReviewCase.Kind.DUPLICATE_RULE
     assert case.evidence["error_class"] == "SalesforceDuplicatesDetected"
+    assert case.evidence["matched_records"] == [existing]
+    assert case.evidence["create_anyway"] is (rule == "alert")
     page = case_page(case)
     assert "DUPLICATES_DETECTED" in page and existing in page
     assert existing in enquiry.attempts.get().error_message[:200]
@@ -356,3 +361,144 @@ def _all_settled() -> bool:
         status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
     )
     return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()
+
+
+# -- a duplicate rule settled by a person in the console ----------------------------
+# The rule on Lead Email ([DUPRULE] in integrations/salesforce/store.py) answers
+# DUPLICATES_DETECTED with the matched ids and allowSave; the decisions are posted
+# through the console's confirmation pages, as a reviewer or a replay admin does.
+
+
+def matched(control: httpx.Client, rule: str) -> tuple[Any, Operation, ReviewCase, str]:
+    """An enquiry whose email a lead entered by hand already holds, refused by the rule."""
+    configure(control, duplicate_rule=rule)
+    event, enquiry = enquiry_of("sf-duprule")
+    email = event.payload["contact"]["email"]
+    [existing] = seed_leads(control, {"Email": email.upper()})
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.PERMANENT
+    return event, enquiry, ReviewCase.objects.get(operation=enquiry), existing
+
+
+def console_as(*groups: str) -> Client:
+    client = Client()
+    client.force_login(make_user(f"u-{uuid.uuid4().hex[:6]}", groups=groups))
+    return client
+
+
+def decide(client: Client, name: str, case: ReviewCase, **data: str) -> Any:
+    body = {"confirm": "yes", "reason": "checked the lead in Salesforce", **data}
+    return client.post(reverse(f"console:{name}", args=[case.pk]), body)
+
+
+def follow_steps(event: Any) -> tuple[Operation, Operation]:
+    """The task and the confirmation, run as the worker runs them once released."""
+    task, email = op(event, "assign_task"), op(event, "send_confirmation")
+    assert operation_execute(operation_id=task.pk) == Attempt.Outcome.SUCCEEDED
+    assert operation_execute(operation_id=email.pk) == Attempt.Outcome.SUCCEEDED
+    task.refresh_from_db()
+    return task, email
+
+
+def task_who(emulator: SalesforceEmulator, task_id: str) -> str:
+    return str(emulator.store.rows["Task"][task_id]["WhoId"])
+
+
+def test_an_alerting_rule_opens_a_duplicate_rule_case_naming_the_matched_lead(
+    salesforce: httpx.Client, sandbox: Any
+) -> None:
+    event, _, case, existing = matched(salesforce, "alert")
+    assert case.kind == ReviewCase.Kind.DUPLICATE_RULE
+    assert case.evidence["matched_records"] == [existing]
+    assert case.evidence["create_anyway"] is True
+    page = case_page(case)
+    assert "The CRM matched an existing record" in page
+    assert f"Link to record {existing}" in page
+    # The generic actions are not offered for this kind.
+    assert reverse("console:case-replay", args=[case.pk]) not in page
+    assert reverse("console:case-close", args=[case.pk]) not in page
+    # The steps after it wait for the decision.
+    assert op(event, "assign_task").status == Operation.Status.NEEDS_REVIEW
+    assert sandbox.messages() == []
+
+
+def test_link_to_record_creates_nothing_and_the_task_and_email_follow_on_it(
+    salesforce: httpx.Client, sandbox: Any, emulator: SalesforceEmulator
+) -> None:
+    event, enquiry, case, existing = matched(salesforce, "alert")
+    response = decide(console_as("Reviewers"), "case-duplicate-rule-link", case, record=existing)
+    assert response.status_code == 302
+    case.refresh_from_db()
+    enquiry.refresh_from_db()
+    assert (case.status, case.resolution_code) == (ReviewCase.Status.RESOLVED, "linked_to_match")
+    assert (enquiry.status, enquiry.destination_ref) == (Operation.Status.SUCCEEDED, existing)
+    assert AuditEntry.objects.filter(case=case, action="duplicate_rule_linked").exists()
+    task, _ = follow_steps(event)
+    assert task_who(emulator, task.destination_ref) == existing
+    counted = stats(salesforce)
+    # One create was asked, the refused one; the lead is still the one entered by hand.
+    assert (counted["records"], counted["tasks"], counted["calls"]["create_record"]) == (1, 1, 1)
+    assert len(sandbox.messages()) == 1
+
+
+def test_link_refuses_a_record_the_crm_did_not_match(salesforce: httpx.Client) -> None:
+    _, enquiry, case, _ = matched(salesforce, "alert")
+    other = seed_leads(salesforce, {"Email": "someone-else@example.com"})[0]
+    response = decide(console_as("Reviewers"), "case-duplicate-rule-link", case, record=other)
+    assert response.status_code == 200 and "not one of the records the CRM matched" in (
+        response.content.decode()
+    )
+    enquiry.refresh_from_db()
+    assert enquiry.status == Operation.Status.NEEDS_REVIEW
+
+
+def test_create_anyway_creates_a_second_lead_with_allow_save_then_task_and_email(
+    salesforce: httpx.Client, sandbox: Any, emulator: SalesforceEmulator
+) -> None:
+    event, enquiry, case, existing = matched(salesforce, "alert")
+    response = decide(console_as("Replay admins"), "case-duplicate-rule-create", case)
+    assert response.status_code == 302
+    enquiry.refresh_from_db()
+    assert enquiry.allow_duplicate and enquiry.status == Operation.Status.RETRY_SCHEDULED
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.SUCCEEDED
+    enquiry.refresh_from_db()
+    case.refresh_from_db()
+    assert enquiry.destination_ref not in ("", existing)
+    assert case.status == ReviewCase.Status.RESOLVED
+    assert AuditEntry.objects.filter(case=case, action="duplicate_rule_create_anyway").exists()
+    task, _ = follow_steps(event)
+    assert task_who(emulator, task.destination_ref) == enquiry.destination_ref
+    counted = stats(salesforce)
+    # The rule still alerts on Email: the second lead got through only with allowSave.
+    assert counted["records_by_external_ref"] == {enquiry.key: 1}
+    assert (counted["records"], counted["tasks"], counted["calls"]["create_record"]) == (2, 1, 2)
+    assert len(sandbox.messages()) == 1
+
+
+def test_a_blocking_rule_offers_no_create_anyway_and_the_service_refuses_it(
+    salesforce: httpx.Client,
+) -> None:
+    _, enquiry, case, existing = matched(salesforce, "block")
+    assert case.evidence["create_anyway"] is False
+    page = case_page(case)
+    assert f"Link to record {existing}" in page
+    assert "Create anyway" not in page
+    admin = make_user("ada-admin", groups=("Replay admins",))
+    with pytest.raises(CaseActionRefusedError, match="blocks"):
+        duplicate_rule_create_anyway(case_id=case.pk, actor=admin, reason="try it")
+    enquiry.refresh_from_db()
+    assert (enquiry.status, enquiry.allow_duplicate) == (Operation.Status.NEEDS_REVIEW, False)
+    assert stats(salesforce)["records"] == 1
+
+
+def test_a_reviewer_cannot_create_anyway(salesforce: httpx.Client) -> None:
+    _, enquiry, case, _ = matched(salesforce, "alert")
+    reviewer = console_as("Reviewers")
+    page = reviewer.get(reverse("console:case-detail", args=[case.pk])).content.decode()
+    assert "Create anyway…" not in page
+    assert decide(reviewer, "case-duplicate-rule-create", case).status_code == 403
+    with pytest.raises(PermissionDenied):
+        duplicate_rule_create_anyway(
+            case_id=case.pk, actor=make_user("rita-rev", groups=("Reviewers",)), reason="x"
+        )
+    enquiry.refresh_from_db()
+    assert (enquiry.status, enquiry.allow_duplicate) == (Operation.Status.NEEDS_REVIEW, False)

@@ -1,0 +1,89 @@
+"""Console actions on an enquiry the CRM's duplicate rule matched to existing records:
+"Link to record X" (Reviewers) and "Create anyway" (Replay admins, only where the rule
+alerts), each behind the usual confirmation page with a reason. The decisions are the
+services of idempotency_core/review/duplicate_rule.py.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+
+from idempotency_core.review.duplicate_rule import (
+    duplicate_rule_create_anyway,
+    duplicate_rule_link,
+)
+from review_console.forms import ReasonForm
+from review_console.http import require_POST
+from review_console.permissions import CHANGE_CASES, REPLAY, acting_user, console_permission
+from review_console.views import _case_url, _confirm_action, _confirm_page, _confirmed, _open_case
+
+
+class LinkRecordForm(ReasonForm):
+    record = forms.CharField(widget=forms.HiddenInput, strip=True)
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    record = request.POST.get("record", "").strip()
+    form = LinkRecordForm(request.POST if _confirmed(request) else None, initial={"record": record})
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: duplicate_rule_link(
+            case_id=case.pk,
+            actor=acting_user(request),
+            record_id=data["record"],
+            reason=data["reason"],
+        ),
+        success=f"Case {case.pk} resolved: the enquiry is CRM record {record}.",
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=f"Case {case.pk}: link to record {record}",
+        action=reverse("console:case-duplicate-rule-link", args=[case.pk]),
+        submit=f"Link to record {record}",
+        explanation=(
+            f"The enquiry is taken to be CRM record {record}, which the CRM matched: no new "
+            "record is created, and the task and the confirmation email follow on that record."
+        ),
+    )
+
+
+@require_POST
+@console_permission(REPLAY)
+def case_duplicate_rule_create(request: HttpRequest, case_id: int) -> HttpResponse:
+    case = _open_case(case_id)
+    form = ReasonForm(request.POST if _confirmed(request) else None)
+    done = _confirm_action(
+        request,
+        form,
+        act=lambda data: duplicate_rule_create_anyway(
+            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
+        ),
+        success=f"Case {case.pk}: the enquiry is being created anyway, as a second record.",
+        done_url=_case_url(case),
+    )
+    if done is not None:
+        return done
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=f"Case {case.pk}: create anyway",
+        action=reverse("console:case-duplicate-rule-create", args=[case.pk]),
+        submit="Create a second record anyway",
+        explanation=(
+            "The enquiry is sent to the CRM again with its original reference, telling it "
+            "to allow the duplicate: a second record next to the one it matched, then the "
+            "task and the confirmation email."
+        ),
+    )
