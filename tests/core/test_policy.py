@@ -163,6 +163,20 @@ def test_permanent_errors_go_to_review_and_are_not_retried():
     assert "not retried" in result.summary
 
 
+@pytest.mark.parametrize("create_anyway", [True, False])
+def test_a_refusal_naming_matched_records_is_a_duplicate_rule_case(create_anyway):
+    """A destination's duplicate rule: a person links or creates anyway, never a retry."""
+    state = OperationState(step="create_enquiry", attempt_number=1, first_presented_at=NOW)
+    report = AttemptReport(
+        outcome="permanent", message="boom", matches=("00Q1", "00Q2"), create_anyway=create_anyway
+    )
+    result = decide(state=state, report=report, capabilities=Capabilities(), now=NOW, policy=POLICY)
+    assert (result.status, result.next_attempt_at) == (Operation.Status.NEEDS_REVIEW, None)
+    assert result.case_kind == ReviewCase.Kind.DUPLICATE_RULE
+    assert "00Q1, 00Q2" in result.summary
+    assert ("create it anyway" in result.summary) is create_anyway
+
+
 def test_retryable_errors_are_retried_until_the_bound():
     for attempt in range(1, POLICY.max_attempts):
         result = decision("retryable", attempt)
