@@ -416,6 +416,34 @@ def _confirm_page(
     )
 
 
+def _case_decision(
+    request: HttpRequest,
+    case: ReviewCase,
+    form: forms.Form,
+    *,
+    act: Callable[[dict[str, Any]], object],
+    success: str,
+    url_name: str,
+    title: str,
+    submit: str,
+    explanation: str,
+) -> HttpResponse:
+    """A decision on one case behind the confirmation page: done, or the page (again,
+    with the refusal and the typed reason)."""
+    done = _confirm_action(request, form, act=act, success=success, done_url=_case_url(case))
+    if done is not None:
+        return done
+    return _confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=title,
+        action=reverse(url_name, args=[case.pk]),
+        submit=submit,
+        explanation=explanation,
+    )
+
+
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_take(request: HttpRequest) -> HttpResponse:

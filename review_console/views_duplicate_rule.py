@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from django import forms
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
 
 from idempotency_core.review.duplicate_rule import (
     duplicate_rule_create_anyway,
@@ -17,7 +16,7 @@ from idempotency_core.review.duplicate_rule import (
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
 from review_console.permissions import CHANGE_CASES, REPLAY, acting_user, console_permission
-from review_console.views import _case_url, _confirm_action, _confirm_page, _confirmed, _open_case
+from review_console.views import _case_decision, _confirmed, _open_case
 
 
 class LinkRecordForm(ReasonForm):
@@ -29,10 +28,10 @@ class LinkRecordForm(ReasonForm):
 def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     record = request.POST.get("record", "").strip()
-    form = LinkRecordForm(request.POST if _confirmed(request) else None, initial={"record": record})
-    done = _confirm_action(
+    return _case_decision(
         request,
-        form,
+        case,
+        LinkRecordForm(request.POST if _confirmed(request) else None, initial={"record": record}),
         act=lambda data: duplicate_rule_link(
             case_id=case.pk,
             actor=acting_user(request),
@@ -40,16 +39,8 @@ def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse
             reason=data["reason"],
         ),
         success=f"Case {case.pk} resolved: the enquiry is CRM record {record}.",
-        done_url=_case_url(case),
-    )
-    if done is not None:
-        return done
-    return _confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-duplicate-rule-link",
         title=f"Case {case.pk}: link to record {record}",
-        action=reverse("console:case-duplicate-rule-link", args=[case.pk]),
         submit=f"Link to record {record}",
         explanation=(
             f"The enquiry is taken to be CRM record {record}, which the CRM matched: no new "
@@ -62,24 +53,16 @@ def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse
 @console_permission(REPLAY)
 def case_duplicate_rule_create(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
-    form = ReasonForm(request.POST if _confirmed(request) else None)
-    done = _confirm_action(
+    return _case_decision(
         request,
-        form,
+        case,
+        ReasonForm(request.POST if _confirmed(request) else None),
         act=lambda data: duplicate_rule_create_anyway(
             case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),
         success=f"Case {case.pk}: the enquiry is being created anyway, as a second record.",
-        done_url=_case_url(case),
-    )
-    if done is not None:
-        return done
-    return _confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-duplicate-rule-create",
         title=f"Case {case.pk}: create anyway",
-        action=reverse("console:case-duplicate-rule-create", args=[case.pk]),
         submit="Create a second record anyway",
         explanation=(
             "The enquiry is sent to the CRM again with its original reference, telling it "

@@ -6,37 +6,28 @@ a reason. The decisions are the services of idempotency_core/review/held_duplica
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
 
 from idempotency_core.review.held_duplicates import held_duplicate_link, held_duplicate_separate
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
 from review_console.permissions import CHANGE_CASES, acting_user, console_permission
-from review_console.views import _case_url, _confirm_action, _confirm_page, _confirmed, _open_case
+from review_console.views import _case_decision, _confirmed, _open_case
 
 
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
-    form = ReasonForm(request.POST if _confirmed(request) else None)
-    done = _confirm_action(
+    return _case_decision(
         request,
-        form,
+        case,
+        ReasonForm(request.POST if _confirmed(request) else None),
         act=lambda data: held_duplicate_link(
             case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),
         success=f"Case {case.pk} resolved: the same enquiry; nothing more was written.",
-        done_url=_case_url(case),
-    )
-    if done is not None:
-        return done
-    return _confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-hold-same",
         title=f"Case {case.pk}: same enquiry",
-        action=reverse("console:case-hold-same", args=[case.pk]),
         submit="Link to the first submission",
         explanation=(
             "The held submission is linked to the first one and never written: no second "
@@ -50,24 +41,16 @@ def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_hold_separate(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
-    form = ReasonForm(request.POST if _confirmed(request) else None)
-    done = _confirm_action(
+    return _case_decision(
         request,
-        form,
+        case,
+        ReasonForm(request.POST if _confirmed(request) else None),
         act=lambda data: held_duplicate_separate(
             case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),
         success=f"Case {case.pk} resolved: a separate enquiry; it is being written now.",
-        done_url=_case_url(case),
-    )
-    if done is not None:
-        return done
-    return _confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-hold-separate",
         title=f"Case {case.pk}: separate enquiry",
-        action=reverse("console:case-hold-separate", args=[case.pk]),
         submit="Let it through as a separate enquiry",
         explanation=(
             "The held submission goes ahead as usual: its own CRM record, task and "
