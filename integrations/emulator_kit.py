@@ -63,13 +63,7 @@ class EmulatorServer:
                 (self.host, self.port), self.store, verbose=self.verbose, handler=self.handler_class
             )
             self.port = self._http.server_port
-            self._thread = threading.Thread(
-                target=self._http.serve_forever,
-                kwargs={"poll_interval": 0.2},
-                name=f"{self.vendor}-emulator",
-                daemon=True,
-            )
-            self._thread.start()
+            self._thread = self._http.serve_in_background(f"{self.vendor}-emulator")
         except BaseException:
             self.stop()
             raise
@@ -77,13 +71,8 @@ class EmulatorServer:
     def stop(self) -> None:
         """Stops the server and closes the store; safe to call twice."""
         if self._http is not None:
-            if self._thread is not None:
-                self._http.shutdown()
-                self._thread.join()
-                self._thread = None
-            self._http.close_connections()
-            self._http.server_close()
-            self._http = None
+            self._http.stop_serving(self._thread)
+            self._http = self._thread = None
         if self.store is not None:
             self.store.close()
             self.store = None

@@ -96,6 +96,22 @@ class SandboxHTTPServer(ThreadingHTTPServer):
             self._connections.discard(request)
         super().shutdown_request(request)
 
+    def serve_in_background(self, name: str) -> threading.Thread:
+        """Serves from a daemon thread until `stop_serving`."""
+        thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name=name, daemon=True
+        )
+        thread.start()
+        return thread
+
+    def stop_serving(self, thread: threading.Thread | None) -> None:
+        """Stops serving (when `thread` serves), cuts open connections, frees the port."""
+        if thread is not None:
+            self.shutdown()
+            thread.join()
+        self.close_connections()
+        self.server_close()
+
     def close_connections(self) -> None:
         """Cuts idle keep-alive connections so their handler threads end."""
         with self._connections_lock:

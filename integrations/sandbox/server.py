@@ -51,13 +51,7 @@ class SandboxServer:
                 (self.host, self.http_port), self.store, verbose=self.verbose
             )
             self.http_port = self._http.server_port
-            self._http_thread = threading.Thread(
-                target=self._http.serve_forever,
-                kwargs={"poll_interval": 0.2},
-                name="sandbox-http",
-                daemon=True,
-            )
-            self._http_thread.start()
+            self._http_thread = self._http.serve_in_background("sandbox-http")
             self._smtp = SinkController(self.store, hostname=self.host, port=self.smtp_port)
             self._smtp.start()
             self.smtp_port = self._smtp.port
@@ -71,13 +65,8 @@ class SandboxServer:
             self._smtp.stop()
             self._smtp = None
         if self._http is not None:
-            if self._http_thread is not None:
-                self._http.shutdown()
-                self._http_thread.join()
-                self._http_thread = None
-            self._http.close_connections()
-            self._http.server_close()
-            self._http = None
+            self._http.stop_serving(self._http_thread)
+            self._http = self._http_thread = None
         if self.store is not None:
             self.store.close()
             self.store = None
