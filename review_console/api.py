@@ -10,6 +10,7 @@ PermissionDenied answers 403 through DRF's own handler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -261,6 +262,20 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         case = self.get_queryset().get(pk=case.pk)
         return Response(CaseDetailSerializer(case, context={"request": self.request}).data)
 
+    def _decide(
+        self,
+        request: Request,
+        body_class: type[serializers.Serializer],
+        service: Callable[..., object],
+    ) -> Response:
+        """One reviewer decision on this case: the body validated, the service run as the
+        acting user with its fields, the case answered as it now stands."""
+        case = self.get_object()
+        body = body_class(data=request.data)
+        body.is_valid(raise_exception=True)
+        service(case_id=case.pk, actor=acting_user(request), **body.validated_data)
+        return self._done(case)
+
     @extend_schema(
         request=TakeSerializer,
         responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
@@ -337,11 +352,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def resolve(self, request: Request, pk: Any = None) -> Response:
-        case = self.get_object()
-        body = ResolveSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        case_mark_resolved(case_id=case.pk, actor=acting_user(request), **body.validated_data)
-        return self._done(case)
+        return self._decide(request, ResolveSerializer, case_mark_resolved)
 
     @extend_schema(
         request=CloseSerializer,
@@ -349,11 +360,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
     def close(self, request: Request, pk: Any = None) -> Response:
-        case = self.get_object()
-        body = CloseSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        case_close(case_id=case.pk, actor=acting_user(request), **body.validated_data)
-        return self._done(case)
+        return self._decide(request, CloseSerializer, case_close)
 
     @extend_schema(
         request=ReasonSerializer,
@@ -366,11 +373,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         url_path="not-duplicate",
     )
     def not_duplicate(self, request: Request, pk: Any = None) -> Response:
-        case = self.get_object()
-        body = ReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        case_mark_not_duplicate(case_id=case.pk, actor=acting_user(request), **body.validated_data)
-        return self._done(case)
+        return self._decide(request, ReasonSerializer, case_mark_not_duplicate)
 
     @extend_schema(
         request=ReasonSerializer,
@@ -381,11 +384,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
     )
     def same_enquiry(self, request: Request, pk: Any = None) -> Response:
         """A held suspected duplicate is the same enquiry: linked, nothing written."""
-        case = self.get_object()
-        body = ReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        held_duplicate_link(case_id=case.pk, actor=acting_user(request), **body.validated_data)
-        return self._done(case)
+        return self._decide(request, ReasonSerializer, held_duplicate_link)
 
     @extend_schema(
         request=ReasonSerializer,
@@ -399,11 +398,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
     )
     def separate_enquiry(self, request: Request, pk: Any = None) -> Response:
         """A held suspected duplicate is a separate enquiry: it is written as usual."""
-        case = self.get_object()
-        body = ReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        held_duplicate_separate(case_id=case.pk, actor=acting_user(request), **body.validated_data)
-        return self._done(case)
+        return self._decide(request, ReasonSerializer, held_duplicate_separate)
 
     @extend_schema(
         request=MergeSerializer,
