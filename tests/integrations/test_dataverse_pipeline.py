@@ -10,7 +10,6 @@ configured from DATAVERSE_* variables, as in production.
 from __future__ import annotations
 
 import io
-import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,6 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
@@ -30,6 +28,14 @@ from integrations.dataverse.emulator import DataverseEmulator
 from integrations.resend.emulator import ResendEmulator
 from tests.factories import ingest, op, submission
 from tests.support.processes import wait_for
+from tests.support.vendors import (
+    all_settled,
+    configure,
+    deliver_at_once,
+    emulator_as_default,
+    fault,
+    stats,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -45,27 +51,14 @@ def dataverse(
     emulator: DataverseEmulator, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[httpx.Client]:
     """The emulator, reset, as the default CRM; mail still goes to the sandbox's sink."""
-    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
-        assert control.post("/_sandbox/reset").status_code == 200
-        for name, value in emulator.adapter_env().items():
-            monkeypatch.setenv(name, value)
-        settings.ONEFOLD_CRM = "dataverse"
-        verification_forget()
+    with emulator_as_default(
+        emulator,
+        setting="ONEFOLD_CRM",
+        kind="dataverse",
+        settings=settings,
+        monkeypatch=monkeypatch,
+    ) as control:
         yield control
-        verification_forget()
-
-
-def configure(control: httpx.Client, **changes: Any) -> None:
-    assert control.post("/_sandbox/config", json=changes).status_code == 200
-
-
-def fault(control: httpx.Client, action: str, mode: str, times: int = 1) -> None:
-    body = {"action": action, "mode": mode, "times": times}
-    assert control.post("/_sandbox/faults", json=body).status_code == 200
-
-
-def stats(control: httpx.Client) -> dict[str, Any]:
-    return dict(control.get("/_sandbox/stats").json())
 
 
 def run_now(operation: Operation) -> str | None:
@@ -183,7 +176,12 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_of_each(
         qcluster_factory.sweeper("sweeper", **env)
         codes = deliver_rounds(web_server.url, control)
         assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
-        wait_for(all_settled, timeout=240, interval=0.5, what="every operation to settle")
+        wait_for(
+            lambda: all_settled(ROUNDS * 3),
+            timeout=240,
+            interval=0.5,
+            what="every operation to settle",
+        )
         counted, sent = stats(control), stats(mail)
 
     assert list(ReviewCase.objects.values_list("summary", flat=True)) == []
@@ -215,31 +213,7 @@ def deliver_rounds(web_url: str, control: httpx.Client) -> list[int]:
                 message=f"Enquiry {n}",
             )
             event_key = f"dv-e2e-{n}-{uuid.uuid4().hex[:6]}"
-            codes += deliver_at_once(pool, web_url, api_key, event_key, body)
+            codes += deliver_at_once(pool, web_url, api_key, event_key, body, deliveries=DELIVERIES)
             if n == ROUNDS // 2:
                 configure(control, revoke_tokens=True)
     return codes
-
-
-def deliver_at_once(
-    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
-) -> list[int]:
-    barrier = threading.Barrier(DELIVERIES)
-
-    def deliver(_: int) -> int:
-        with httpx.Client(timeout=60) as client:
-            barrier.wait(timeout=60)
-            return client.post(
-                f"{url}/api/v1/submissions/",
-                json=body,
-                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
-            ).status_code
-
-    return list(pool.map(deliver, range(DELIVERIES)))
-
-
-def all_settled() -> bool:
-    unsettled = Operation.objects.exclude(
-        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
-    )
-    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()

@@ -8,14 +8,12 @@ sink. Each scenario ends by counting what HubSpot holds.
 from __future__ import annotations
 
 import io
-import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
@@ -29,6 +27,7 @@ from integrations.hubspot.adapter import seconds_to_midnight
 from integrations.hubspot.emulator import HubSpotEmulator
 from tests.factories import completed, ingest, op, submission
 from tests.support.processes import wait_for
+from tests.support.vendors import all_settled, deliver_at_once
 
 TOKEN = "pat-na1-pipeline-secret"
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
@@ -217,9 +216,16 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
                     message=f"Enquiry {n}",
                 )
                 event_key = f"hs-e2e-{n}-{uuid.uuid4().hex[:6]}"
-                codes += _deliver_at_once(pool, web_server.url, key, event_key, body)
+                codes += deliver_at_once(
+                    pool, web_server.url, key, event_key, body, deliveries=DELIVERIES
+                )
         assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
-        wait_for(_all_settled, timeout=240, interval=0.5, what="every operation to settle")
+        wait_for(
+            lambda: all_settled(ROUNDS * 3),
+            timeout=240,
+            interval=0.5,
+            what="every operation to settle",
+        )
         counted = control.stats()
 
     assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}, [
@@ -240,27 +246,3 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
     assert counted["calls"]["search"] == 0  # never asked: it lags
     assert len(sandbox.messages()) == ROUNDS
     assert not ReviewCase.objects.exists()
-
-
-def _deliver_at_once(
-    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
-) -> list[int]:
-    barrier = threading.Barrier(DELIVERIES)
-
-    def deliver(_: int) -> int:
-        with httpx.Client(timeout=60) as client:
-            barrier.wait(timeout=60)
-            return client.post(
-                f"{url}/api/v1/submissions/",
-                json=body,
-                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
-            ).status_code
-
-    return list(pool.map(deliver, range(DELIVERIES)))
-
-
-def _all_settled() -> bool:
-    unsettled = Operation.objects.exclude(
-        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
-    )
-    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()

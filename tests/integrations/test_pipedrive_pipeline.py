@@ -14,7 +14,6 @@ and otherwise opens a case saying why it cannot tell. No second lead, ever.
 from __future__ import annotations
 
 import io
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +27,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
@@ -40,6 +38,14 @@ from integrations.pipedrive.emulator import (
 )
 from tests.factories import completed, ingest, op, submission
 from tests.support.processes import wait_for
+from tests.support.vendors import (
+    all_settled,
+    configure,
+    deliver_at_once,
+    emulator_as_default,
+    fault,
+    stats,
+)
 
 SETTLE = 0.6  # PIPEDRIVE_SETTLE_SECONDS in these tests
 
@@ -57,28 +63,15 @@ def pipedrive(
     emulator: PipedriveEmulator, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[httpx.Client]:
     """The emulator, reset, as the default CRM; mail still goes to the sandbox's sink."""
-    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
-        assert control.post("/_sandbox/reset").status_code == 200
-        for name, value in emulator.adapter_env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("PIPEDRIVE_SETTLE_SECONDS", str(SETTLE))
-        settings.ONEFOLD_CRM = "pipedrive"
-        verification_forget()
+    with emulator_as_default(
+        emulator,
+        setting="ONEFOLD_CRM",
+        kind="pipedrive",
+        settings=settings,
+        monkeypatch=monkeypatch,
+        PIPEDRIVE_SETTLE_SECONDS=str(SETTLE),
+    ) as control:
         yield control
-        verification_forget()
-
-
-def configure(control: httpx.Client, **changes: Any) -> None:
-    assert control.post("/_sandbox/config", json=changes).status_code == 200
-
-
-def fault(control: httpx.Client, action: str, mode: str, times: int = 1) -> None:
-    body = {"action": action, "mode": mode, "times": times}
-    assert control.post("/_sandbox/faults", json=body).status_code == 200
-
-
-def stats(control: httpx.Client) -> dict[str, Any]:
-    return control.get("/_sandbox/stats").json()
 
 
 def execute_when_due(operation: Operation, *, timeout: float = 20) -> str:
@@ -249,9 +242,16 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_tas
                     message=f"Enquiry {n}",
                 )
                 event_key = f"pd-e2e-{n}-{uuid.uuid4().hex[:6]}"
-                codes += _deliver_at_once(pool, web_server.url, key, event_key, body)
+                codes += deliver_at_once(
+                    pool, web_server.url, key, event_key, body, deliveries=DELIVERIES
+                )
         assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
-        wait_for(_all_settled, timeout=240, interval=0.5, what="every operation to settle")
+        wait_for(
+            lambda: all_settled(ROUNDS * 3),
+            timeout=240,
+            interval=0.5,
+            what="every operation to settle",
+        )
         counted = stats(control)
 
     assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
@@ -265,27 +265,3 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_tas
     assert counted["calls"]["create_task"] == ROUNDS
     assert len(sandbox.messages()) == ROUNDS
     assert not ReviewCase.objects.exists()
-
-
-def _deliver_at_once(
-    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
-) -> list[int]:
-    barrier = threading.Barrier(DELIVERIES)
-
-    def deliver(_: int) -> int:
-        with httpx.Client(timeout=60) as client:
-            barrier.wait(timeout=60)
-            return client.post(
-                f"{url}/api/v1/submissions/",
-                json=body,
-                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
-            ).status_code
-
-    return list(pool.map(deliver, range(DELIVERIES)))
-
-
-def _all_settled() -> bool:
-    unsettled = Operation.objects.exclude(
-        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
-    )
-    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()

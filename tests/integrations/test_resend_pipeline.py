@@ -19,11 +19,11 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from integrations.resend.emulator import ResendEmulator
 from tests.factories import ingest, op
+from tests.support.vendors import configure, emulator_as_default, stats
 
 pytestmark = pytest.mark.django_db
 WINDOW = 1.0  # seconds: the emulator's key window and the adapter's, in the "outside" test
@@ -40,27 +40,15 @@ def resend(
     emulator: ResendEmulator, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[httpx.Client]:
     """The emulator, reset, as the default email destination; the CRM is the sandbox."""
-    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
-        assert control.post("/_sandbox/reset").status_code == 200
-        for name, value in emulator.adapter_env().items():
-            monkeypatch.setenv(name, value)
-        settings.ONEFOLD_EMAIL = "resend"
-        verification_forget()
+    with emulator_as_default(
+        emulator, setting="ONEFOLD_EMAIL", kind="resend", settings=settings, monkeypatch=monkeypatch
+    ) as control:
         yield control
-        verification_forget()
-
-
-def configure(control: httpx.Client, **changes: Any) -> None:
-    assert control.post("/_sandbox/config", json=changes).status_code == 200
 
 
 def fault(control: httpx.Client, mode: str) -> None:
     body = {"action": "send_email", "mode": mode}
     assert control.post("/_sandbox/faults", json=body).status_code == 200
-
-
-def stats(control: httpx.Client) -> dict[str, Any]:
-    return dict(control.get("/_sandbox/stats").json())
 
 
 def run_now(operation: Operation) -> str | None:

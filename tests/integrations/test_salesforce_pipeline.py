@@ -11,7 +11,6 @@ reads them: the console's case page, rendered by Django's test client.
 from __future__ import annotations
 
 import io
-import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from idempotency_core.execution.destinations import destination_ready, verification_forget
+from idempotency_core.execution.destinations import destination_ready
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, AuditEntry, Event, Operation, ReviewCase
@@ -35,6 +34,14 @@ from idempotency_core.review.refusals import CaseActionRefusedError
 from integrations.salesforce.emulator import SalesforceEmulator
 from tests.factories import ingest, make_user, op, submission
 from tests.support.processes import wait_for
+from tests.support.vendors import (
+    all_settled,
+    configure,
+    deliver_at_once,
+    emulator_as_default,
+    fault,
+    stats,
+)
 
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
 
@@ -53,23 +60,14 @@ def salesforce(
     emulator: SalesforceEmulator, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[httpx.Client]:
     """The emulator, reset, as the default CRM; mail still goes to the sandbox's sink."""
-    with httpx.Client(base_url=emulator.http_url, timeout=30) as control:
-        assert control.post("/_sandbox/reset").status_code == 200
-        for name, value in emulator.adapter_env().items():
-            monkeypatch.setenv(name, value)
-        settings.ONEFOLD_CRM = "salesforce"
-        verification_forget()
+    with emulator_as_default(
+        emulator,
+        setting="ONEFOLD_CRM",
+        kind="salesforce",
+        settings=settings,
+        monkeypatch=monkeypatch,
+    ) as control:
         yield control
-        verification_forget()
-
-
-def configure(control: httpx.Client, **changes: Any) -> None:
-    assert control.post("/_sandbox/config", json=changes).status_code == 200
-
-
-def fault(control: httpx.Client, action: str, mode: str, times: int = 1) -> None:
-    body = {"action": action, "mode": mode, "times": times}
-    assert control.post("/_sandbox/faults", json=body).status_code == 200
 
 
 def seed_leads(control: httpx.Client, *records: dict[str, Any]) -> list[str]:
@@ -77,10 +75,6 @@ def seed_leads(control: httpx.Client, *records: dict[str, Any]) -> list[str]:
     response = control.post("/_sandbox/seed", json={"sobject": "Lead", "records": rows})
     assert response.status_code == 200
     return list(response.json()["created"])
-
-
-def stats(control: httpx.Client) -> dict[str, Any]:
-    return dict(control.get("/_sandbox/stats").json())
 
 
 def run_now(operation: Operation) -> str | None:
@@ -316,11 +310,18 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_tas
                     message=f"Enquiry {n}",
                 )
                 event_key = f"sf-e2e-{n}-{uuid.uuid4().hex[:6]}"
-                codes += _deliver_at_once(pool, web_server.url, key, event_key, body)
+                codes += deliver_at_once(
+                    pool, web_server.url, key, event_key, body, deliveries=DELIVERIES
+                )
                 if n == ROUNDS // 2:
                     control.post("/_sandbox/expire_tokens").raise_for_status()
         assert sorted(codes) == [200] * (ROUNDS * (DELIVERIES - 1)) + [202] * ROUNDS
-        wait_for(_all_settled, timeout=240, interval=0.5, what="every operation to settle")
+        wait_for(
+            lambda: all_settled(ROUNDS * 3),
+            timeout=240,
+            interval=0.5,
+            what="every operation to settle",
+        )
         counted = stats(control)
 
     assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
@@ -337,30 +338,6 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_tas
     # The sessions ended mid-run were renewed: a 401 not followed by a new token
     # would have been a permanent failure, and a case.
     assert not ReviewCase.objects.exists()
-
-
-def _deliver_at_once(
-    pool: ThreadPoolExecutor, url: str, api_key: str, event_key: str, body: dict[str, Any]
-) -> list[int]:
-    barrier = threading.Barrier(DELIVERIES)
-
-    def deliver(_: int) -> int:
-        with httpx.Client(timeout=60) as client:
-            barrier.wait(timeout=60)
-            return client.post(
-                f"{url}/api/v1/submissions/",
-                json=body,
-                headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": event_key},
-            ).status_code
-
-    return list(pool.map(deliver, range(DELIVERIES)))
-
-
-def _all_settled() -> bool:
-    unsettled = Operation.objects.exclude(
-        status__in=[Operation.Status.SUCCEEDED, Operation.Status.NEEDS_REVIEW]
-    )
-    return Operation.objects.count() == ROUNDS * 3 and not unsettled.exists()
 
 
 # -- a duplicate rule settled by a person in the console ----------------------------
