@@ -153,7 +153,11 @@ class Event(models.Model):
     """One logical submission, identified by (source, key). Created once."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="events")
+    # Not indexed alone: `event_unique_source_key` starts with it. (Every index is written
+    # by each submission's one statement; README, "Benchmarks", says what each cost.)
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, related_name="events", db_index=False
+    )
     key = models.CharField(max_length=255)
     # SHA-256 of the canonical JSON payload: kept after the payload is purged so
     # a late repeat can still be told apart from a reused key.
@@ -162,11 +166,16 @@ class Event(models.Model):
     form = models.CharField(max_length=100, blank=True)
     # HMAC of the normalised contact email: links events of one person without
     # keeping the address in an index.
-    contact_digest = models.CharField(max_length=64, blank=True, db_index=True)
+    contact_digest = models.CharField(max_length=64, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     # An edit: this event's effect is an update of that event's enquiry.
     revises = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="revisions"
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="revisions",
+        db_index=False,  # event_revises_idx: edits only
     )
     received_at = models.DateTimeField(auto_now_add=True)
     payload_purged_at = models.DateTimeField(null=True, blank=True)
@@ -178,6 +187,11 @@ class Event(models.Model):
         indexes = [
             # Reconciliation and retention scan events by arrival time.
             models.Index(fields=["received_at"], name="event_received_idx"),
+            # A person's submissions (equality only: no pattern index beside it).
+            models.Index(fields=["contact_digest"], name="event_contact_idx"),
+            models.Index(
+                fields=["revises"], condition=Q(revises__isnull=False), name="event_revises_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -202,10 +216,18 @@ class Delivery(models.Model):
 
     Outcome = DeliveryOutcome
 
-    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="deliveries")
+    # Neither foreign key is indexed alone: the two indexes below start with them.
+    source = models.ForeignKey(
+        Source, on_delete=models.PROTECT, related_name="deliveries", db_index=False
+    )
     # Null for refused bodies: nothing of their content is kept.
     event = models.ForeignKey(
-        Event, on_delete=models.PROTECT, null=True, blank=True, related_name="deliveries"
+        Event,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="deliveries",
+        db_index=False,
     )
     received_at = models.DateTimeField(auto_now_add=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
@@ -275,13 +297,17 @@ class Operation(models.Model):
         LOOKUP_FIRST = "lookup_first", "Look up by external reference first"
         REVIEW = "review", "A person decides"
 
-    event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="operations")
+    # Not indexed alone: `operation_unique_event_step` starts with it.
+    event = models.ForeignKey(
+        Event, on_delete=models.PROTECT, related_name="operations", db_index=False
+    )
     step = models.CharField(max_length=50)
     position = models.PositiveSmallIntegerField()
     destination = models.ForeignKey(Destination, on_delete=models.PROTECT)
     # Opaque and permanent: what the destination sees as idempotency key,
     # external reference and Message-ID, on every retry and replay.
-    key = models.CharField(max_length=64, unique=True)
+    # Unique by `operation_unique_key` (a constraint: no pattern index beside it).
+    key = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     # Set after an ambiguous or interrupted attempt: the rule the next attempt
     # follows so that it cannot create a second effect.
@@ -317,12 +343,18 @@ class Operation(models.Model):
         null=True,
         blank=True,
         related_name="+",
+        db_index=False,  # operation_triggered_by_idx: set rows only
     )
     # Set while an earlier step of the event is under review: this step waits in
     # `needs_review` behind it, named in that step's case, until the case is settled
     # (replayed or resolved: back to pending; closed: cancelled).
     held_by = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="holding"
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="holding",
+        db_index=False,  # operation_held_by_idx: set rows only
     )
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -332,6 +364,7 @@ class Operation(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["event", "step"], name="operation_unique_event_step"),
+            models.UniqueConstraint(fields=["key"], name="operation_unique_key"),
             # Only a step that waits for a person can be held.
             models.CheckConstraint(
                 condition=Q(held_by__isnull=True) | Q(status="needs_review"),
@@ -349,11 +382,23 @@ class Operation(models.Model):
             ),
         ]
         indexes = [
-            # Sweeper: due work, `status IN (pending, retry_scheduled) AND next_attempt_at <= now`.
+            # Sweeper: due work, `status IN (pending, retry_scheduled) AND next_attempt_at <= now`
+            # (which implies NOT NULL: a step waiting for the one before it has no entry).
             models.Index(
                 fields=["next_attempt_at"],
-                condition=Q(status__in=["pending", "retry_scheduled"]),
+                condition=Q(
+                    status__in=["pending", "retry_scheduled"], next_attempt_at__isnull=False
+                ),
                 name="operation_due_idx",
+            ),
+            # Foreign keys that are NULL on almost every row: only set rows are indexed.
+            models.Index(
+                fields=["held_by"], condition=Q(held_by__isnull=False), name="operation_held_by_idx"
+            ),
+            models.Index(
+                fields=["next_triggered_by"],
+                condition=Q(next_triggered_by__isnull=False),
+                name="operation_triggered_by_idx",
             ),
             # Sweeper: expired leases, `status = running AND lease_expires_at < now`.
             models.Index(
