@@ -136,6 +136,16 @@ DATABASES = {
         conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+    "DATABASE_PREPARED_STATEMENTS", True
+):
+    # Ingest's one statement (intake/ingest_statement.py) is prepared once per connection
+    # and then only executed. psycopg prepares only what a cursor asks for by name when
+    # the threshold is this high, and Django's own cursors bind on the client and never
+    # prepare, so nothing else changes. Set DATABASE_PREPARED_STATEMENTS=0 behind a
+    # pooler that cannot keep prepared statements (PgBouncer in transaction mode before
+    # 1.21, or without max_prepared_statements); the statement is then parsed each time.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The quick start shares one SQLite file between the web process, the
     # workers and the sweeper: wait for the write lock instead of failing, and

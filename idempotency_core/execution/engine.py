@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from config.logfilters import log_ids_bound
@@ -80,6 +81,29 @@ def operation_enqueue(operation_id: int) -> None:
     queue = _queue.get()
     options = {"cluster": queue} if queue else {}
     async_task(TASK, operation_id, task_name=f"operation-{operation_id}", **options)
+
+
+class _PackageKept:
+    """A broker for `async_task` that keeps the signed package instead of queueing it."""
+
+    def __init__(self, list_key: str) -> None:
+        self.list_key = list_key
+        self.package = ""
+
+    def enqueue(self, package: str) -> str:
+        self.package = package
+        return "with its rows"  # async_task logs "Enqueued [queue] <this>"
+
+
+def operation_task_package(operation_id: int) -> tuple[str, str]:
+    """The queue and signed package of the task `operation_enqueue` would queue, for a
+    caller that inserts the queue row itself (ingest's single statement): built by
+    django-q2's own `async_task`, so the package is exactly the one it would queue."""
+    queue = _queue.get()
+    options = {"cluster": queue} if queue else {}
+    kept = _PackageKept(queue or Conf.CLUSTER_NAME)
+    async_task(TASK, operation_id, task_name=f"operation-{operation_id}", broker=kept, **options)
+    return kept.list_key, kept.package
 
 
 @dataclass(frozen=True)

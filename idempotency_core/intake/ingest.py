@@ -7,23 +7,25 @@ only then is the existing event read (under READ COMMITTED the read sees the win
 whose commit the INSERT waited for). No read comes before it.
 
 Round trips, so that none creeps back (tests/core/test_ingest_statements.py pins them):
-a new submission is BEGIN, the event, its operations, its delivery, its task, COMMIT;
-a repeat is BEGIN, the INSERT that creates nothing, one read of the event with its
-operations' statuses, the delivery, COMMIT. The API key's source and the destinations'
-ids come from the per-process cache (config_cache.py). The suspected-duplicate search
-runs in the first step's task, not here (`suspected_duplicate_flag` says why).
+on PostgreSQL a new submission is one autocommit statement that inserts the event, its
+operations, its delivery and its task, or nothing when the key is known
+(ingest_statement.py); a repeat is that statement, one read of the event with its
+operations' statuses, and its delivery. An edit, and every submission on SQLite, is a
+transaction of the same rows written by the ORM. The API key's source and the
+destinations' ids come from the per-process cache (config_cache.py). The
+suspected-duplicate search runs in the first step's task, not here
+(`suspected_duplicate_flag` says why).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.constants import OnConflict
 from django.utils import timezone
 from django_q.tasks import async_task
@@ -39,6 +41,7 @@ from idempotency_core.intake.duplicate_hold import (
     message_normalised,
     source_holds_duplicates,
 )
+from idempotency_core.intake.ingest_statement import one_statement_possible, rows_insert
 from idempotency_core.keys import contact_digest, key_expired, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 
@@ -97,43 +100,52 @@ def event_ingest(
     """
     fingerprint = payload_fingerprint(payload)
     destinations = _destination_ids(source)
-    with _transaction_pipelined():
-        revised = _revised_candidate(source=source, payload=payload)
-        event = Event(
-            source=source,
-            key=key,
-            fingerprint=fingerprint,
-            payload=payload,
-            form=str(payload.get("form", ""))[:100],
-            contact_digest=contact_digest(str((payload.get("contact") or {}).get("email", ""))),
-            submitted_at=submitted_at,
-            revises=revised,
-        )
-        if _event_insert(event):
-            # Refused after the INSERT: raising rolls it back, so nothing is recorded.
-            _revision_check(event, payload)
-            _event_complete(event, destinations=destinations, raw=raw)
-            return IngestResult(event=event, created=True)
-        result, matched = _repeat_delivery(source=source, key=key, fingerprint=fingerprint, raw=raw)
+    event = Event(
+        source=source,
+        key=key,
+        fingerprint=fingerprint,
+        payload=payload,
+        form=str(payload.get("form", ""))[:100],
+        contact_digest=contact_digest(str((payload.get("contact") or {}).get("email", ""))),
+        submitted_at=submitted_at,
+    )
+    if payload.get("revises") or not one_statement_possible():
+        return _event_ingest_transaction(event, destinations=destinations, raw=raw)
+    operations, delivery = _event_rows(event, destinations=destinations, raw=raw)
+    if rows_insert(event=event, operations=operations, delivery=delivery):
+        return IngestResult(event=event, created=True)
+    # Autocommit: the statement that created nothing waited for a racing winner's
+    # commit, so this read finds the event.
+    result, matched = _repeat_delivery(source=source, key=key, fingerprint=fingerprint, raw=raw)
     if not matched:
         raise KeyReusedError(result.event)
     return result
 
 
-@contextmanager
-def _transaction_pipelined() -> Iterator[None]:
-    """One transaction, in psycopg's pipeline mode on PostgreSQL: statements whose answer
-    nobody waits for travel with the next one (BEGIN with the event's INSERT, the
-    delivery with the task), so a new submission waits for 4 answers instead of 6.
-    The connection's health check is made first, outside it: a broken connection is
-    replaced before the transaction, not found out at its end."""
-    if connection.vendor != "postgresql":
-        with transaction.atomic():
-            yield
-        return
-    connection.cursor().close()  # Django's health check, when one is due
-    with transaction.atomic(), connection.connection.pipeline():
-        yield
+def _event_ingest_transaction(
+    event: Event, *, destinations: dict[str, int], raw: RawDelivery | None
+) -> IngestResult:
+    """The same, as a transaction of ORM statements: an edit (whose revision is checked
+    after the INSERT, and refused by rolling it back), or a database where
+    `rows_insert`'s one statement is not possible (SQLite, the quick start)."""
+    payload = event.payload or {}
+    with transaction.atomic():
+        event.revises = _revised_candidate(source=event.source, payload=payload)
+        if _event_insert(event):
+            # Refused after the INSERT: raising rolls it back, so nothing is recorded.
+            _revision_check(event, payload)
+            operations, delivery = _event_rows(event, destinations=destinations, raw=raw)
+            Operation.objects.bulk_create(operations)
+            delivery.save()
+            # Same transaction as the rows (ORM broker): no event without its task.
+            operation_enqueue(operations[0].pk)
+            return IngestResult(event=event, created=True)
+        result, matched = _repeat_delivery(
+            source=event.source, key=event.key, fingerprint=event.fingerprint, raw=raw
+        )
+    if not matched:
+        raise KeyReusedError(result.event)
+    return result
 
 
 def _destination_ids(source: Source) -> dict[str, int]:
@@ -194,12 +206,14 @@ def _revision_check(event: Event, payload: dict[str, Any]) -> None:
         )
 
 
-def _event_complete(event: Event, *, destinations: dict[str, int], raw: RawDelivery | None) -> None:
-    """The new event's operations, its delivery and its first task, in its transaction."""
+def _event_rows(
+    event: Event, *, destinations: dict[str, int], raw: RawDelivery | None
+) -> tuple[list[Operation], Delivery]:
+    """The new event's operations, first step due now, and its delivery, unsaved."""
     now = timezone.now()
     source = event.source
     pipeline = EDIT_PIPELINE if event.revises_id else pipeline_for(source, event.form)
-    operations = Operation.objects.bulk_create(
+    operations = [
         Operation(
             event=event,
             step=step,
@@ -212,7 +226,7 @@ def _event_complete(event: Event, *, destinations: dict[str, int], raw: RawDeliv
             enqueued_at=now if position == 0 else None,
         )
         for position, step in enumerate(pipeline)
-    )
+    ]
     delivery = Delivery(
         source=source,
         event=event,
@@ -223,16 +237,7 @@ def _event_complete(event: Event, *, destinations: dict[str, int], raw: RawDeliv
         payload_matched=True,
         **(raw.as_fields() if raw else {}),
     )
-    # Inserted without RETURNING (nothing needs its id): in a pipeline it travels
-    # with the task's INSERT below instead of waiting for an answer of its own.
-    Delivery.objects._insert(  # type: ignore[attr-defined]
-        [delivery],
-        fields=[
-            f for f in Delivery._meta.local_concrete_fields if f is not Delivery._meta.auto_field
-        ],
-    )
-    # Same transaction as the rows (ORM broker): no event without its task.
-    operation_enqueue(operations[0].pk)
+    return operations, delivery
 
 
 def _repeat_delivery(

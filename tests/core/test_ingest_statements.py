@@ -25,8 +25,10 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from idempotency_core.execution.engine import TASK
 from idempotency_core.intake.config_cache import config_cache_clear
 from idempotency_core.intake.ingest import suspected_duplicate_flag
+from idempotency_core.intake.ingest_statement import ID_BLOCK, operation_ids_forget
 from idempotency_core.intake.sources import (
     api_key_revoke,
     source_api_key_rotate,
@@ -44,6 +46,7 @@ from idempotency_core.models import (
 from idempotency_core.tasks import operation_run
 from tests.factories import URL, post, submission
 from tests.support.processes import REPO, app_env, start_web
+from tests.support.queue import queued
 
 # Committed, and the migrations' seed (the default destinations) restored after each test.
 NOTIFY_DELIVERY_SECONDS = 0.05
@@ -73,6 +76,8 @@ def statements(api, body: dict[str, Any], key: str) -> tuple[int, list[str]]:
 
 def _shape(sql: str) -> str:
     verb = sql.split(None, 1)[0].upper()
+    if verb == "WITH":  # data-modifying CTEs: the tables each inserts into, in order
+        return "WITH INSERT " + ", ".join(re.findall(r'INSERT INTO "?(\w+)"?', sql))
     table = re.search(r'(?:INTO|FROM|UPDATE) "?(\w+)"?', sql)
     return f"{verb} {table.group(1)}" if table and verb in {"INSERT", "SELECT"} else verb
 
@@ -96,34 +101,60 @@ def elsewhere(action: Callable[[], Any]) -> None:
     time.sleep(NOTIFY_DELIVERY_SECONDS)
 
 
-def test_a_new_submission_is_four_inserts_in_one_transaction(api):
+def test_a_new_submission_is_one_statement_inserting_its_four_rows(api):
     assert post(api, person(0), key="warm-up").status_code == 202  # fills the cache
     status, sent = statements(api, person(1), "new")
     assert status == 202
     # No API key read, no read of the event before its INSERT, no destination read, no
-    # duplicate search: the event, its operations, its delivery and its task.
+    # duplicate search, no BEGIN or COMMIT: one autocommit statement writes the event,
+    # its operations, its delivery and its task (intake/ingest_statement.py).
     assert sent == [
-        "BEGIN",
-        "INSERT idempotency_core_event",
-        "INSERT idempotency_core_operation",
-        "INSERT idempotency_core_delivery",
-        "INSERT django_q_ormq",
-        "COMMIT",
+        "WITH INSERT idempotency_core_event, idempotency_core_operation, "
+        "idempotency_core_delivery, django_q_ormq"
     ]
+    event = Event.objects.get(key="new")
+    operations = list(event.operations.order_by("position"))
+    assert [o.step for o in operations] == ["create_enquiry", "assign_task", "send_confirmation"]
+    # The queued task names the first operation, and nothing else (TASK-QUEUE.md rule 1).
+    assert [row.task["args"] for row in queued(TASK)][-1] == (operations[0].pk,)
+    assert event.deliveries.get().outcome == "accepted"
 
 
-def test_a_repeat_is_an_insert_that_creates_nothing_one_read_and_its_delivery(api):
+def test_operation_ids_come_from_a_block_one_read_for_many_submissions(api):
+    """The statement needs the first operation's id for its task before it runs: ids
+    are taken from the sequence a block at a time, not once per submission."""
+    assert post(api, person(0), key="warm-up").status_code == 202  # fills the cache
+    operation_ids_forget()
+    _, first = statements(api, person(1), "a")
+    assert first[0] == "SELECT generate_series" and len(first) == 2  # a block of nextval()
+    for n in range(2, ID_BLOCK // 3 + 1):  # the rest of the block: 3 ids each
+        _, sent = statements(api, person(n), f"k{n}")
+        assert len(sent) == 1, sent
+
+
+def test_a_repeat_is_the_statement_that_creates_nothing_one_read_and_its_delivery(api):
     assert post(api, person(1), key="k").status_code == 202
     status, sent = statements(api, person(1), "k")
     assert status == 200
     assert sent == [
-        "BEGIN",
-        "INSERT idempotency_core_event",  # ON CONFLICT DO NOTHING: the constraint decides
+        # ON CONFLICT DO NOTHING: the constraint decides, and nothing else is inserted
+        "WITH INSERT idempotency_core_event, idempotency_core_operation, "
+        "idempotency_core_delivery, django_q_ormq",
         "SELECT idempotency_core_operation",  # the event with its operations' statuses
         "INSERT idempotency_core_delivery",
-        "COMMIT",
     ]
     assert Event.objects.count() == 1
+    assert Operation.objects.count() == 3
+    assert len(queued(TASK)) == 1
+
+
+def test_an_edit_is_a_transaction_that_checks_its_revision(api):
+    assert post(api, person(1), key="first").status_code == 202
+    status, sent = statements(api, {**person(1), "revises": "first"}, "edit")
+    assert status == 202
+    assert sent[0] == "BEGIN" and sent[-1] == "COMMIT"
+    assert "SELECT idempotency_core_event" in sent  # the event it revises
+    assert Event.objects.get(key="edit").revises == Event.objects.get(key="first")
 
 
 def test_a_cold_process_reads_the_key_and_the_destinations_once(api):

@@ -1,0 +1,217 @@
+"""A new submission's rows in one statement, on PostgreSQL.
+
+`event_ingest` (ingest.py) used to write a new submission in a transaction of six
+statements (BEGIN, the event, its operations, its delivery, its task, COMMIT) and wait
+for four answers. Here they are one autocommit statement, whose data-modifying CTEs
+PostgreSQL runs as one atomic unit:
+
+    WITH event AS (INSERT INTO event ... ON CONFLICT DO NOTHING RETURNING 1),
+         operations AS (INSERT INTO operation ... SELECT ... FROM event, (VALUES ...)),
+         delivery AS (INSERT INTO delivery ... SELECT ... FROM event, (VALUES ...)),
+         task AS (INSERT INTO django_q_ormq ... SELECT ... FROM event, (VALUES ...))
+    SELECT count(*) FROM event
+
+The unique constraint on (source, key) still decides: a repeat, or the loser of a race
+between first receipts, inserts no event, so `FROM event` is empty and nothing else is
+inserted either (the statement waits for a racing winner's commit, as the INSERT of the
+transaction did). Every row of a new submission, its task included, is written or none
+is: no event without its task (TASK-QUEUE.md, rule 2).
+
+The task is the one `operation_enqueue` queues (its message the first operation's id,
+rule 1), signed in Python by django-q2's own `async_task`. So the operations' ids must
+be known before the statement: they are taken from the operation table's sequence in
+blocks of `ID_BLOCK` per process (one extra round trip per block; a sequence never hands
+out a value twice, and an id that is never used leaves only a gap).
+
+The values go through each field's own preparation (`pre_save`, `get_db_prep_save`),
+as Django's INSERT compiler does, and are cast to the column's type, which a VALUES list
+in a subquery does not infer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.models import Field
+from django.utils import timezone
+from django_q.conf import Conf
+from django_q.models import OrmQ
+
+from idempotency_core.execution.engine import operation_task_package
+from idempotency_core.models import Delivery, Event, Operation
+
+# Operation ids taken from the sequence at once: a submission uses one per step.
+ID_BLOCK = 96
+
+
+def one_statement_possible() -> bool:
+    """PostgreSQL, with django-q2's ORM broker on the same database (the task row is
+    one of the statement's inserts)."""
+    return connection.vendor == "postgresql" and connection.alias == Conf.ORM
+
+
+def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Delivery) -> bool:
+    """Inserts the event and, if it was new, its operations, its delivery and the first
+    operation's task, in one statement. True when the event was new; the operations
+    then have their ids."""
+    for operation, pk in zip(operations, _operation_ids(len(operations)), strict=True):
+        operation.pk = pk
+    queue, package = operation_task_package(operations[0].pk)
+    # As django-q2's ORM broker enqueues it: due at once.
+    task = OrmQ(key=queue, payload=package, lock=timezone.now())
+    db = connections[connection.alias]
+    tables = [
+        _Rows.of(Event, [event], db),
+        _Rows.of(Operation, operations, db),
+        _Rows.of(Delivery, [delivery], db),
+        _Rows.of(OrmQ, [task], db),
+    ]
+    sql = _statement(tuple(rows.shape for rows in tables))
+    with _prepared_cursor(db) as cursor:
+        cursor.execute(sql, [value for rows in tables for value in rows.params])
+        (created,) = cursor.fetchone()
+    if created:
+        for row in (event, *operations):
+            row._state.adding = False
+            row._state.db = db.alias
+    return bool(created)
+
+
+class _PreparedCursor(psycopg.Cursor[Any]):
+    """A server-binding cursor (Django's own cursors bind on the client, and so can
+    never be prepared), asking psycopg to prepare what it executes: PostgreSQL parses
+    and plans the statement once per connection (settings: DATABASE_PREPARED_STATEMENTS).
+    It also keeps the query for Django's `last_executed_query` (the debug log, captured
+    queries), which psycopg sets only on the path that does not prepare."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        return super().execute(query, params, prepare=True, **kwargs)
+
+    def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:
+        self._query = pgq
+        super()._send_query_prepared(name, pgq, binary=binary)
+
+
+@contextmanager
+def _prepared_cursor(db: Any) -> Iterator[Any]:
+    """A `_PreparedCursor` in Django's wrapper: logged, its errors translated."""
+    db.ensure_connection()
+    with db.wrap_database_errors, db._prepare_cursor(_PreparedCursor(db.connection)) as cursor:
+        yield cursor
+
+
+# A column's value in the statement: one for every row, or one per row (an array).
+_ONE, _EACH = "one", "each"
+
+_Shape = tuple[str, tuple[tuple[str, str, str], ...]]
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One table's rows as the statement's parameters. `shape` (the table, and each
+    column with how it is passed and its type) is all its SQL depends on, so the SQL is
+    built once per shape. Columns that are NULL in every row are left to their default."""
+
+    shape: _Shape
+    params: list[object]
+
+    @classmethod
+    def of(cls, model: type[models.Model], rows: Sequence[models.Model], db: Any) -> _Rows:
+        columns: list[tuple[str, str, str]] = []
+        ones: list[object] = []
+        arrays: list[object] = []  # after the others: the SQL puts them in unnest(...)
+        for field, column, db_type in _fields(model):
+            # What Django's INSERT compiler does with each value (pre_save_val, prepare_value).
+            values = [field.get_db_prep_save(field.pre_save(row, True), db) for row in rows]
+            if all(value is None for value in values):
+                continue
+            first = values[0]
+            if len(rows) == 1 or all(type(v) is type(first) and v == first for v in values):
+                columns.append((column, _ONE, db_type))
+                ones.append(first)
+            else:
+                columns.append((column, _EACH, db_type))
+                arrays.append(values)
+        table = db.ops.quote_name(str(model._meta.db_table))
+        return cls(shape=(table, tuple(columns)), params=ones + arrays)
+
+
+@cache
+def _fields(model: type[models.Model]) -> list[tuple[Field[Any, Any], str, str]]:
+    db = connections[DEFAULT_DB_ALIAS]
+    return [
+        (field, db.ops.quote_name(str(field.column)), field.db_type(db) or "")
+        for field in model._meta.local_concrete_fields
+    ]
+
+
+@lru_cache(maxsize=64)
+def _statement(shapes: tuple[_Shape, ...]) -> str:
+    """The event's INSERT, then one guarded INSERT per other table: `FROM event` is
+    empty when the event was not inserted, so they insert nothing then. Every value is
+    cast to its column's type, which a SELECT list or an array does not infer."""
+    (event_table, event_columns), *others = shapes
+    names = ", ".join(column for column, _, _ in event_columns)
+    placeholders = ", ".join("%s" for _ in event_columns)
+    parts = [
+        f"event AS (INSERT INTO {event_table} ({names}) VALUES ({placeholders}) "
+        "ON CONFLICT DO NOTHING RETURNING 1)"
+    ]
+    for n, (table, columns) in enumerate(others):
+        select: list[str] = []
+        arrays: list[str] = []
+        for _column, passed, db_type in columns:
+            if passed == _ONE:
+                select.append(f"%s::{db_type}")
+            else:
+                arrays.append(f"%s::{db_type}[]")
+                select.append(f"v.c{len(arrays)}")
+        source = "event"
+        if arrays:
+            aliases = ", ".join(f"c{i + 1}" for i in range(len(arrays)))
+            source += f", unnest({', '.join(arrays)}) AS v({aliases})"
+        names = ", ".join(column for column, _, _ in columns)
+        parts.append(
+            f"t{n} AS (INSERT INTO {table} ({names}) SELECT {', '.join(select)} FROM {source})"
+        )
+    return "WITH " + ", ".join(parts) + " SELECT count(*) FROM event"
+
+
+_ids_lock = threading.Lock()
+_ids: deque[int] = deque()
+_ids_pid = 0
+
+
+def _operation_ids(count: int) -> list[int]:
+    """`count` operation ids from this process's block, taking a new block when it runs
+    short (a forked child starts with none: its parent's block is its parent's)."""
+    global _ids_pid
+    with _ids_lock:
+        if _ids_pid != os.getpid():
+            _ids.clear()
+            _ids_pid = os.getpid()
+        if len(_ids) < count:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                    [Operation._meta.db_table, max(ID_BLOCK, count)],
+                )
+                _ids.extend(row[0] for row in cursor.fetchall())
+        return [_ids.popleft() for _ in range(count)]
+
+
+def operation_ids_forget() -> None:
+    """Drops this process's block: the next submission takes a new one. For a sequence
+    that was reset (`TRUNCATE ... RESTART IDENTITY`, which nothing in Onefold runs)
+    and for tests."""
+    with _ids_lock:
+        _ids.clear()
