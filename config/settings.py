@@ -146,6 +146,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_boo
     # pooler that cannot keep prepared statements (PgBouncer in transaction mode before
     # 1.21, or without max_prepared_statements); the statement is then parsed each time.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend with a health check that reads the socket instead of sending
+    # SELECT 1 (config/postgresql/base.py says why that is enough).
+    DATABASES["default"]["ENGINE"] = "config.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The quick start shares one SQLite file between the web process, the
     # workers and the sweeper: wait for the write lock instead of failing, and

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
+from django.db import connections
 from rest_framework.test import APIClient
 
 from idempotency_core.intake.sources import source_create_with_key
@@ -29,8 +29,8 @@ IN_CI = os.environ.get("CI") == "true"
 @pytest.fixture(scope="session", autouse=True)
 def _require_postgresql() -> None:
     # Guarantees are proven on PostgreSQL; SQLite would make race tests vacuous.
-    engine = settings.DATABASES["default"]["ENGINE"]
-    assert engine == "django.db.backends.postgresql", f"tests need PostgreSQL, not {engine}"
+    vendor = connections["default"].vendor
+    assert vendor == "postgresql", f"tests need PostgreSQL, not {vendor}"
 
 
 @pytest.fixture

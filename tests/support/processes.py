@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from django.db import connections
 
 from config.env import database_url_of
 
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 def database_url() -> str:
     """The URL of the database the tests are using right now (the test database)."""
     db = settings.DATABASES["default"]
-    if db["ENGINE"] != "django.db.backends.postgresql":
+    if connections["default"].vendor != "postgresql":
         raise RuntimeError("process tests need PostgreSQL")
     return database_url_of(db)
 

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import connections
 from psycopg import sql
 
 
@@ -20,7 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         db = settings.DATABASES["default"]
-        if db["ENGINE"] != "django.db.backends.postgresql":
+        if connections["default"].vendor != "postgresql":
             self.stdout.write(f"{db['ENGINE']}: nothing to create")
             return
         # psycopg leaves out the parameters given as None (libpq's defaults apply).
