@@ -21,10 +21,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.conf import Conf
@@ -43,6 +44,13 @@ from idempotency_core.execution.policy import (
     RetryPolicy,
     decide,
     recovery_for,
+)
+from idempotency_core.execution.statements import (
+    DUE,
+    RELEASED,
+    claim_take,
+    outcome_write,
+    statements_possible,
 )
 from idempotency_core.execution.steps import step_context, step_of
 from idempotency_core.models import Attempt, Operation
@@ -111,6 +119,8 @@ class Claim:
     operation: Operation
     attempt: Attempt
     token: uuid.UUID
+    # The earlier succeeded steps' references, when the claim read them (statements.py).
+    refs: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,26 +147,47 @@ def operation_claim(*, operation_id: int) -> Claim | None:
     who or what scheduled it (worker, sweeper, a replaying admin).
     """
     now = timezone.now()
+    if statements_possible():  # one statement: its own transaction
+        return _claim_take(operation_id, now=now, which=DUE)
     with transaction.atomic():
-        return _claim_take(
-            Operation.objects.filter(
-                pk=operation_id, status__in=Operation.CLAIMABLE, next_attempt_at__lte=now
-            ),
-            operation_id=operation_id,
-            now=now,
-        )
+        return _claim_take(operation_id, now=now, which=DUE)
 
 
-def _claim_take(
-    rows: QuerySet[Operation], *, operation_id: int, now: datetime, **also: object
-) -> Claim | None:
-    """The claim's conditional UPDATE on `rows` (the operation, if claimable) and its
-    attempt. Call inside a transaction, committed before the destination is called."""
+def _claim_take(operation_id: int, *, now: datetime, which: str) -> Claim | None:
+    """The claim's conditional UPDATE of the operation, if claimable (`DUE`: due and
+    unowned; `RELEASED`: waiting behind the step whose success is being recorded, made
+    due by this claim), and its attempt. Committed before the destination is called.
+    On PostgreSQL one statement (statements.py); elsewhere the same, by the ORM."""
     token = uuid.uuid4()
+    lease_until = now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS)
+    if statements_possible():
+        taken = claim_take(operation_id, token=token, now=now, lease_until=lease_until, which=which)
+        if taken is None:
+            return None
+        operation, attempt_id, refs = taken
+        attempt = Attempt(
+            pk=attempt_id,
+            operation=operation,
+            number=operation.attempt_count,
+            claim_token=token,
+            trigger=operation.next_trigger,
+            triggered_by_id=operation.next_triggered_by_id,
+            recovery=operation.recovery,
+            started_at=now,
+        )
+        attempt._state.adding = False
+        return Claim(operation=operation, attempt=attempt, token=token, refs=refs)
+    rows = Operation.objects.filter(pk=operation_id)
+    also: dict[str, object] = {}
+    if which == RELEASED:
+        rows = rows.filter(status=Operation.Status.PENDING, next_attempt_at__isnull=True)
+        also = {"next_attempt_at": now, "enqueued_at": now}
+    else:
+        rows = rows.filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
     claimed = rows.update(
         status=Operation.Status.RUNNING,
         claim_token=token,
-        lease_expires_at=now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS),
+        lease_expires_at=lease_until,
         attempt_count=F("attempt_count") + 1,
         first_presented_at=Coalesce(F("first_presented_at"), now),
         updated_at=now,
@@ -273,7 +304,7 @@ def operation_perform(claim: Claim) -> AttemptResult:
     try:
         # Never a call to a destination whose declared capabilities do not hold.
         destination_ready(operation.destination)
-        return _call_destination(operation, rule=rule)
+        return _call_destination(operation, rule=rule, refs=claim.refs)
     except DestinationError as exc:
         return AttemptResult(
             outcome=str(exc.classification),
@@ -302,10 +333,12 @@ def operation_perform(claim: Claim) -> AttemptResult:
         )
 
 
-def _call_destination(operation: Operation, *, rule: str) -> AttemptResult:
+def _call_destination(
+    operation: Operation, *, rule: str, refs: dict[str, str] | None
+) -> AttemptResult:
     """Looks first where the rule says so, else performs the step's effect."""
     step = step_of(operation)
-    context = step_context(operation)
+    context = step_context(operation, refs=refs)
     if rule == Recovery.LOOKUP_FIRST and step.find is not None:
         found = step.find(context)
         if found:
@@ -340,7 +373,8 @@ def operation_record_outcome(
 
     In one transaction: the outcome (invariant 4: only under the claim token),
     then what it leads to: a success releases the next step, a decision for
-    review opens the case and holds the steps behind it.
+    review opens the case and holds the steps behind it. On PostgreSQL, a success
+    that only releases the next step is one statement instead (`_success_release`).
     `learned=False` says the result carries no news from the destination (the
     sweeper's "interrupted"): if the claim was lost meanwhile, nothing is kept.
     """
@@ -360,13 +394,21 @@ def operation_record_outcome(
         now=now,
         policy=RetryPolicy.from_settings(),
     )
+    released = _success_release(claim, result, decision, system=system, now=now)
+    if released is not None:
+        if not released:  # the claim was lost meanwhile
+            if learned:
+                _late_outcome_keep(claim, result, system=system)
+            return False
+        return True
     with transaction.atomic():
-        if not _outcome_write(claim, result, decision, system=system, now=now):
+        owned, cases_waiting = _outcome_write(claim, result, decision, system=system, now=now)
+        if not owned:
             if learned:
                 _late_outcome_keep(claim, result, system=system)
             return False
         if decision.status == Operation.Status.SUCCEEDED:
-            _success_follow(operation, result, now=now)
+            _success_follow(operation, result, now=now, cases_waiting=cases_waiting)
         elif decision.case_kind:
             _review_open(claim, result, decision, system=system, now=now)
     _outcome_log(claim, result, decision)
@@ -391,42 +433,114 @@ def _outcome_log(claim: Claim, result: AttemptResult, decision: Decision) -> Non
     )
 
 
-def _outcome_write(
+def _success_release(
     claim: Claim, result: AttemptResult, decision: Decision, *, system: str, now: datetime
-) -> bool:
-    """The conditional UPDATE of invariant 4, and the attempt's own outcome."""
-    succeeded = decision.status == Operation.Status.SUCCEEDED
-    owned = Operation.objects.filter(
-        pk=claim.operation.pk, claim_token=claim.token, status=Operation.Status.RUNNING
-    ).update(
-        status=decision.status,
-        claim_token=None,
-        lease_expires_at=None,
-        next_attempt_at=decision.next_attempt_at,
-        next_trigger=system,  # a retry is the worker's doing, a recovery the sweeper's
-        next_triggered_by=None,
-        enqueued_at=None,
-        recovery=Recovery.NONE if succeeded else decision.recovery,
-        destination_ref=result.destination_ref or F("destination_ref"),
-        last_error="" if succeeded else result.message,
-        completed_at=now if succeeded else None,
-        updated_at=now,
+) -> bool | None:
+    """A success whose only follow-up is the next step, written in one autocommit
+    statement (statements.outcome_write) that also makes the next step due. Then, in
+    a worker's chain, the next step is claimed (its own statement), else queued. The
+    step is due before its task exists, for a moment: a worker that dies in it leaves
+    a due step without a task, which the sweeper queues (TASK-QUEUE.md rule 2's "on
+    commit plus the sweeper"), as it recovers a lost task.
+
+    None when this path does not apply (not PostgreSQL, not a success, a step with its
+    own follow-up, or a case waiting on the success: the statement then writes
+    nothing); else whether the claim still owned the operation."""
+    if not (
+        statements_possible()
+        and decision.status == Operation.Status.SUCCEEDED
+        and step_of(claim.operation).on_success is None
+    ):
+        return None
+    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
+    owned, cases_waiting, released = outcome_write(
+        claim.operation.pk,
+        token=claim.token,
+        sets=operation_sets,
+        attempt_id=claim.attempt.pk,
+        attempt_sets=attempt_sets,
+        settles_case_ids=_settles_case_ids(claim.operation),
+        release_next=True,
+        now=now,
     )
+    if cases_waiting:
+        return None
     if not owned:
         return False
-    reply = result.reply
-    Attempt.objects.filter(pk=claim.attempt.pk, outcome__isnull=True).update(
-        outcome=result.outcome,
-        finished_at=now,
-        error_class=result.error_class[:100],
-        error_message=result.message,
-        http_status=reply.code if reply and reply.protocol == "http" else None,
-        smtp_code=reply.code if reply and reply.protocol == "smtp" else None,
-        destination_ref=result.destination_ref,
-        adopted=result.adopted,
-        retry_after_seconds=result.retry_after,
-    )
+    chained = _chained.get()
+    if chained is not None and len(released) == 1:
+        following = _claim_take(released[0], now=timezone.now(), which=DUE)
+        if following is not None:
+            chained.append(following)
+        return True
+    for operation_id in released:
+        operation_enqueue(operation_id)
     return True
+
+
+def _settles_case_ids(operation: Operation) -> list[int]:
+    return list((operation.arguments or {}).get("settles_case_ids", []))
+
+
+def _outcome_write(
+    claim: Claim, result: AttemptResult, decision: Decision, *, system: str, now: datetime
+) -> tuple[bool, bool]:
+    """The conditional UPDATE of invariant 4, and the attempt's own outcome. Returns
+    whether the claim still owned the operation, and whether an open case may wait on
+    its success (always on SQLite, where the settling reads for itself)."""
+    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
+    if statements_possible():
+        owned, cases_waiting, _ = outcome_write(
+            claim.operation.pk,
+            token=claim.token,
+            sets=operation_sets,
+            attempt_id=claim.attempt.pk,
+            attempt_sets=attempt_sets,
+            settles_case_ids=_settles_case_ids(claim.operation),
+        )
+        return owned, cases_waiting
+    operation_sets["destination_ref"] = result.destination_ref or F("destination_ref")
+    updated = Operation.objects.filter(
+        pk=claim.operation.pk, claim_token=claim.token, status=Operation.Status.RUNNING
+    ).update(**operation_sets)
+    if not updated:
+        return False, False
+    Attempt.objects.filter(pk=claim.attempt.pk, outcome__isnull=True).update(**attempt_sets)
+    return True, True
+
+
+def _outcome_fields(
+    result: AttemptResult, decision: Decision, *, system: str, now: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The operation's and the attempt's fields that record the outcome."""
+    succeeded = decision.status == Operation.Status.SUCCEEDED
+    operation_sets: dict[str, Any] = {
+        "status": decision.status,
+        "claim_token": None,
+        "lease_expires_at": None,
+        "next_attempt_at": decision.next_attempt_at,
+        "next_trigger": system,  # a retry is the worker's doing, a recovery the sweeper's
+        "next_triggered_by": None,
+        "enqueued_at": None,
+        "recovery": Recovery.NONE if succeeded else decision.recovery,
+        "destination_ref": result.destination_ref,  # kept when empty
+        "last_error": "" if succeeded else result.message,
+        "completed_at": now if succeeded else None,
+        "updated_at": now,
+    }
+    reply = result.reply
+    attempt_sets: dict[str, Any] = {
+        "outcome": result.outcome,
+        "finished_at": now,
+        "error_class": result.error_class[:100],
+        "error_message": result.message,
+        "http_status": reply.code if reply and reply.protocol == "http" else None,
+        "smtp_code": reply.code if reply and reply.protocol == "smtp" else None,
+        "destination_ref": result.destination_ref,
+        "adopted": result.adopted,
+        "retry_after_seconds": result.retry_after,
+    }
+    return operation_sets, attempt_sets
 
 
 def _late_outcome_keep(claim: Claim, result: AttemptResult, *, system: str) -> None:
@@ -446,13 +560,17 @@ def _late_outcome_keep(claim: Claim, result: AttemptResult, *, system: str) -> N
     logger.warning("operation %s: claim lost before the outcome was written", claim.operation.pk)
 
 
-def _success_follow(operation: Operation, result: AttemptResult, *, now: datetime) -> None:
+def _success_follow(
+    operation: Operation, result: AttemptResult, *, now: datetime, cases_waiting: bool
+) -> None:
     """What a success releases: the step's own follow-up, then the next step."""
     step = step_of(operation)
     if step.on_success is not None:
         step.on_success(operation, result.destination_ref)
-    # A case waiting on this step (a replay, an email sent again) settles now, not when queued.
-    review_cases_settle_on_success(operation, now=now)
+    # A case waiting on this step (a replay, an email sent again) settles now, not when
+    # queued; the outcome's statement said whether one is open.
+    if cases_waiting:
+        review_cases_settle_on_success(operation, now=now)
     operation_release_next(operation, now=now)
 
 
@@ -539,13 +657,7 @@ def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
     if chained is not None and len(ids) == 1:
         # The worker that recorded this success runs the next step itself
         # (operation_execute_chain): claimed here, in the same transaction.
-        claim = _claim_take(
-            following.filter(pk=ids[0]),
-            operation_id=ids[0],
-            now=now,
-            next_attempt_at=now,
-            enqueued_at=now,
-        )
+        claim = _claim_take(ids[0], now=now, which=RELEASED)
         if claim is not None:
             chained.append(claim)
             return ids

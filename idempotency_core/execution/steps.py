@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.execution.destinations import adapter_for
@@ -24,6 +24,19 @@ from integrations.base import (
     EmailAdapter,
 )
 
+_conformance: dict[tuple[type, type], bool] = {}
+
+
+def _conforms(adapter: object, protocol: type) -> bool:
+    """`isinstance(adapter, protocol)`, decided once per adapter class and process.
+    Python 3.11's check of a runtime protocol calls `hasattr` on every member, which
+    evaluates properties, and the sandbox adapter's `capabilities` is a network read:
+    once per step, it was a twentieth of a worker's time."""
+    key = (type(adapter), protocol)
+    if key not in _conformance:
+        _conformance[key] = isinstance(adapter, protocol)
+    return _conformance[key]
+
 
 @dataclass(frozen=True)
 class StepContext:
@@ -35,21 +48,21 @@ class StepContext:
 
     @property
     def crm(self) -> CrmAdapter:
-        if not isinstance(self.adapter, CrmAdapter):
+        if not _conforms(self.adapter, CrmAdapter):
             raise DestinationError(
                 f"{self.operation.step} needs a CRM, and its destination is not one",
                 classification=Classification.PERMANENT,
             )
-        return self.adapter
+        return cast(CrmAdapter, self.adapter)
 
     @property
     def mail(self) -> EmailAdapter:
-        if not isinstance(self.adapter, EmailAdapter):
+        if not _conforms(self.adapter, EmailAdapter):
             raise DestinationError(
                 f"{self.operation.step} needs a mail service, and its destination is not one",
                 classification=Classification.PERMANENT,
             )
-        return self.adapter
+        return cast(EmailAdapter, self.adapter)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -267,16 +280,18 @@ def pipeline_for(source: Source, form: str) -> tuple[str, ...]:
     return tuple(steps) if steps else DEFAULT_PIPELINE
 
 
-def step_context(operation: Operation) -> StepContext:
+def step_context(operation: Operation, *, refs: dict[str, str] | None = None) -> StepContext:
     """What a step sees: its operation, its event, and the references its event's
-    earlier steps left (read fresh: they may have succeeded since the claim)."""
-    refs = dict(
-        Operation.objects.filter(
-            event_id=operation.event_id,
-            position__lt=operation.position,
-            status=Operation.Status.SUCCEEDED,
-        ).values_list("step", "destination_ref")
-    )
+    earlier steps left: `refs` as its claim read them (statements.py, in the claim's
+    statement: an earlier step succeeds before a later one can be claimed), else read."""
+    if refs is None:
+        refs = dict(
+            Operation.objects.filter(
+                event_id=operation.event_id,
+                position__lt=operation.position,
+                status=Operation.Status.SUCCEEDED,
+            ).values_list("step", "destination_ref")
+        )
     return StepContext(
         operation=operation,
         event=operation.event,

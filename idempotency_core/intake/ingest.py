@@ -26,6 +26,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.db.models.constants import OnConflict
 from django.utils import timezone
 from django_q.tasks import async_task
@@ -289,16 +290,7 @@ def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
       are flagged too. The pair's subject orders the two events, so whichever task
       finds the pair first opens the one case, on the later event.
     """
-    event = (
-        Event.objects.filter(
-            operations__pk=operation_id,
-            operations__position=0,
-            operations__attempt_count=0,
-            revises__isnull=True,
-        )
-        .exclude(contact_digest="")
-        .first()
-    )
+    event = _first_event_with_twin(operation_id)
     if event is None:
         return None
     earlier, later = _duplicate_pair(event)
@@ -323,6 +315,35 @@ def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
         system="ingest",
     )
     return case
+
+
+def _first_event_with_twin(operation_id: int) -> Event | None:
+    """The event whose first step is `operation_id`, before that step's first attempt,
+    if any submission of the same contact to the same form lies within the window on
+    either side: one read, which is all the usual case costs (the messages are compared
+    by `_duplicate_pair` only when such a submission exists)."""
+    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
+    nearby = Event.objects.filter(
+        source_id=OuterRef("source_id"),
+        contact_digest=OuterRef("contact_digest"),
+        form=OuterRef("form"),
+        revises__isnull=True,
+        received_at__gte=OuterRef("received_at") - window,
+        received_at__lte=OuterRef("received_at") + window,
+    ).exclude(pk=OuterRef("pk"))
+    event = (
+        Event.objects.filter(
+            operations__pk=operation_id,
+            operations__position=0,
+            operations__attempt_count=0,
+            revises__isnull=True,
+        )
+        .exclude(contact_digest="")
+        .annotate(has_twin=Exists(nearby))
+        .defer("payload")
+        .first()
+    )
+    return event if event is not None and event.has_twin else None
 
 
 def _duplicate_pair(event: Event) -> tuple[Event | None, Event | None]:

@@ -33,21 +33,18 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from typing import Any
+from functools import lru_cache
 
-import psycopg
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
-from django.db.models import Field
+from django.db import connection, models
 from django.utils import timezone
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from idempotency_core.execution.engine import operation_task_package
 from idempotency_core.models import Delivery, Event, Operation
+from idempotency_core.sql import columns_of, prep_value, prepared_cursor, table_of
 
 # Operation ids taken from the sequence at once: a submission uses one per step.
 ID_BLOCK = 96
@@ -68,45 +65,21 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
     queue, package = operation_task_package(operations[0].pk)
     # As django-q2's ORM broker enqueues it: due at once.
     task = OrmQ(key=queue, payload=package, lock=timezone.now())
-    db = connections[connection.alias]
     tables = [
-        _Rows.of(Event, [event], db),
-        _Rows.of(Operation, operations, db),
-        _Rows.of(Delivery, [delivery], db),
-        _Rows.of(OrmQ, [task], db),
+        _Rows.of(Event, [event]),
+        _Rows.of(Operation, operations),
+        _Rows.of(Delivery, [delivery]),
+        _Rows.of(OrmQ, [task]),
     ]
     sql = _statement(tuple(rows.shape for rows in tables))
-    with _prepared_cursor(db) as cursor:
+    with prepared_cursor(connection.alias) as cursor:
         cursor.execute(sql, [value for rows in tables for value in rows.params])
         (created,) = cursor.fetchone()
     if created:
         for row in (event, *operations):
             row._state.adding = False
-            row._state.db = db.alias
+            row._state.db = connection.alias
     return bool(created)
-
-
-class _PreparedCursor(psycopg.Cursor[Any]):
-    """A server-binding cursor (Django's own cursors bind on the client, and so can
-    never be prepared), asking psycopg to prepare what it executes: PostgreSQL parses
-    and plans the statement once per connection (settings: DATABASE_PREPARED_STATEMENTS).
-    It also keeps the query for Django's `last_executed_query` (the debug log, captured
-    queries), which psycopg sets only on the path that does not prepare."""
-
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        return super().execute(query, params, prepare=True, **kwargs)
-
-    def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:
-        self._query = pgq
-        super()._send_query_prepared(name, pgq, binary=binary)
-
-
-@contextmanager
-def _prepared_cursor(db: Any) -> Iterator[Any]:
-    """A `_PreparedCursor` in Django's wrapper: logged, its errors translated."""
-    db.ensure_connection()
-    with db.wrap_database_errors, db._prepare_cursor(_PreparedCursor(db.connection)) as cursor:
-        yield cursor
 
 
 # A column's value in the statement: one for every row, or one per row (an array).
@@ -125,33 +98,22 @@ class _Rows:
     params: list[object]
 
     @classmethod
-    def of(cls, model: type[models.Model], rows: Sequence[models.Model], db: Any) -> _Rows:
+    def of(cls, model: type[models.Model], rows: Sequence[models.Model]) -> _Rows:
         columns: list[tuple[str, str, str]] = []
         ones: list[object] = []
         arrays: list[object] = []  # after the others: the SQL puts them in unnest(...)
-        for field, column, db_type in _fields(model):
-            # What Django's INSERT compiler does with each value (pre_save_val, prepare_value).
-            values = [field.get_db_prep_save(field.pre_save(row, True), db) for row in rows]
+        for column in columns_of(model):
+            values = [prep_value(column.field, row) for row in rows]
             if all(value is None for value in values):
                 continue
             first = values[0]
             if len(rows) == 1 or all(type(v) is type(first) and v == first for v in values):
-                columns.append((column, _ONE, db_type))
+                columns.append((column.name, _ONE, column.db_type))
                 ones.append(first)
             else:
-                columns.append((column, _EACH, db_type))
+                columns.append((column.name, _EACH, column.db_type))
                 arrays.append(values)
-        table = db.ops.quote_name(str(model._meta.db_table))
-        return cls(shape=(table, tuple(columns)), params=ones + arrays)
-
-
-@cache
-def _fields(model: type[models.Model]) -> list[tuple[Field[Any, Any], str, str]]:
-    db = connections[DEFAULT_DB_ALIAS]
-    return [
-        (field, db.ops.quote_name(str(field.column)), field.db_type(db) or "")
-        for field in model._meta.local_concrete_fields
-    ]
+        return cls(shape=(table_of(model), tuple(columns)), params=ones + arrays)
 
 
 @lru_cache(maxsize=64)

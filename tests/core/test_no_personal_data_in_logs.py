@@ -557,7 +557,8 @@ def inserts_waiting_on_a_lock() -> int:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock' AND query LIKE %s",
-            ['INSERT INTO "idempotency_core_event"%'],
+            # Ingest's one statement starts `WITH event AS (INSERT INTO ...`.
+            ['%INSERT INTO "idempotency_core_event"%'],
         )
         return int(cursor.fetchone()[0])
 

@@ -14,7 +14,8 @@ import os
 import threading
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django_q.models import OrmQ, Task
 
 from idempotency_core import tasks
@@ -51,6 +52,40 @@ def test_a_worker_task_runs_every_step_its_successes_release(sandbox):
     )
     assert not OrmQ.objects.exists()
     assert effects(sandbox) == (1, 1, 1)
+
+
+@pytest.mark.django_db
+def test_a_submissions_three_steps_cost_the_worker_seven_statements(sandbox):
+    """Pinned so that no round trip creeps back (execution/statements.py): the
+    suspected-duplicate search, then the first claim, then for each step one statement
+    recording its success and making the next step due, and the next step's claim."""
+    warm = ingest("chain-warm", contact_from_key=True)  # verifies the destinations
+    OrmQ.objects.all().delete()
+    tasks.operation_run(op(warm, "create_enquiry").pk)
+    event = ingest("chain-count", contact_from_key=True)
+    first = op(event, "create_enquiry").pk
+    OrmQ.objects.all().delete()
+    with CaptureQueriesContext(connection) as captured:
+        assert tasks.operation_run(first) == "succeeded"
+    assert [_shape(q["sql"]) for q in captured.captured_queries] == [
+        "SELECT idempotency_core_event",  # the event, and whether a twin is near
+        "WITH claimed",
+        "WITH waiting",  # success of create_enquiry, assign_task made due
+        "WITH claimed",
+        "WITH waiting",
+        "WITH claimed",
+        "WITH waiting",
+    ]
+    assert statuses(event) == ["succeeded"] * 3
+    assert effects(sandbox) == (2, 2, 2)
+
+
+def _shape(sql: str) -> str:
+    """`VERB table`, or for a statement of CTEs, `WITH` and the first one's name."""
+    words = sql.split()
+    if words[0] == "WITH":
+        return f"WITH {words[1]}"
+    return f"{words[0]} {sql.split(' FROM ', 1)[1].split()[0].strip(chr(34))}"
 
 
 @pytest.mark.django_db

@@ -1,0 +1,211 @@
+"""The worker's claim and outcome, each one statement on PostgreSQL.
+
+A step's attempt used to cost the worker eight round trips to PostgreSQL besides its
+transactions: the claim's UPDATE, a read of the operation with its event, source and
+destination, the attempt's INSERT, a read of the earlier steps' references, then the
+outcome's two UPDATEs and a read for cases to settle. Here the claim is one statement
+and the outcome another; what they decide is unchanged (engine.py says what that is):
+
+* `claim_take`: the conditional UPDATE (the claim: due and unowned, or waiting and
+  released by the success being recorded), RETURNING the row, the attempt's INSERT from
+  it, and a SELECT of the operation, its event, source and destination, the attempt's
+  id and the earlier steps' references. No row: not claimable, nothing written.
+* `outcome_write`: the UPDATE under the claim token (invariant 4), the attempt's
+  UPDATE only if that one matched, and whether an open case waits on the operation.
+
+Each is prepared once per connection (sql.py). On SQLite (the quick start) the ORM
+does the same in several statements (engine.py).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from functools import cache
+from typing import Any, cast
+
+from django.db import connection, models
+from django.db.models import Field
+
+from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase, Source
+from idempotency_core.sql import (
+    columns_of,
+    model_from_row,
+    prep_value,
+    prepared_cursor,
+    table_of,
+)
+
+# What `claim_take` claims: an operation due now (a worker's or the sweeper's task), or
+# one waiting behind the step whose success is being recorded (released and claimed
+# at once, in that transaction).
+DUE, RELEASED = "due", "released"
+
+
+def statements_possible() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def claim_take(
+    operation_id: int, *, token: uuid.UUID, now: datetime, lease_until: datetime, which: str
+) -> tuple[Operation, int, dict[str, str]] | None:
+    """Claims the operation and records its attempt; returns the operation (with its
+    event, source and destination), the attempt's id and the references of the
+    event's earlier succeeded steps, or None when it was not claimable."""
+    template = Attempt(claim_token=token, started_at=now)
+    attempt_columns = _attempt_columns()
+    params: list[object] = [token, lease_until, now, now]
+    if which == RELEASED:
+        params += [now, now]
+    params += [operation_id]
+    params += [] if which == RELEASED else [list(Operation.CLAIMABLE), now]
+    params += [prep_value(c.field, template) for c in attempt_columns]
+    with prepared_cursor(connection.alias) as cursor:
+        cursor.execute(_claim_sql(which), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values: list[Any] = list(row)
+    operation = _take(Operation, values)
+    (attempt_id,) = _take_n(values, 1)
+    event = _take(Event, values)
+    event.source = _take(Source, values)
+    operation.event = event
+    operation.destination = _take(Destination, values)
+    (refs,) = _take_n(values, 1)
+    return operation, int(attempt_id), json.loads(refs) if isinstance(refs, str) else refs
+
+
+def outcome_write(
+    operation_id: int,
+    *,
+    token: uuid.UUID,
+    sets: dict[str, object],
+    attempt_id: int,
+    attempt_sets: dict[str, object],
+    settles_case_ids: list[int],
+    release_next: bool = False,
+    now: datetime | None = None,
+) -> tuple[bool, bool, list[int]]:
+    """The outcome under the claim token, and the attempt's if it matched. `sets` and
+    `attempt_sets` name fields; `destination_ref` is kept when the new one is empty.
+
+    Returns (owned, a case waits on this operation's success, the ids released). With
+    `release_next` (a success whose follow-up is only the next step), the same statement
+    makes the step after it due (`operation_release_next`'s UPDATE), and it writes
+    nothing at all when a case waits: settling it belongs in the outcome's transaction."""
+    names = tuple(sets)
+    attempt_names = tuple(attempt_sets)
+    waiting = [operation_id, settles_case_ids, list(ReviewCase.OPEN_STATUSES)]
+    params: list[object] = list(waiting)
+    for name in names:
+        params.append(_prep(Operation, name, sets[name]))
+    params += [operation_id, token]
+    for name in attempt_names:
+        params.append(_prep(Attempt, name, attempt_sets[name]))
+    params += [attempt_id]
+    if release_next:
+        params += [now, now, now]
+    with prepared_cursor(connection.alias) as cursor:
+        cursor.execute(_outcome_sql(names, attempt_names, release_next), params)
+        owned, cases_waiting, released = cursor.fetchone()
+    return bool(owned), bool(cases_waiting), list(released)
+
+
+def _prep(model: type[Any], name: str, value: object) -> object:
+    field = model._meta.get_field(name)
+    return field.get_db_prep_save(value, connection)
+
+
+def _take(model: type[models.Model], values: list[Any]) -> Any:
+    return model_from_row(model, _take_n(values, len(columns_of(model))))
+
+
+def _take_n(values: list[Any], n: int) -> list[Any]:
+    taken = values[:n]
+    del values[:n]
+    return taken
+
+
+@cache
+def _attempt_columns() -> tuple[Any, ...]:
+    """The attempt's columns set from the template (the rest come from the claimed row,
+    or are left to the sequence)."""
+    from_row = {"id", "operation", "number", "trigger", "triggered_by", "recovery"}
+    return tuple(c for c in columns_of(Attempt) if c.field.name not in from_row)
+
+
+def _select(model: type[models.Model], alias: str) -> str:
+    return ", ".join(f"{alias}.{c.name}" for c in columns_of(model))
+
+
+@cache
+def _claim_sql(which: str) -> str:
+    op, attempt = table_of(Operation), table_of(Attempt)
+    also = ', "next_attempt_at" = %s, "enqueued_at" = %s' if which == RELEASED else ""
+    condition = (
+        '"status" = \'pending\' AND "next_attempt_at" IS NULL'
+        if which == RELEASED
+        else '"status" = ANY(%s::text[]) AND "next_attempt_at" <= %s'
+    )
+    template = _attempt_columns()
+    names = ", ".join(c.name for c in template)
+    casts = ", ".join(f"%s::{c.db_type}" for c in template)
+    return (
+        f'WITH claimed AS (UPDATE {op} SET "status" = \'running\', "claim_token" = %s, '
+        '"lease_expires_at" = %s, "attempt_count" = "attempt_count" + 1, '
+        '"first_presented_at" = COALESCE("first_presented_at", %s), '
+        f'"updated_at" = %s{also} WHERE "id" = %s AND {condition} RETURNING *), '
+        f'attempt AS (INSERT INTO {attempt} ("operation_id", "number", "trigger", '
+        f'"triggered_by_id", "recovery", {names}) SELECT c."id", c."attempt_count", '
+        f'c."next_trigger", c."next_triggered_by_id", c."recovery", {casts} '
+        'FROM claimed c RETURNING "id") '
+        f'SELECT {_select(Operation, "c")}, a."id", {_select(Event, "e")}, '
+        f"{_select(Source, 's')}, {_select(Destination, 'd')}, "
+        '(SELECT COALESCE(json_object_agg(o."step", o."destination_ref"), \'{}\') '
+        f'FROM {op} o WHERE o."event_id" = c."event_id" AND o."position" < c."position" '
+        "AND o.\"status\" = 'succeeded') "
+        f"FROM claimed c, attempt a, {table_of(Event)} e, {table_of(Source)} s, "
+        f'{table_of(Destination)} d WHERE e."id" = c."event_id" AND s."id" = e."source_id" '
+        'AND d."id" = c."destination_id"'
+    )
+
+
+@cache
+def _outcome_sql(names: tuple[str, ...], attempt_names: tuple[str, ...], release_next: bool) -> str:
+    op, attempt, case = table_of(Operation), table_of(Attempt), table_of(ReviewCase)
+
+    def assignments(model: type[models.Model], fields: tuple[str, ...]) -> str:
+        out = []
+        for name in fields:
+            field = cast("Field[Any, Any]", model._meta.get_field(name))
+            column = f'"{field.column}"'
+            value = f"%s::{field.db_type(connection)}"
+            if model is Operation and name == "destination_ref":
+                value = f"COALESCE(NULLIF({value}, ''), {column})"  # kept unless a new one
+            out.append(f"{column} = {value}")
+        return ", ".join(out)
+
+    guard = "AND NOT (SELECT yes FROM waiting) " if release_next else ""
+    released = (
+        f'released AS (UPDATE {op} o SET "next_attempt_at" = %s, "enqueued_at" = %s, '
+        '"updated_at" = %s FROM owned WHERE o."event_id" = owned."event_id" '
+        'AND o."position" = owned."position" + 1 AND o."status" = \'pending\' '
+        'AND o."next_attempt_at" IS NULL RETURNING o."id")'
+        if release_next
+        else 'released AS (SELECT NULL::bigint AS "id" WHERE false)'
+    )
+    return (
+        f"WITH waiting AS (SELECT EXISTS (SELECT FROM {case} r WHERE "
+        '(r."operation_id" = %s OR r."id" = ANY(%s::bigint[])) '
+        'AND r."status" = ANY(%s::text[])) AS yes), '
+        f"owned AS (UPDATE {op} SET {assignments(Operation, names)} "
+        'WHERE "id" = %s AND "claim_token" = %s AND "status" = \'running\' '
+        f'{guard}RETURNING "event_id", "position"), '
+        f"recorded AS (UPDATE {attempt} SET {assignments(Attempt, attempt_names)} "
+        'WHERE "id" = %s AND "outcome" IS NULL AND EXISTS (SELECT FROM owned) RETURNING 1), '
+        f"{released} "
+        "SELECT (SELECT count(*) FROM owned), (SELECT yes FROM waiting), "
+        'ARRAY(SELECT "id" FROM released)'
+    )

@@ -1,0 +1,96 @@
+"""Hand-written statements on the hot paths, and what they share.
+
+Ingest (intake/ingest_statement.py) and the worker's claim and outcome
+(execution/statements.py) each do in one statement what the ORM would do in several
+round trips. They still go through Django's connection and cursor wrapper (logged,
+errors translated) and through each field's own conversions, both ways:
+
+* `prepared_cursor`: a server-binding cursor that psycopg prepares, so PostgreSQL
+  parses and plans each statement once per connection;
+* `columns_of`: a model's columns with their field and SQL type;
+* `prep_value` / `model_from_row`: what Django's compilers do with a value on the way
+  in (`pre_save`, `get_db_prep_save`) and on the way out (`from_db_value`, `from_db`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, TypeVar
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db.models import Field
+
+M = TypeVar("M", bound=models.Model)
+
+
+class _PreparedCursor(psycopg.Cursor[Any]):
+    """A server-binding cursor (Django's own cursors bind on the client, and so can
+    never be prepared), asking psycopg to prepare what it executes: PostgreSQL parses
+    and plans the statement once per connection (settings: DATABASE_PREPARED_STATEMENTS).
+    It also keeps the query for Django's `last_executed_query` (the debug log, captured
+    queries), which psycopg sets only on the path that does not prepare."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        return super().execute(query, params, prepare=True, **kwargs)
+
+    def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:
+        self._query = pgq
+        super()._send_query_prepared(name, pgq, binary=binary)
+
+
+@contextmanager
+def prepared_cursor(alias: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
+    """A prepared-statement cursor on `alias`'s connection, in Django's wrapper. Joins
+    the connection's transaction, if one is open, like any cursor."""
+    db = connections[alias]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    # `_prepare_cursor`: how Django wraps every cursor it makes (untyped, private).
+    wrap = db._prepare_cursor  # type: ignore[attr-defined]
+    with db.wrap_database_errors, wrap(_PreparedCursor(db.connection)) as cursor:
+        yield cursor
+
+
+@dataclass(frozen=True)
+class Column:
+    field: Field[Any, Any]
+    name: str  # quoted
+    db_type: str
+
+
+@cache
+def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
+    """The model's concrete columns, in field order."""
+    db = connections[DEFAULT_DB_ALIAS]
+    return tuple(
+        Column(field, db.ops.quote_name(str(field.column)), field.db_type(db) or "")
+        for field in model._meta.concrete_fields
+    )
+
+
+def table_of(model: type[models.Model]) -> str:
+    return connections[DEFAULT_DB_ALIAS].ops.quote_name(str(model._meta.db_table))
+
+
+def prep_value(field: Field[Any, Any], row: models.Model) -> object:
+    """A row's value for `field` as Django's INSERT compiler prepares it."""
+    return field.get_db_prep_save(field.pre_save(row, True), connections[DEFAULT_DB_ALIAS])
+
+
+def model_from_row(model: type[M], values: Sequence[object]) -> M:
+    """An instance from the values of `columns_of(model)`, in that order, converted as
+    Django's compiler converts what it reads (JSON text to objects, and so on)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    converted = [
+        column.field.from_db_value(value, None, db)
+        if value is not None and hasattr(column.field, "from_db_value")
+        else value
+        for column, value in zip(columns_of(model), values, strict=True)
+    ]
+    return model.from_db(
+        db.alias, [column.field.attname for column in columns_of(model)], converted
+    )
