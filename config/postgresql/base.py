@@ -29,9 +29,12 @@ class DatabaseWrapper(base.DatabaseWrapper):
             with self.connection.lock:
                 pgconn = self.connection.pgconn
                 pgconn.consume_input()  # notifications stay queued for their reader
+                # What SELECT 1 would also accept: idle, or in a transaction that
+                # has not failed.
                 return bool(
                     pgconn.status == pq.ConnStatus.OK
-                    and pgconn.transaction_status == pq.TransactionStatus.IDLE
+                    and pgconn.transaction_status
+                    in (pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS)
                 )
         except psycopg.Error:
             return False
