@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.db.models.constants import OnConflict
 from django.utils import timezone
@@ -45,6 +45,7 @@ from idempotency_core.intake.duplicate_hold import (
 from idempotency_core.intake.ingest_statement import one_statement_possible, rows_insert
 from idempotency_core.keys import contact_digest, key_expired, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
+from idempotency_core.sql import prepared_cursor
 
 LATE_REPEAT_TASK = "idempotency_core.tasks.late_repeat_check"
 
@@ -317,12 +318,32 @@ def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
     return case
 
 
+_TWIN_NEAR_SQL = """
+SELECT e.id, EXISTS (
+    SELECT FROM idempotency_core_event t
+    WHERE t.source_id = e.source_id AND t.contact_digest = e.contact_digest
+      AND t.form = e.form AND t.revises_id IS NULL AND t.id <> e.id
+      AND t.received_at >= e.received_at - %s::interval
+      AND t.received_at <= e.received_at + %s::interval)
+FROM idempotency_core_operation o JOIN idempotency_core_event e ON e.id = o.event_id
+WHERE o.id = %s AND o.position = 0 AND o.attempt_count = 0
+  AND e.revises_id IS NULL AND e.contact_digest <> ''
+"""
+
+
 def _first_event_with_twin(operation_id: int) -> Event | None:
     """The event whose first step is `operation_id`, before that step's first attempt,
     if any submission of the same contact to the same form lies within the window on
     either side: one read, which is all the usual case costs (the messages are compared
     by `_duplicate_pair` only when such a submission exists)."""
     window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
+    if connection.vendor == "postgresql":  # the same read, prepared: the ORM's took 2 ms
+        with prepared_cursor() as cursor:
+            cursor.execute(_TWIN_NEAR_SQL, [window, window, operation_id])
+            row = cursor.fetchone()
+        if row is None or not row[1]:
+            return None
+        return Event.objects.get(pk=row[0])
     nearby = Event.objects.filter(
         source_id=OuterRef("source_id"),
         contact_digest=OuterRef("contact_digest"),
