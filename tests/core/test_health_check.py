@@ -10,8 +10,12 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
+# Committing, like every test here that commits: serialized, so that the migrations'
+# seed is restored after the flush (a flush without it re-seeds with new ids, and the
+# next serialized test's restore then collides with them).
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
-@pytest.mark.django_db(transaction=True)
+
 def test_a_healthy_connection_is_usable_without_a_query():
     connection.ensure_connection()
     with CaptureQueriesContext(connection) as captured:
@@ -22,7 +26,6 @@ def test_a_healthy_connection_is_usable_without_a_query():
     assert connection.connection.pgconn.transaction_status == before
 
 
-@pytest.mark.django_db(transaction=True)
 def test_a_terminated_backend_is_unusable_and_the_next_request_reconnects():
     connection.ensure_connection()
     pid = connection.connection.info.backend_pid
@@ -44,7 +47,6 @@ def test_a_terminated_backend_is_unusable_and_the_next_request_reconnects():
         assert cursor.fetchone()[0] != pid
 
 
-@pytest.mark.django_db(transaction=True)
 def test_a_failed_transaction_is_unusable_as_select_1_would_find():
     connection.ensure_connection()
     raw = connection.connection
