@@ -448,6 +448,7 @@ class QClusterOptions(TypedDict, total=False):
     save_limit: int
     poll: float
     label: str
+    broker_class: str
     ALT_CLUSTERS: dict[str, QClusterOptions]
 
 
@@ -476,6 +477,9 @@ Q_CLUSTER: QClusterOptions = {
     # about 0.1 s at 5 polls a second per cluster; 1 s took 0.7 s, 0.05 s gained nothing.
     "poll": env_float("ONEFOLD_Q_POLL", 0.2, minimum=0.01),
     "label": "Task queue",
+    # django-q2's ORM broker, its dequeue one statement with SKIP LOCKED on PostgreSQL
+    # (idempotency_core/broker.py): clusters no longer race for the same row.
+    "broker_class": "idempotency_core.broker.SkipLockedORM",
     # Clusters started with Q_CLUSTER_NAME=<queue> serve that queue instead (the
     # drill's workers); they share the name above, which signs every task, and
     # leave the shared schedules to the main cluster.
