@@ -165,16 +165,8 @@ def _claim_take(operation_id: int, *, now: datetime, which: str) -> Claim | None
         if taken is None:
             return None
         operation, attempt_id, refs = taken
-        attempt = Attempt(
-            pk=attempt_id,
-            operation=operation,
-            number=operation.attempt_count,
-            claim_token=token,
-            trigger=operation.next_trigger,
-            triggered_by_id=operation.next_triggered_by_id,
-            recovery=operation.recovery,
-            started_at=now,
-        )
+        attempt = _attempt_of(operation, token=token, now=now)  # inserted by the statement
+        attempt.pk = attempt_id
         attempt._state.adding = False
         return Claim(operation=operation, attempt=attempt, token=token, refs=refs)
     rows = Operation.objects.filter(pk=operation_id)
@@ -198,7 +190,14 @@ def _claim_take(operation_id: int, *, now: datetime, which: str) -> Claim | None
     operation = Operation.objects.select_related("event__source", "destination").get(
         pk=operation_id
     )
-    attempt = Attempt.objects.create(
+    attempt = _attempt_of(operation, token=token, now=now)
+    attempt.save(force_insert=True)
+    return Claim(operation=operation, attempt=attempt, token=token)
+
+
+def _attempt_of(operation: Operation, *, token: uuid.UUID, now: datetime) -> Attempt:
+    """The claim's attempt: who or what scheduled it, and the rule it follows."""
+    return Attempt(
         operation=operation,
         number=operation.attempt_count,
         claim_token=token,
@@ -207,7 +206,6 @@ def _claim_take(operation_id: int, *, now: datetime, which: str) -> Claim | None
         recovery=operation.recovery,
         started_at=now,
     )
-    return Claim(operation=operation, attempt=attempt, token=token)
 
 
 def operation_execute(*, operation_id: int) -> str | None:
@@ -452,16 +450,8 @@ def _success_release(
         and step_of(claim.operation).on_success is None
     ):
         return None
-    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
-    owned, cases_waiting, released = outcome_write(
-        claim.operation.pk,
-        token=claim.token,
-        sets=operation_sets,
-        attempt_id=claim.attempt.pk,
-        attempt_sets=attempt_sets,
-        settles_case_ids=_settles_case_ids(claim.operation),
-        release_next=True,
-        now=now,
+    owned, cases_waiting, released = _outcome_statement(
+        claim, result, decision, system=system, now=now, release_next=True
     )
     if cases_waiting:
         return None
@@ -478,8 +468,27 @@ def _success_release(
     return True
 
 
-def _settles_case_ids(operation: Operation) -> list[int]:
-    return list((operation.arguments or {}).get("settles_case_ids", []))
+def _outcome_statement(
+    claim: Claim,
+    result: AttemptResult,
+    decision: Decision,
+    *,
+    system: str,
+    now: datetime,
+    release_next: bool,
+) -> tuple[bool, bool, list[int]]:
+    """statements.outcome_write for this claim: (owned, a case waits, released ids)."""
+    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
+    return outcome_write(
+        claim.operation.pk,
+        token=claim.token,
+        sets=operation_sets,
+        attempt_id=claim.attempt.pk,
+        attempt_sets=attempt_sets,
+        settles_case_ids=list((claim.operation.arguments or {}).get("settles_case_ids", [])),
+        release_next=release_next,
+        now=now,
+    )
 
 
 def _outcome_write(
@@ -488,17 +497,12 @@ def _outcome_write(
     """The conditional UPDATE of invariant 4, and the attempt's own outcome. Returns
     whether the claim still owned the operation, and whether an open case may wait on
     its success (always on SQLite, where the settling reads for itself)."""
-    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
     if statements_possible():
-        owned, cases_waiting, _ = outcome_write(
-            claim.operation.pk,
-            token=claim.token,
-            sets=operation_sets,
-            attempt_id=claim.attempt.pk,
-            attempt_sets=attempt_sets,
-            settles_case_ids=_settles_case_ids(claim.operation),
+        owned, cases_waiting, _ = _outcome_statement(
+            claim, result, decision, system=system, now=now, release_next=False
         )
         return owned, cases_waiting
+    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
     operation_sets["destination_ref"] = result.destination_ref or F("destination_ref")
     updated = Operation.objects.filter(
         pk=claim.operation.pk, claim_token=claim.token, status=Operation.Status.RUNNING
