@@ -139,7 +139,16 @@ def _seed_restored(transactional_db: None, _seed_snapshot: str | None) -> None:
     if _seed_snapshot and not Group.objects.filter(name="Reviewers").exists():
         # The flush re-created content types and permissions with new ids; start
         # from empty tables so the snapshot's ids (which groups refer to) fit.
-        call_command("flush", interactive=False, inhibit_post_migrate=True, verbosity=0)
+        # Sequences kept, as Django's own teardown flush keeps them: `flush` resets them
+        # by default, and the snapshot's rows (destinations 1 and 2) then sat at ids
+        # the sequence would hand out again, to the next test that creates one.
+        call_command(
+            "flush",
+            interactive=False,
+            inhibit_post_migrate=True,
+            reset_sequences=False,
+            verbosity=0,
+        )
         connection.creation.deserialize_db_from_string(_seed_snapshot)
     if _seed_snapshot and not hasattr(connection, "_test_serialized_contents"):
         # Hand the snapshot to this connection too, so the flush after the test
