@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import os
 import threading
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from django_q.models import OrmQ, Task
 
 from idempotency_core import tasks
+from idempotency_core.execution import engine
 from idempotency_core.execution.engine import TASK, operation_execute_chain
+from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
 from idempotency_core.models import Attempt, Event, Operation
 from integrations import http
 from tests.factories import ingest, op
 from tests.support.counting_proxy import CountingProxy
 from tests.support.processes import Sandbox, start_qcluster, wait_for
-from tests.support.queue import queued
+from tests.support.queue import queued, run_queued
 
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
 
@@ -86,6 +91,46 @@ def _shape(sql: str) -> str:
     if words[0] == "WITH":
         return f"WITH {words[1]}"
     return f"{words[0]} {sql.split(' FROM ', 1)[1].split()[0].strip(chr(34))}"
+
+
+@pytest.mark.django_db
+def test_a_worker_dead_between_a_success_and_the_next_claim_is_recovered_by_the_sweeper(
+    sandbox, monkeypatch
+):
+    """The success statement makes the next step due before any task exists for it; a
+    worker that dies before claiming it leaves a due step without a task, which the
+    sweeper queues once the grace has passed, and which then runs once."""
+    event = ingest("chain-dies", contact_from_key=True)
+    OrmQ.objects.all().delete()
+
+    def dies(*args: object, **kwargs: object) -> None:
+        raise SystemExit("worker killed before claiming the next step")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(engine, "_claim_take", _first_claim_only(engine._claim_take, dies))
+        with pytest.raises(SystemExit):
+            tasks.operation_run(op(event, "create_enquiry").pk)
+    assert statuses(event) == ["succeeded", "pending", "pending"]
+    assert op(event, "assign_task").next_attempt_at is not None  # due, with no task
+    assert not OrmQ.objects.exists()
+    assert operations_sweep().requeued == 0  # within the grace: perhaps only slow
+    Operation.objects.filter(pk=op(event, "assign_task").pk).update(
+        enqueued_at=timezone.now() - requeue_grace() - timedelta(seconds=1)
+    )
+    assert operations_sweep().requeued == 1
+    assert run_queued(TASK) == ["succeeded"]
+    assert statuses(event) == ["succeeded"] * 3
+    assert effects(sandbox) == (1, 1, 1)
+
+
+def _first_claim_only(claim_take: Any, instead: Any) -> Any:
+    calls = {"n": 0}
+
+    def first_only(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        return claim_take(*args, **kwargs) if calls["n"] == 1 else instead()
+
+    return first_only
 
 
 @pytest.mark.django_db
