@@ -457,15 +457,25 @@ def _success_release(
         return None
     if not owned:
         return False
-    chained = _chained.get()
-    if chained is not None and len(released) == 1:
-        following = _claim_take(released[0], now=timezone.now(), which=DUE)
-        if following is not None:
-            chained.append(following)
-        return True
-    for operation_id in released:
-        operation_enqueue(operation_id)
+    # Made due by the statement. Without a chain here (or with several released) each
+    # is queued; one the chain could not claim is already another worker's.
+    if _chain_take(released, now=timezone.now(), which=DUE) is None:
+        for operation_id in released:
+            operation_enqueue(operation_id)
     return True
+
+
+def _chain_take(ids: list[int], *, now: datetime, which: str) -> bool | None:
+    """Claims the one step `ids` names for this worker's chain (operation_execute_chain)
+    and returns whether it was taken; None when no chain runs here or `ids` is not one
+    step. A step another worker took is not queued again."""
+    chained = _chained.get()
+    if chained is None or len(ids) != 1:
+        return None
+    claim = _claim_take(ids[0], now=now, which=which)
+    if claim is not None:
+        chained.append(claim)
+    return claim is not None
 
 
 def _outcome_statement(
@@ -657,14 +667,10 @@ def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
     ids = list(following.values_list("pk", flat=True))
     if not ids:
         return ids  # the last step: nothing waits behind it
-    chained = _chained.get()
-    if chained is not None and len(ids) == 1:
-        # The worker that recorded this success runs the next step itself
-        # (operation_execute_chain): claimed here, in the same transaction.
-        claim = _claim_take(ids[0], now=now, which=RELEASED)
-        if claim is not None:
-            chained.append(claim)
-            return ids
+    # The worker that recorded this success runs the next step itself: claimed
+    # here, in the same transaction, if it can be.
+    if _chain_take(ids, now=now, which=RELEASED):
+        return ids
     following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
     for operation_id in ids:
         operation_enqueue(operation_id)
