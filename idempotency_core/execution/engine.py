@@ -48,6 +48,8 @@ from idempotency_core.execution.policy import (
 from idempotency_core.execution.statements import (
     DUE,
     RELEASED,
+    Taken,
+    Written,
     claim_take,
     outcome_write,
     statements_possible,
@@ -159,16 +161,10 @@ def _claim_take(operation_id: int, *, now: datetime, which: str) -> Claim | None
     due by this claim), and its attempt. Committed before the destination is called.
     On PostgreSQL one statement (statements.py); elsewhere the same, by the ORM."""
     token = uuid.uuid4()
-    lease_until = now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS)
+    lease_until = _lease_until(now)
     if statements_possible():
         taken = claim_take(operation_id, token=token, now=now, lease_until=lease_until, which=which)
-        if taken is None:
-            return None
-        operation, attempt_id, refs = taken
-        attempt = _attempt_of(operation, token=token, now=now)  # inserted by the statement
-        attempt.pk = attempt_id
-        attempt._state.adding = False
-        return Claim(operation=operation, attempt=attempt, token=token, refs=refs)
+        return None if taken is None else _claim_of(taken, token=token, now=now)
     rows = Operation.objects.filter(pk=operation_id)
     also: dict[str, object] = {}
     if which == RELEASED:
@@ -193,6 +189,19 @@ def _claim_take(operation_id: int, *, now: datetime, which: str) -> Claim | None
     attempt = _attempt_of(operation, token=token, now=now)
     attempt.save(force_insert=True)
     return Claim(operation=operation, attempt=attempt, token=token)
+
+
+def _lease_until(now: datetime) -> datetime:
+    return now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS)
+
+
+def _claim_of(taken: Taken, *, token: uuid.UUID, now: datetime) -> Claim:
+    """The claim a statement took (statements.py), its attempt already inserted."""
+    operation, attempt_id, refs = taken
+    attempt = _attempt_of(operation, token=token, now=now)
+    attempt.pk = attempt_id
+    attempt._state.adding = False
+    return Claim(operation=operation, attempt=attempt, token=token, refs=refs)
 
 
 def _attempt_of(operation: Operation, *, token: uuid.UUID, now: datetime) -> Attempt:
@@ -231,9 +240,11 @@ def operation_execute_chain(*, operation_id: int, seconds: float) -> str | None:
     `operation_id`'s attempt.
     """
     deadline = time.monotonic() + seconds
-    claim = operation_claim(operation_id=operation_id)
+    first = operation_claim(operation_id=operation_id)
+    claims = [first] if first is not None else []
     outcome = None
-    while claim is not None:
+    while claims:
+        claim = claims.pop(0)
         # The task's log lines named the first operation; each step names its own.
         with log_ids_bound(operation_id=claim.operation.pk):
             result = operation_perform(claim)
@@ -245,7 +256,7 @@ def operation_execute_chain(*, operation_id: int, seconds: float) -> str | None:
                 operation_record_outcome(claim=claim, result=result)
             finally:
                 _chained.reset(token)
-        claim = chained[0] if chained else None
+        claims.extend(chained or ())
     return outcome
 
 
@@ -435,11 +446,13 @@ def _success_release(
     claim: Claim, result: AttemptResult, decision: Decision, *, system: str, now: datetime
 ) -> bool | None:
     """A success whose only follow-up is the next step, written in one autocommit
-    statement (statements.outcome_write) that also makes the next step due. Then, in
-    a worker's chain, the next step is claimed (its own statement), else queued. The
-    step is due before its task exists, for a moment: a worker that dies in it leaves
-    a due step without a task, which the sweeper queues (TASK-QUEUE.md rule 2's "on
-    commit plus the sweeper"), as it recovers a lost task.
+    statement (statements.outcome_write) that also releases the next step. In a worker's
+    chain the statement claims it for this worker, the claim committed with the success
+    and before the next call, as every claim is: a worker that dies after it leaves a
+    claimed step whose lease the sweeper recovers, as after a death just after any claim.
+    Elsewhere the statement makes it due and it is queued: for a moment it is due
+    without a task, and a worker that dies then leaves it to the sweeper, which queues it
+    (TASK-QUEUE.md rule 2's "on commit plus the sweeper"), as it recovers a lost task.
 
     None when this path does not apply (not PostgreSQL, not a success, a step with its
     own follow-up, or a case waiting on the success: the statement then writes
@@ -450,17 +463,25 @@ def _success_release(
         and step_of(claim.operation).on_success is None
     ):
         return None
-    owned, cases_waiting, released = _outcome_statement(
-        claim, result, decision, system=system, now=now, release_next=True
+    chained = _chained.get()
+    token = uuid.uuid4()
+    written = _outcome_statement(
+        claim,
+        result,
+        decision,
+        system=system,
+        now=now,
+        release_next=True,
+        claim_next=None if chained is None else (token, _lease_until(now)),
     )
-    if cases_waiting:
+    if written.cases_waiting:
         return None
-    if not owned:
+    if not written.owned:
         return False
-    # Made due by the statement. Without a chain here (or with several released) each
-    # is queued; one the chain could not claim is already another worker's.
-    if _chain_take(released, now=timezone.now(), which=DUE) is None:
-        for operation_id in released:
+    if chained is not None:
+        chained.extend(_claim_of(taken, token=token, now=now) for taken in written.taken)
+    else:
+        for operation_id in written.released:
             operation_enqueue(operation_id)
     return True
 
@@ -486,8 +507,9 @@ def _outcome_statement(
     system: str,
     now: datetime,
     release_next: bool,
-) -> tuple[bool, bool, list[int]]:
-    """statements.outcome_write for this claim: (owned, a case waits, released ids)."""
+    claim_next: tuple[uuid.UUID, datetime] | None = None,
+) -> Written:
+    """statements.outcome_write for this claim."""
     operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
     return outcome_write(
         claim.operation.pk,
@@ -497,6 +519,7 @@ def _outcome_statement(
         attempt_sets=attempt_sets,
         settles_case_ids=list((claim.operation.arguments or {}).get("settles_case_ids", [])),
         release_next=release_next,
+        claim_next=claim_next,
         now=now,
     )
 
@@ -508,10 +531,10 @@ def _outcome_write(
     whether the claim still owned the operation, and whether an open case may wait on
     its success (always on SQLite, where the settling reads for itself)."""
     if statements_possible():
-        owned, cases_waiting, _ = _outcome_statement(
+        written = _outcome_statement(
             claim, result, decision, system=system, now=now, release_next=False
         )
-        return owned, cases_waiting
+        return written.owned, written.cases_waiting
     operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
     operation_sets["destination_ref"] = result.destination_ref or F("destination_ref")
     updated = Operation.objects.filter(

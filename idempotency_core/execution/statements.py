@@ -12,6 +12,9 @@ and the outcome another; what they decide is unchanged (engine.py says what that
   id and the earlier steps' references. No row: not claimable, nothing written.
 * `outcome_write`: the UPDATE under the claim token (invariant 4), the attempt's
   UPDATE only if that one matched, and whether an open case waits on the operation.
+  After a success it can also release the next step: made due, or, for a worker's
+  chain, claimed for it (`claim_take`'s UPDATE and INSERT, the claim committed with the
+  success before the next call, as a claim always is before its call).
 
 Each is prepared once per connection (sql.py). On SQLite (the quick start) the ORM
 does the same in several statements (engine.py).
@@ -23,7 +26,7 @@ import json
 import uuid
 from datetime import datetime
 from functools import cache
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from django.db import connection, models
 from django.db.models import Field
@@ -42,6 +45,10 @@ from idempotency_core.sql import (
 # at once, in that transaction).
 DUE, RELEASED = "due", "released"
 
+# A claimed operation (with its event, source and destination), its attempt's id, and
+# the references of the event's earlier succeeded steps.
+Taken = tuple[Operation, int, dict[str, str]]
+
 
 def statements_possible() -> bool:
     return connection.vendor == "postgresql"
@@ -49,7 +56,7 @@ def statements_possible() -> bool:
 
 def claim_take(
     operation_id: int, *, token: uuid.UUID, now: datetime, lease_until: datetime, which: str
-) -> tuple[Operation, int, dict[str, str]] | None:
+) -> Taken | None:
     """Claims the operation and records its attempt; returns the operation (with its
     event, source and destination), the attempt's id and the references of the
     event's earlier succeeded steps, or None when it was not claimable."""
@@ -64,9 +71,12 @@ def claim_take(
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_claim_sql(which), params)
         row = cursor.fetchone()
-    if row is None:
-        return None
-    values: list[Any] = list(row)
+    return None if row is None else _taken(list(row))
+
+
+def _taken(values: list[Any]) -> Taken:
+    """A claimed operation with its event, source and destination, its attempt's id and
+    the earlier steps' references, from the columns `_claimed_select` names."""
     operation = _take(Operation, values)
     (attempt_id,) = _take_n(values, 1)
     event = _take(Event, values)
@@ -75,6 +85,15 @@ def claim_take(
     operation.destination = _take(Destination, values)
     (refs,) = _take_n(values, 1)
     return operation, int(attempt_id), json.loads(refs) if isinstance(refs, str) else refs
+
+
+class Written(NamedTuple):
+    """What `outcome_write` did."""
+
+    owned: bool  # the claim still owned the operation: the outcome is written
+    cases_waiting: bool  # an open case waits on its success
+    released: list[int]  # the next steps made due (or claimed)
+    taken: list[Taken]  # those claimed for the caller (`claim_next`)
 
 
 def outcome_write(
@@ -86,15 +105,18 @@ def outcome_write(
     attempt_sets: dict[str, object],
     settles_case_ids: list[int],
     release_next: bool = False,
+    claim_next: tuple[uuid.UUID, datetime] | None = None,
     now: datetime | None = None,
-) -> tuple[bool, bool, list[int]]:
+) -> Written:
     """The outcome under the claim token, and the attempt's if it matched. `sets` and
     `attempt_sets` name fields; `destination_ref` is kept when the new one is empty.
 
-    Returns (owned, a case waits on this operation's success, the ids released). With
-    `release_next` (a success whose follow-up is only the next step), the same statement
-    makes the step after it due (`operation_release_next`'s UPDATE), and it writes
-    nothing at all when a case waits: settling it belongs in the outcome's transaction."""
+    With `release_next` (a success whose follow-up is only the next step), the same
+    statement makes the step after it due (`operation_release_next`'s UPDATE), and it
+    writes nothing at all when a case waits: settling it belongs in the outcome's
+    transaction. With `claim_next` too, (token, lease end), that step is claimed instead,
+    as `claim_take` would in `RELEASED` mode, and returned with its attempt's id and the
+    references of the steps before it, this one's new reference included."""
     names = tuple(sets)
     attempt_names = tuple(attempt_sets)
     waiting = [operation_id, settles_case_ids, list(ReviewCase.OPEN_STATUSES)]
@@ -105,12 +127,20 @@ def outcome_write(
     for name in attempt_names:
         params.append(_prep(Attempt, name, attempt_sets[name]))
     params += [attempt_id]
-    if release_next:
+    claiming = release_next and claim_next is not None
+    if claiming and claim_next is not None:
+        next_token, lease_until = claim_next
+        template = Attempt(claim_token=next_token, started_at=now)
+        params += [next_token, lease_until, now, now, now, now]
+        params += [prep_value(c.field, template) for c in _attempt_columns()]
+    elif release_next:
         params += [now, now, now]
     with prepared_cursor(connection.alias) as cursor:
-        cursor.execute(_outcome_sql(names, attempt_names, release_next), params)
-        owned, cases_waiting, released = cursor.fetchone()
-    return bool(owned), bool(cases_waiting), list(released)
+        cursor.execute(_outcome_sql(names, attempt_names, release_next, claiming), params)
+        rows = cursor.fetchall()
+    owned, cases_waiting, released = rows[0][:3]
+    taken = [_taken(list(row[3:])) for row in rows if row[3] is not None] if claiming else []
+    return Written(bool(owned), bool(cases_waiting), list(released), taken)
 
 
 def _prep(model: type[Any], name: str, value: object) -> object:
@@ -140,32 +170,60 @@ def _select(model: type[models.Model], alias: str) -> str:
     return ", ".join(f"{alias}.{c.name}" for c in columns_of(model))
 
 
+_CLAIM_SET = (
+    '"status" = \'running\', "claim_token" = %s, "lease_expires_at" = %s, '
+    '"attempt_count" = {t}"attempt_count" + 1, '
+    '"first_presented_at" = COALESCE({t}"first_presented_at", %s), "updated_at" = %s'
+)
+
+
+def _attempt_insert(source: str) -> str:
+    """The attempt's INSERT for each operation claimed in CTE `source`."""
+    template = _attempt_columns()
+    names = ", ".join(c.name for c in template)
+    casts = ", ".join(f"%s::{c.db_type}" for c in template)
+    return (
+        f'INSERT INTO {table_of(Attempt)} ("operation_id", "number", "trigger", '
+        f'"triggered_by_id", "recovery", {names}) SELECT c."id", c."attempt_count", '
+        f'c."next_trigger", c."next_triggered_by_id", c."recovery", {casts} '
+        f'FROM {source} c RETURNING "id", "operation_id"'
+    )
+
+
+def _claimed_select(refs_also: str = "") -> str:
+    """The columns `_taken` reads of claimed operation `c`, attempt `a`, event `e`,
+    source `s` and destination `d`. The references are the event's succeeded steps
+    before `c`, as this statement's snapshot holds them, and `refs_also` (rows of
+    step and reference: one a CTE of this statement has just written)."""
+    earlier = (
+        f'SELECT o."step", o."destination_ref" FROM {table_of(Operation)} o '
+        'WHERE o."event_id" = c."event_id" AND o."position" < c."position" '
+        "AND o.\"status\" = 'succeeded'"
+    )
+    if refs_also:
+        earlier = f'{earlier} AND o."id" NOT IN (SELECT "id" FROM owned) UNION ALL {refs_also}'
+    return (
+        f"{_select(Operation, 'c')}, a.\"id\", {_select(Event, 'e')}, "
+        f"{_select(Source, 's')}, {_select(Destination, 'd')}, "
+        "(SELECT COALESCE(json_object_agg(r.\"step\", r.\"destination_ref\"), '{}') "
+        f"FROM ({earlier}) r)"
+    )
+
+
 @cache
 def _claim_sql(which: str) -> str:
-    op, attempt = table_of(Operation), table_of(Attempt)
+    op = table_of(Operation)
     also = ', "next_attempt_at" = %s, "enqueued_at" = %s' if which == RELEASED else ""
     condition = (
         '"status" = \'pending\' AND "next_attempt_at" IS NULL'
         if which == RELEASED
         else '"status" = ANY(%s::text[]) AND "next_attempt_at" <= %s'
     )
-    template = _attempt_columns()
-    names = ", ".join(c.name for c in template)
-    casts = ", ".join(f"%s::{c.db_type}" for c in template)
     return (
-        f'WITH claimed AS (UPDATE {op} SET "status" = \'running\', "claim_token" = %s, '
-        '"lease_expires_at" = %s, "attempt_count" = "attempt_count" + 1, '
-        '"first_presented_at" = COALESCE("first_presented_at", %s), '
-        f'"updated_at" = %s{also} WHERE "id" = %s AND {condition} RETURNING *), '
-        f'attempt AS (INSERT INTO {attempt} ("operation_id", "number", "trigger", '
-        f'"triggered_by_id", "recovery", {names}) SELECT c."id", c."attempt_count", '
-        f'c."next_trigger", c."next_triggered_by_id", c."recovery", {casts} '
-        'FROM claimed c RETURNING "id") '
-        f'SELECT {_select(Operation, "c")}, a."id", {_select(Event, "e")}, '
-        f"{_select(Source, 's')}, {_select(Destination, 'd')}, "
-        '(SELECT COALESCE(json_object_agg(o."step", o."destination_ref"), \'{}\') '
-        f'FROM {op} o WHERE o."event_id" = c."event_id" AND o."position" < c."position" '
-        "AND o.\"status\" = 'succeeded') "
+        f"WITH claimed AS (UPDATE {op} SET {_CLAIM_SET.format(t='')}{also} "
+        f'WHERE "id" = %s AND {condition} RETURNING *), '
+        f'attempt AS ({_attempt_insert("claimed")}) '
+        f"SELECT {_claimed_select()} "
         f"FROM claimed c, attempt a, {table_of(Event)} e, {table_of(Source)} s, "
         f'{table_of(Destination)} d WHERE e."id" = c."event_id" AND s."id" = e."source_id" '
         'AND d."id" = c."destination_id"'
@@ -173,7 +231,9 @@ def _claim_sql(which: str) -> str:
 
 
 @cache
-def _outcome_sql(names: tuple[str, ...], attempt_names: tuple[str, ...], release_next: bool) -> str:
+def _outcome_sql(
+    names: tuple[str, ...], attempt_names: tuple[str, ...], release_next: bool, claiming: bool
+) -> str:
     op, attempt, case = table_of(Operation), table_of(Attempt), table_of(ReviewCase)
 
     def assignments(model: type[models.Model], fields: tuple[str, ...]) -> str:
@@ -188,24 +248,47 @@ def _outcome_sql(names: tuple[str, ...], attempt_names: tuple[str, ...], release
         return ", ".join(out)
 
     guard = "AND NOT (SELECT yes FROM waiting) " if release_next else ""
-    released = (
-        f'released AS (UPDATE {op} o SET "next_attempt_at" = %s, "enqueued_at" = %s, '
-        '"updated_at" = %s FROM owned WHERE o."event_id" = owned."event_id" '
+    following = (
+        'FROM owned WHERE o."event_id" = owned."event_id" '
         'AND o."position" = owned."position" + 1 AND o."status" = \'pending\' '
-        'AND o."next_attempt_at" IS NULL RETURNING o."id")'
-        if release_next
-        else 'released AS (SELECT NULL::bigint AS "id" WHERE false)'
+        'AND o."next_attempt_at" IS NULL'
     )
+    if claiming:  # claimed for the caller (claim_take's RELEASED mode), with its attempt
+        released = (
+            f"released AS (UPDATE {op} o SET {_CLAIM_SET.format(t='o.')}, "
+            f'"next_attempt_at" = %s, "enqueued_at" = %s {following} RETURNING o.*), '
+            f'attempt AS ({_attempt_insert("released")})'
+        )
+    elif release_next:
+        released = (
+            f'released AS (UPDATE {op} o SET "next_attempt_at" = %s, "enqueued_at" = %s, '
+            f'"updated_at" = %s {following} RETURNING o."id")'
+        )
+    else:
+        released = 'released AS (SELECT NULL::bigint AS "id" WHERE false)'
+    result = (
+        "SELECT (SELECT count(*) FROM owned), (SELECT yes FROM waiting), "
+        'ARRAY(SELECT "id" FROM released)'
+    )
+    if claiming:  # one row per step claimed, or one of NULLs after the first three
+        this_step = 'SELECT w."step", w."destination_ref" FROM owned w'
+        result += (
+            f", {_claimed_select(refs_also=this_step)} "
+            f"FROM (SELECT 1) one LEFT JOIN released c ON true "
+            'LEFT JOIN attempt a ON a."operation_id" = c."id" '
+            f'LEFT JOIN {table_of(Event)} e ON e."id" = c."event_id" '
+            f'LEFT JOIN {table_of(Source)} s ON s."id" = e."source_id" '
+            f'LEFT JOIN {table_of(Destination)} d ON d."id" = c."destination_id" '
+            'ORDER BY c."position", c."id"'
+        )
     return (
         f"WITH waiting AS (SELECT EXISTS (SELECT FROM {case} r WHERE "
         '(r."operation_id" = %s OR r."id" = ANY(%s::bigint[])) '
         'AND r."status" = ANY(%s::text[])) AS yes), '
         f"owned AS (UPDATE {op} SET {assignments(Operation, names)} "
         'WHERE "id" = %s AND "claim_token" = %s AND "status" = \'running\' '
-        f'{guard}RETURNING "event_id", "position"), '
+        f'{guard}RETURNING "id", "event_id", "position", "step", "destination_ref"), '
         f"recorded AS (UPDATE {attempt} SET {assignments(Attempt, attempt_names)} "
         'WHERE "id" = %s AND "outcome" IS NULL AND EXISTS (SELECT FROM owned) RETURNING 1), '
-        f"{released} "
-        "SELECT (SELECT count(*) FROM owned), (SELECT yes FROM waiting), "
-        'ARRAY(SELECT "id" FROM released)'
+        f"{released} {result}"
     )

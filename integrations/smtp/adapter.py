@@ -16,13 +16,16 @@ and refused as permanent, before MAIL FROM, when it does not.
 Connections are reused within a process (a worker sends many confirmations),
 never across a fork, and only where reuse cannot blur an outcome. A connection
 goes back to the pool only after a message it carried was accepted (2xx after
-the body); after any error it is closed. Taken from the pool, it must first
-answer RSET with 250 (RFC 5321, 4.1.1.5: RSET discards any transaction state);
-if it does not (the server closed it while idle, or answers 421), it is closed
-and a new connection is opened, before this message's MAIL FROM. Nothing is
-ever reconnected or repeated once MAIL FROM is sent: a connection that dies
-later fails the message exactly as a new one would (retryable before the body,
-ambiguous after it). Idle connections are dropped after `_IDLE_SECONDS`, well
+the body), which ends the mail transaction and clears its state (RFC 5321,
+4.1.1.4), so the next MAIL FROM needs no RSET. Taken from the pool, it must be
+quiet: a server that closed it while idle, or announced 421 before closing
+(RFC 5321, 3.8), has left something to read, the end of the stream or the reply,
+which a poll of the socket finds without a round trip. It is then closed and a
+new connection is opened, before this message's MAIL FROM. (Until 2026-11 an
+RSET asked the same, at one round trip per message.) Nothing is ever
+reconnected or repeated once MAIL FROM is sent: a connection that dies later,
+even just after the poll, fails the message exactly as a new one would
+(retryable before the body, ambiguous after it). Idle connections are dropped after `_IDLE_SECONDS`, well
 inside the five minutes a server waits for a command (RFC 5321, 4.5.3.2.7).
 """
 
@@ -32,6 +35,7 @@ import email.errors
 import email.policy
 import os
 import re
+import select
 import smtplib
 import threading
 import time
@@ -132,6 +136,20 @@ def smtp_pool_clear() -> None:
         _quit_quietly(session.client)
 
 
+def _quiet(client: smtplib.SMTP) -> bool:
+    """Whether an idle connection has nothing waiting to be read: between transactions
+    a server speaks only to say it is leaving (421) or by closing the connection. (Were
+    that reply already in smtplib's buffer, MAIL FROM would read it: a 421, retryable.)"""
+    sock = client.sock
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):  # closed on this side: fileno() is -1
+        return False
+    return not readable
+
+
 def message_id_for(operation_key: str) -> str:
     return f"<{operation_key}@onefold>"
 
@@ -201,14 +219,10 @@ class SmtpSender:
         return effect
 
     def _session(self, key: _PoolKey) -> _Session:
-        """A pooled connection that answers RSET, else a new one: before MAIL FROM."""
+        """A pooled connection with nothing to read, else a new one: before MAIL FROM."""
         session = _pool_take(key)
         if session is not None:
-            try:
-                code, _ = session.client.rset()
-            except (OSError, smtplib.SMTPException):
-                code = -1
-            if code == 250:
+            if _quiet(session.client):
                 return session
             session.client.close()  # died or refused while idle: nothing of this message sent
         try:

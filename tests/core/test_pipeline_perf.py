@@ -60,10 +60,10 @@ def test_a_worker_task_runs_every_step_its_successes_release(sandbox):
 
 
 @pytest.mark.django_db
-def test_a_submissions_three_steps_cost_the_worker_seven_statements(sandbox):
+def test_a_submissions_three_steps_cost_the_worker_five_statements(sandbox):
     """Pinned so that no round trip creeps back (execution/statements.py): the
     suspected-duplicate search, then the first claim, then for each step one statement
-    recording its success and making the next step due, and the next step's claim."""
+    recording its success and claiming the next step (the last one has none to claim)."""
     warm = ingest("chain-warm", contact_from_key=True)  # verifies the destinations
     OrmQ.objects.all().delete()
     tasks.operation_run(op(warm, "create_enquiry").pk)
@@ -75,14 +75,20 @@ def test_a_submissions_three_steps_cost_the_worker_seven_statements(sandbox):
     assert [_shape(q["sql"]) for q in captured.captured_queries] == [
         "SELECT idempotency_core_event",  # the event, and whether a twin is near
         "WITH claimed",
-        "WITH waiting",  # success of create_enquiry, assign_task made due
-        "WITH claimed",
-        "WITH waiting",
-        "WITH claimed",
-        "WITH waiting",
+        "WITH waiting",  # success of create_enquiry, assign_task claimed
+        "WITH waiting",  # success of assign_task, send_confirmation claimed
+        "WITH waiting",  # success of send_confirmation
     ]
     assert statuses(event) == ["succeeded"] * 3
     assert effects(sandbox) == (2, 2, 2)
+    # Each chained claim is an attempt like any other, and read the steps before it.
+    attempts = Attempt.objects.filter(operation__event=event).order_by("operation__position")
+    assert [(a.number, a.trigger, a.outcome) for a in attempts] == [
+        (1, Attempt.Trigger.WORKER, Attempt.Outcome.SUCCEEDED)
+    ] * 3
+    record = op(event, "create_enquiry").destination_ref
+    listed = sandbox.client.get(f"/crm/records/{record}/tasks").json()["results"]
+    assert [task["id"] for task in listed] == [op(event, "assign_task").destination_ref]
 
 
 def _shape(sql: str) -> str:
@@ -94,22 +100,61 @@ def _shape(sql: str) -> str:
 
 
 @pytest.mark.django_db
-def test_a_worker_dead_between_a_success_and_the_next_claim_is_recovered_by_the_sweeper(
+def test_a_worker_dead_after_a_success_that_claimed_the_next_step_is_recovered_by_the_sweeper(
     sandbox, monkeypatch
 ):
-    """The success statement makes the next step due before any task exists for it; a
-    worker that dies before claiming it leaves a due step without a task, which the
-    sweeper queues once the grace has passed, and which then runs once."""
+    """In a chain the success statement claims the next step for this worker. A worker
+    that dies before that step's call leaves it claimed by nobody alive: the sweeper
+    leaves it alone while the lease runs, then recovers it, and it runs once."""
     event = ingest("chain-dies", contact_from_key=True)
     OrmQ.objects.all().delete()
 
-    def dies(*args: object, **kwargs: object) -> None:
-        raise SystemExit("worker killed before claiming the next step")
+    def dies(claim: object) -> None:
+        raise SystemExit("worker killed before the next step's call")
 
     with monkeypatch.context() as patched:
-        patched.setattr(engine, "_claim_take", _first_claim_only(engine._claim_take, dies))
+        patched.setattr(engine, "operation_perform", _first_only(engine.operation_perform, dies))
         with pytest.raises(SystemExit):
             tasks.operation_run(op(event, "create_enquiry").pk)
+    assert statuses(event) == ["succeeded", "running", "pending"]
+    assert effects(sandbox) == (1, 0, 0)
+    assert operations_sweep().interrupted == 0  # the lease still runs: perhaps only slow
+    Operation.objects.filter(pk=op(event, "assign_task").pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert operations_sweep().interrupted == 1
+    assert statuses(event) == ["succeeded", "retry_scheduled", "pending"]
+    Operation.objects.filter(pk=op(event, "assign_task").pk).update(
+        next_attempt_at=timezone.now()  # the backoff is over
+    )
+    assert operations_sweep().requeued == 1
+    assert run_queued(TASK) == ["succeeded"]
+    assert statuses(event) == ["succeeded"] * 3
+    assert effects(sandbox) == (1, 1, 1)
+    recovered = op(event, "assign_task").attempts.order_by("number")
+    assert [(a.trigger, a.outcome) for a in recovered] == [
+        (Attempt.Trigger.WORKER, Attempt.Outcome.INTERRUPTED),
+        (Attempt.Trigger.SWEEPER, Attempt.Outcome.SUCCEEDED),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_worker_dead_between_a_success_and_queueing_the_next_step_is_recovered_by_the_sweeper(
+    sandbox, monkeypatch
+):
+    """Outside a chain the success statement makes the next step due before any task
+    exists for it; a worker that dies before queueing it leaves a due step without a
+    task, which the sweeper queues once the grace has passed, and which then runs once."""
+    event = ingest("queue-dies", contact_from_key=True)
+    OrmQ.objects.all().delete()
+
+    def dies(operation_id: int) -> None:
+        raise SystemExit("worker killed before queueing the next step")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(engine, "operation_enqueue", dies)
+        with pytest.raises(SystemExit):
+            operation_execute_chain(operation_id=op(event, "create_enquiry").pk, seconds=0)
     assert statuses(event) == ["succeeded", "pending", "pending"]
     assert op(event, "assign_task").next_attempt_at is not None  # due, with no task
     assert not OrmQ.objects.exists()
@@ -123,12 +168,12 @@ def test_a_worker_dead_between_a_success_and_the_next_claim_is_recovered_by_the_
     assert effects(sandbox) == (1, 1, 1)
 
 
-def _first_claim_only(claim_take: Any, instead: Any) -> Any:
+def _first_only(function: Any, instead: Any) -> Any:
     calls = {"n": 0}
 
     def first_only(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
-        return claim_take(*args, **kwargs) if calls["n"] == 1 else instead()
+        return function(*args, **kwargs) if calls["n"] == 1 else instead(*args, **kwargs)
 
     return first_only
 

@@ -62,7 +62,7 @@ def test_messages_sent_one_after_another_share_one_connection(relay):
 def test_a_connection_dropped_while_idle_is_replaced_before_mail_from(relay):
     relay.send(0)
     relay.proxy.cut()  # the server hung up on the idle client
-    relay.send(1)  # no error: RSET found it dead, a new connection carried the message
+    relay.send(1)  # no error: found closed, a new connection carried the message
     assert relay.proxy.accepted == 2
     assert relay.message_ids() == [message_id_for("opk_reuse_0"), message_id_for("opk_reuse_1")]
 
