@@ -14,7 +14,7 @@ from django.conf import settings
 
 from idempotency_core.execution.engine import operation_execute_chain
 from idempotency_core.execution.sweeper import operations_sweep
-from idempotency_core.intake.ingest import suspected_duplicate_flag
+from idempotency_core.intake.ingest import SUSPECTED_DUPLICATE_SCREEN
 from idempotency_core.reconciliation.compare import reconcile_daily as _reconcile_daily
 from idempotency_core.reconciliation.late_repeats import late_repeat_check as _late_repeat_check
 from idempotency_core.reconciliation.retention import payloads_purge
@@ -22,13 +22,15 @@ from idempotency_core.reconciliation.retention import payloads_purge
 
 def operation_run(operation_id: int) -> str | None:
     # Before a pipeline's first attempt: ingest's suspected-duplicate search, moved out
-    # of the answer's path (intake/ingest.py, suspected_duplicate_flag, says why it is safe).
-    suspected_duplicate_flag(operation_id=operation_id)
+    # of the answer's path (intake/ingest.py, suspected_duplicate_flag, says why it is
+    # safe), and screened inside the first claim (SUSPECTED_DUPLICATE_SCREEN).
     # Onefold records every outcome on the operation and returns normally, so
     # the broker's own retry is only a backstop for a crashed worker. The steps
     # this one's success releases run in the same task, within its timeout.
     return operation_execute_chain(
-        operation_id=operation_id, seconds=float(settings.Q_CLUSTER["timeout"])
+        operation_id=operation_id,
+        seconds=float(settings.Q_CLUSTER["timeout"]),
+        screen=SUSPECTED_DUPLICATE_SCREEN,
     )
 
 

@@ -15,13 +15,13 @@ import logging
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
@@ -48,6 +48,7 @@ from idempotency_core.execution.policy import (
 from idempotency_core.execution.statements import (
     DUE,
     RELEASED,
+    SCREENED,
     Taken,
     Written,
     claim_take,
@@ -141,30 +142,62 @@ class AttemptResult:
     create_anyway: bool = False
 
 
-def operation_claim(*, operation_id: int) -> Claim | None:
+@dataclass(frozen=True)
+class Screen:
+    """A check that must run before an operation's claim when a condition holds (the
+    first step's suspected-duplicate search: tasks.operation_run).
+
+    `sql` is a boolean SQL expression, with `params()` and then the operation's id as
+    its parameters. On PostgreSQL the claim's statement evaluates it and claims only
+    where it is false: the usual case costs no round trip of its own. Where it is true
+    nothing is claimed; `check(operation_id)` runs, then the claim as usual. Elsewhere
+    `check` simply runs before the claim."""
+
+    sql: str
+    params: Callable[[], list[object]]
+    check: Callable[[int], object]
+
+
+def operation_claim(*, operation_id: int, screen: Screen | None = None) -> Claim | None:
     """Takes the operation if it is due and nobody holds it; None otherwise.
 
     Committed before the destination is called, so a second worker (or a
     redelivered task) finds it running and leaves it alone. The attempt records
     who or what scheduled it (worker, sweeper, a replaying admin).
     """
-    now = timezone.now()
     if statements_possible():  # one statement: its own transaction
-        return _claim_take(operation_id, now=now, which=DUE)
-    with transaction.atomic():
-        return _claim_take(operation_id, now=now, which=DUE)
+        claim = _claim_take(operation_id, now=timezone.now(), which=DUE, screen=screen)
+        if claim != SCREENED:
+            return claim if isinstance(claim, Claim) else None
+    if screen is not None:
+        screen.check(operation_id)
+    with transaction.atomic():  # on PostgreSQL the one statement, in its transaction
+        claim = _claim_take(operation_id, now=timezone.now(), which=DUE)
+    return claim if isinstance(claim, Claim) else None
 
 
-def _claim_take(operation_id: int, *, now: datetime, which: str) -> Claim | None:
+def _claim_take(
+    operation_id: int, *, now: datetime, which: str, screen: Screen | None = None
+) -> Claim | Literal["screened"] | None:
     """The claim's conditional UPDATE of the operation, if claimable (`DUE`: due and
     unowned; `RELEASED`: waiting behind the step whose success is being recorded, made
     due by this claim), and its attempt. Committed before the destination is called.
-    On PostgreSQL one statement (statements.py); elsewhere the same, by the ORM."""
+    On PostgreSQL one statement (statements.py), which evaluates `screen` too (SCREENED
+    when it holds); elsewhere the same, by the ORM, and `screen` is the caller's."""
     token = uuid.uuid4()
     lease_until = _lease_until(now)
     if statements_possible():
-        taken = claim_take(operation_id, token=token, now=now, lease_until=lease_until, which=which)
-        return None if taken is None else _claim_of(taken, token=token, now=now)
+        taken = claim_take(
+            operation_id,
+            token=token,
+            now=now,
+            lease_until=lease_until,
+            which=which,
+            unless=None if screen is None else (screen.sql, screen.params()),
+        )
+        if taken is None or taken == SCREENED:
+            return taken
+        return _claim_of(taken, token=token, now=now)
     rows = Operation.objects.filter(pk=operation_id)
     also: dict[str, object] = {}
     if which == RELEASED:
@@ -227,7 +260,9 @@ def operation_execute(*, operation_id: int) -> str | None:
     return result.outcome
 
 
-def operation_execute_chain(*, operation_id: int, seconds: float) -> str | None:
+def operation_execute_chain(
+    *, operation_id: int, seconds: float, screen: Screen | None = None
+) -> str | None:
     """`operation_execute`, then each step its success releases, in this task.
 
     For the worker's task, which has `seconds` before django-q2 kills it. A next
@@ -236,11 +271,11 @@ def operation_execute_chain(*, operation_id: int, seconds: float) -> str | None:
     of being queued: no queue row, no poll, no second dequeue. Only while the
     time left covers a lookup and a call; otherwise it is queued as usual. A
     worker that dies between leaves a claimed step whose lease the sweeper
-    recovers, as after a death just after any claim. Returns the outcome of
-    `operation_id`'s attempt.
+    recovers, as after a death just after any claim. `screen` is the first claim's
+    (operation_claim). Returns the outcome of `operation_id`'s attempt.
     """
     deadline = time.monotonic() + seconds
-    first = operation_claim(operation_id=operation_id)
+    first = operation_claim(operation_id=operation_id, screen=screen)
     claims = [first] if first is not None else []
     outcome = None
     while claims:
@@ -494,9 +529,9 @@ def _chain_take(ids: list[int], *, now: datetime, which: str) -> bool | None:
     if chained is None or len(ids) != 1:
         return None
     claim = _claim_take(ids[0], now=now, which=which)
-    if claim is not None:
+    if isinstance(claim, Claim):
         chained.append(claim)
-    return claim is not None
+    return isinstance(claim, Claim)
 
 
 def _outcome_statement(

@@ -26,7 +26,7 @@ import json
 import uuid
 from datetime import datetime
 from functools import cache
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from django.db import connection, models
 from django.db.models import Field
@@ -48,6 +48,8 @@ DUE, RELEASED = "due", "released"
 # A claimed operation (with its event, source and destination), its attempt's id, and
 # the references of the event's earlier succeeded steps.
 Taken = tuple[Operation, int, dict[str, str]]
+# What `claim_take` answers when its `unless` condition held: nothing claimed.
+SCREENED: Literal["screened"] = "screened"
 
 
 def statements_possible() -> bool:
@@ -55,23 +57,34 @@ def statements_possible() -> bool:
 
 
 def claim_take(
-    operation_id: int, *, token: uuid.UUID, now: datetime, lease_until: datetime, which: str
-) -> Taken | None:
+    operation_id: int,
+    *,
+    token: uuid.UUID,
+    now: datetime,
+    lease_until: datetime,
+    which: str,
+    unless: tuple[str, list[object]] | None = None,
+) -> Taken | Literal["screened"] | None:
     """Claims the operation and records its attempt; returns the operation (with its
     event, source and destination), the attempt's id and the references of the
-    event's earlier succeeded steps, or None when it was not claimable."""
-    template = Attempt(claim_token=token, started_at=now)
-    attempt_columns = _attempt_columns()
-    params: list[object] = [token, lease_until, now, now]
+    event's earlier succeeded steps, or None when it was not claimable.
+
+    `unless` is (a boolean SQL expression, its parameters before the operation's id):
+    where it is true, nothing is claimed and the answer is `SCREENED`."""
+    params: list[object] = [*unless[1], operation_id] if unless else []
+    params += [token, lease_until, now, now]
     if which == RELEASED:
         params += [now, now]
     params += [operation_id]
     params += [] if which == RELEASED else [list(Operation.CLAIMABLE), now]
-    params += [prep_value(c.field, template) for c in attempt_columns]
+    template = Attempt(claim_token=token, started_at=now)
+    params += [prep_value(c.field, template) for c in _attempt_columns()]
     with prepared_cursor(connection.alias) as cursor:
-        cursor.execute(_claim_sql(which), params)
-        row = cursor.fetchone()
-    return None if row is None else _taken(list(row))
+        cursor.execute(_claim_sql(which, unless[0] if unless else ""), params)
+        screened, *row = cursor.fetchone()
+    if screened:
+        return SCREENED
+    return None if row[0] is None else _taken(row)
 
 
 def _taken(values: list[Any]) -> Taken:
@@ -106,7 +119,7 @@ def outcome_write(
     settles_case_ids: list[int],
     release_next: bool = False,
     claim_next: tuple[uuid.UUID, datetime] | None = None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> Written:
     """The outcome under the claim token, and the attempt's if it matched. `sets` and
     `attempt_sets` name fields; `destination_ref` is kept when the new one is empty.
@@ -203,15 +216,15 @@ def _claimed_select(refs_also: str = "") -> str:
     if refs_also:
         earlier = f'{earlier} AND o."id" NOT IN (SELECT "id" FROM owned) UNION ALL {refs_also}'
     return (
-        f"{_select(Operation, 'c')}, a.\"id\", {_select(Event, 'e')}, "
+        f'{_select(Operation, "c")}, a."id", {_select(Event, "e")}, '
         f"{_select(Source, 's')}, {_select(Destination, 'd')}, "
-        "(SELECT COALESCE(json_object_agg(r.\"step\", r.\"destination_ref\"), '{}') "
+        '(SELECT COALESCE(json_object_agg(r."step", r."destination_ref"), \'{}\') '
         f"FROM ({earlier}) r)"
     )
 
 
 @cache
-def _claim_sql(which: str) -> str:
+def _claim_sql(which: str, unless: str) -> str:
     op = table_of(Operation)
     also = ', "next_attempt_at" = %s, "enqueued_at" = %s' if which == RELEASED else ""
     condition = (
@@ -219,14 +232,27 @@ def _claim_sql(which: str) -> str:
         if which == RELEASED
         else '"status" = ANY(%s::text[]) AND "next_attempt_at" <= %s'
     )
+    screened = f"WITH screened AS (SELECT {unless} AS yes), " if unless else "WITH "
     return (
-        f"WITH claimed AS (UPDATE {op} SET {_CLAIM_SET.format(t='')}{also} "
-        f'WHERE "id" = %s AND {condition} RETURNING *), '
-        f'attempt AS ({_attempt_insert("claimed")}) '
-        f"SELECT {_claimed_select()} "
-        f"FROM claimed c, attempt a, {table_of(Event)} e, {table_of(Source)} s, "
-        f'{table_of(Destination)} d WHERE e."id" = c."event_id" AND s."id" = e."source_id" '
-        'AND d."id" = c."destination_id"'
+        f"{screened}claimed AS (UPDATE {op} SET {_CLAIM_SET.format(t='')}{also} "
+        f'WHERE "id" = %s AND {condition}'
+        f"{' AND NOT (SELECT yes FROM screened)' if unless else ''} RETURNING *), "
+        f"attempt AS ({_attempt_insert('claimed')}) "
+        f"SELECT {'(SELECT yes FROM screened)' if unless else 'false'}, "
+        f"{_claimed_select()} {_claimed_from('claimed')}"
+    )
+
+
+def _claimed_from(source: str) -> str:
+    """FROM for `_claimed_select`: a row for each operation claimed in CTE `source`
+    (with CTE `attempt`), or one row of NULLs when it claimed none."""
+    return (
+        f"FROM (SELECT 1) one LEFT JOIN {source} c ON true "
+        'LEFT JOIN attempt a ON a."operation_id" = c."id" '
+        f'LEFT JOIN {table_of(Event)} e ON e."id" = c."event_id" '
+        f'LEFT JOIN {table_of(Source)} s ON s."id" = e."source_id" '
+        f'LEFT JOIN {table_of(Destination)} d ON d."id" = c."destination_id" '
+        'ORDER BY c."position", c."id"'
     )
 
 
@@ -257,7 +283,7 @@ def _outcome_sql(
         released = (
             f"released AS (UPDATE {op} o SET {_CLAIM_SET.format(t='o.')}, "
             f'"next_attempt_at" = %s, "enqueued_at" = %s {following} RETURNING o.*), '
-            f'attempt AS ({_attempt_insert("released")})'
+            f"attempt AS ({_attempt_insert('released')})"
         )
     elif release_next:
         released = (
@@ -272,15 +298,7 @@ def _outcome_sql(
     )
     if claiming:  # one row per step claimed, or one of NULLs after the first three
         this_step = 'SELECT w."step", w."destination_ref" FROM owned w'
-        result += (
-            f", {_claimed_select(refs_also=this_step)} "
-            f"FROM (SELECT 1) one LEFT JOIN released c ON true "
-            'LEFT JOIN attempt a ON a."operation_id" = c."id" '
-            f'LEFT JOIN {table_of(Event)} e ON e."id" = c."event_id" '
-            f'LEFT JOIN {table_of(Source)} s ON s."id" = e."source_id" '
-            f'LEFT JOIN {table_of(Destination)} d ON d."id" = c."destination_id" '
-            'ORDER BY c."position", c."id"'
-        )
+        result += f", {_claimed_select(refs_also=this_step)} {_claimed_from('released')}"
     return (
         f"WITH waiting AS (SELECT EXISTS (SELECT FROM {case} r WHERE "
         '(r."operation_id" = %s OR r."id" = ANY(%s::bigint[])) '

@@ -34,7 +34,7 @@ from django_q.tasks import async_task
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import event_pair_subject
 from idempotency_core.execution.destinations import destination_for
-from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.execution.engine import Screen, operation_enqueue
 from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, pipeline_for
 from idempotency_core.intake.config_cache import config_cached
 from idempotency_core.intake.duplicate_hold import (
@@ -318,17 +318,32 @@ def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
     return case
 
 
-_TWIN_NEAR_SQL = """
-SELECT e.id, EXISTS (
+# Event e (of first operation o, before its first attempt) has a twin within the window.
+_TWIN_NEAR = """EXISTS (
     SELECT FROM idempotency_core_event t
     WHERE t.source_id = e.source_id AND t.contact_digest = e.contact_digest
       AND t.form = e.form AND t.revises_id IS NULL AND t.id <> e.id
       AND t.received_at >= e.received_at - %s::interval
-      AND t.received_at <= e.received_at + %s::interval)
-FROM idempotency_core_operation o JOIN idempotency_core_event e ON e.id = o.event_id
-WHERE o.id = %s AND o.position = 0 AND o.attempt_count = 0
-  AND e.revises_id IS NULL AND e.contact_digest <> ''
-"""
+      AND t.received_at <= e.received_at + %s::interval)"""
+_FIRST_ATTEMPT = """o.id = %s AND o.position = 0 AND o.attempt_count = 0
+  AND e.revises_id IS NULL AND e.contact_digest <> ''"""
+_OPERATION_EVENT = "idempotency_core_operation o JOIN idempotency_core_event e ON e.id = o.event_id"
+_TWIN_NEAR_SQL = f"SELECT e.id, {_TWIN_NEAR} FROM {_OPERATION_EVENT} WHERE {_FIRST_ATTEMPT}"
+
+
+def _window_twice() -> list[object]:
+    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
+    return [window, window]
+
+
+# The first claim of a pipeline waits for `suspected_duplicate_flag` only where the
+# search would find something; the usual case, no twin, is decided inside the claim's
+# own statement (engine.Screen), which the answer never waits for either.
+SUSPECTED_DUPLICATE_SCREEN = Screen(
+    sql=f"EXISTS (SELECT FROM {_OPERATION_EVENT} WHERE {_TWIN_NEAR} AND {_FIRST_ATTEMPT})",
+    params=_window_twice,
+    check=lambda operation_id: suspected_duplicate_flag(operation_id=operation_id),
+)
 
 
 def _first_event_with_twin(operation_id: int) -> Event | None:
@@ -339,7 +354,7 @@ def _first_event_with_twin(operation_id: int) -> Event | None:
     window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
     if connection.vendor == "postgresql":  # the same read, prepared: the ORM's took 2 ms
         with prepared_cursor() as cursor:
-            cursor.execute(_TWIN_NEAR_SQL, [window, window, operation_id])
+            cursor.execute(_TWIN_NEAR_SQL, [*_window_twice(), operation_id])
             row = cursor.fetchone()
         if row is None or not row[1]:
             return None

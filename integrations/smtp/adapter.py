@@ -25,8 +25,9 @@ new connection is opened, before this message's MAIL FROM. (Until 2026-11 an
 RSET asked the same, at one round trip per message.) Nothing is ever
 reconnected or repeated once MAIL FROM is sent: a connection that dies later,
 even just after the poll, fails the message exactly as a new one would
-(retryable before the body, ambiguous after it). Idle connections are dropped after `_IDLE_SECONDS`, well
-inside the five minutes a server waits for a command (RFC 5321, 4.5.3.2.7).
+(retryable before the body, ambiguous after it). Idle connections are dropped
+after `_IDLE_SECONDS`, well inside the five minutes a server waits for a command
+(RFC 5321, 4.5.3.2.7).
 """
 
 from __future__ import annotations

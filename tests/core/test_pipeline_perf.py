@@ -60,10 +60,11 @@ def test_a_worker_task_runs_every_step_its_successes_release(sandbox):
 
 
 @pytest.mark.django_db
-def test_a_submissions_three_steps_cost_the_worker_five_statements(sandbox):
-    """Pinned so that no round trip creeps back (execution/statements.py): the
-    suspected-duplicate search, then the first claim, then for each step one statement
-    recording its success and claiming the next step (the last one has none to claim)."""
+def test_a_submissions_three_steps_cost_the_worker_four_statements(sandbox):
+    """Pinned so that no round trip creeps back (execution/statements.py): the first
+    claim, which makes the suspected-duplicate search too (claiming only when it finds
+    nothing), then for each step one statement recording its success and claiming the
+    next step (the last one has none to claim)."""
     warm = ingest("chain-warm", contact_from_key=True)  # verifies the destinations
     OrmQ.objects.all().delete()
     tasks.operation_run(op(warm, "create_enquiry").pk)
@@ -73,8 +74,7 @@ def test_a_submissions_three_steps_cost_the_worker_five_statements(sandbox):
     with CaptureQueriesContext(connection) as captured:
         assert tasks.operation_run(first) == "succeeded"
     assert [_shape(q["sql"]) for q in captured.captured_queries] == [
-        "SELECT idempotency_core_event",  # the event, and whether a twin is near
-        "WITH claimed",
+        "WITH screened",  # no twin near: create_enquiry claimed
         "WITH waiting",  # success of create_enquiry, assign_task claimed
         "WITH waiting",  # success of assign_task, send_confirmation claimed
         "WITH waiting",  # success of send_confirmation
