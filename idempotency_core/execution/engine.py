@@ -521,14 +521,14 @@ def _success_release(
     return True
 
 
-def _chain_take(ids: list[int], *, now: datetime, which: str) -> bool | None:
-    """Claims the one step `ids` names for this worker's chain (operation_execute_chain)
-    and returns whether it was taken; None when no chain runs here or `ids` is not one
-    step. A step another worker took is not queued again."""
+def _chain_take(ids: list[int], *, now: datetime) -> bool:
+    """Claims the one step `ids` names (waiting behind the success being recorded) for
+    this worker's chain (operation_execute_chain); whether it was taken. False when no
+    chain runs here or `ids` is not one step."""
     chained = _chained.get()
     if chained is None or len(ids) != 1:
-        return None
-    claim = _claim_take(ids[0], now=now, which=which)
+        return False
+    claim = _claim_take(ids[0], now=now, which=RELEASED)
     if isinstance(claim, Claim):
         chained.append(claim)
     return isinstance(claim, Claim)
@@ -727,7 +727,7 @@ def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
         return ids  # the last step: nothing waits behind it
     # The worker that recorded this success runs the next step itself: claimed
     # here, in the same transaction, if it can be.
-    if _chain_take(ids, now=now, which=RELEASED):
+    if _chain_take(ids, now=now):
         return ids
     following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
     for operation_id in ids:

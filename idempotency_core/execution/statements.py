@@ -141,7 +141,7 @@ def outcome_write(
         params.append(_prep(Attempt, name, attempt_sets[name]))
     params += [attempt_id]
     claiming = release_next and claim_next is not None
-    if claiming and claim_next is not None:
+    if release_next and claim_next is not None:
         next_token, lease_until = claim_next
         template = Attempt(claim_token=next_token, started_at=now)
         params += [next_token, lease_until, now, now, now, now]
