@@ -298,9 +298,7 @@ def submissions_store(source: Any, *, run: str, count: int) -> float:
     return time.monotonic()
 
 
-def effects_wait(
-    sandbox: Sandbox, *, count: int, timeout: float, every: float = 0.05
-) -> float:
+def effects_wait(sandbox: Sandbox, *, count: int, timeout: float, every: float = 0.05) -> float:
     """Waits until the sandbox holds `count` records, tasks and messages, asking it every
     `every` seconds (the figure's resolution; each question costs the sandbox CPU)."""
     deadline = time.monotonic() + timeout
