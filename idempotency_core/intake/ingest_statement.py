@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.utils import timezone
 from django_q.conf import Conf
 from django_q.models import OrmQ
@@ -82,28 +82,31 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
     return bool(created)
 
 
-# A column's value in the statement: one for every row, or one per row (an array).
+# A column's value in the statement: one for every row, or one per row (in a VALUES list).
 _ONE, _EACH = "one", "each"
 
-_Shape = tuple[str, tuple[tuple[str, str, str], ...]]
+# The table, each column with how it is passed and its type, and the number of rows.
+_Shape = tuple[str, tuple[tuple[str, str, str], ...], int]
 
 
 @dataclass(frozen=True)
 class _Rows:
-    """One table's rows as the statement's parameters. `shape` (the table, and each
-    column with how it is passed and its type) is all its SQL depends on, so the SQL is
-    built once per shape. Columns that are NULL in every row are left to their default."""
+    """One table's rows as the statement's parameters. `shape` is all its SQL depends
+    on, so the SQL is built once per shape. Columns that are NULL in every row are left
+    to their default. Every parameter is a scalar: psycopg dumps a list parameter (an
+    array) element by element, searching each for its type, at several times the cost."""
 
     shape: _Shape
     params: list[object]
 
     @classmethod
     def of(cls, model: type[models.Model], rows: Sequence[models.Model]) -> _Rows:
+        db = connections[DEFAULT_DB_ALIAS]
         columns: list[tuple[str, str, str]] = []
         ones: list[object] = []
-        arrays: list[object] = []  # after the others: the SQL puts them in unnest(...)
+        each: list[list[object]] = []  # per column, after the others: in the VALUES list
         for column in columns_of(model):
-            values = [prep_value(column.field, row) for row in rows]
+            values = [prep_value(column.field, row, db) for row in rows]
             if all(value is None for value in values):
                 continue
             first = values[0]
@@ -112,35 +115,37 @@ class _Rows:
                 ones.append(first)
             else:
                 columns.append((column.name, _EACH, column.db_type))
-                arrays.append(values)
-        return cls(shape=(table_of(model), tuple(columns)), params=ones + arrays)
+                each.append(values)
+        by_row = [value for row in zip(*each, strict=True) for value in row]
+        return cls(shape=(table_of(model), tuple(columns), len(rows)), params=ones + by_row)
 
 
 @lru_cache(maxsize=64)
 def _statement(shapes: tuple[_Shape, ...]) -> str:
     """The event's INSERT, then one guarded INSERT per other table: `FROM event` is
     empty when the event was not inserted, so they insert nothing then. Every value is
-    cast to its column's type, which a SELECT list or an array does not infer."""
-    (event_table, event_columns), *others = shapes
+    cast to its column's type, which a SELECT list or a VALUES list does not infer."""
+    (event_table, event_columns, _), *others = shapes
     names = ", ".join(column for column, _, _ in event_columns)
     placeholders = ", ".join("%s" for _ in event_columns)
     parts = [
         f"event AS (INSERT INTO {event_table} ({names}) VALUES ({placeholders}) "
         "ON CONFLICT DO NOTHING RETURNING 1)"
     ]
-    for n, (table, columns) in enumerate(others):
+    for n, (table, columns, count) in enumerate(others):
         select: list[str] = []
-        arrays: list[str] = []
+        casts: list[str] = []
         for _column, passed, db_type in columns:
             if passed == _ONE:
                 select.append(f"%s::{db_type}")
             else:
-                arrays.append(f"%s::{db_type}[]")
-                select.append(f"v.c{len(arrays)}")
+                casts.append(f"%s::{db_type}")
+                select.append(f"v.c{len(casts)}")
         source = "event"
-        if arrays:
-            aliases = ", ".join(f"c{i + 1}" for i in range(len(arrays)))
-            source += f", unnest({', '.join(arrays)}) AS v({aliases})"
+        if casts:
+            aliases = ", ".join(f"c{i + 1}" for i in range(len(casts)))
+            values = ", ".join(f"({', '.join(casts)})" for _ in range(count))
+            source += f", (VALUES {values}) AS v({aliases})"
         names = ", ".join(column for column, _, _ in columns)
         parts.append(
             f"t{n} AS (INSERT INTO {table} ({names}) SELECT {', '.join(select)} FROM {source})"
