@@ -276,7 +276,10 @@ LOGGING = {
         },
         "json": {"()": "config.logfilters.JsonFormatter"},
     },
-    "filters": {"redact": {"()": "config.logfilters.RedactSecrets"}},
+    "filters": {
+        "redact": {"()": "config.logfilters.RedactSecrets"},
+        "quiet_task_lines": {"()": "config.logfilters.QuietTaskLines"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
@@ -300,8 +303,12 @@ LOGGING = {
         # LOG_LEVEL says.
         "django.db.backends": {"level": "INFO"},
         # django-q2 adds an unfiltered handler of its own if it is imported before
-        # logging is set up; named here, it writes through the root's.
-        "django-q": {"propagate": True},
+        # logging is set up; named here, it writes through the root's. Its three lines
+        # per task are dropped unless ONEFOLD_Q_TASK_LINES is set (QuietTaskLines).
+        "django-q": {
+            "propagate": True,
+            "filters": [] if env_bool("ONEFOLD_Q_TASK_LINES", False) else ["quiet_task_lines"],
+        },
         "httpx": {"level": "WARNING"},
         "mail.log": {"level": "WARNING"},
     },

@@ -30,10 +30,11 @@ from django.core.management import call_command
 from django_q.signals import post_execute_in_worker, pre_execute
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.logfilters import JsonFormatter, RedactSecrets, log_ids_bound
+from config.logfilters import JsonFormatter, QuietTaskLines, RedactSecrets, log_ids_bound
 from idempotency_core.execution.engine import TASK
+from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_create_with_key
-from idempotency_core.models import Operation
+from idempotency_core.models import Event, Operation
 from tests.factories import submission
 from tests.support.processes import REPO, WebServer, start_web, wait_for
 
@@ -237,6 +238,61 @@ def test_a_worker_binds_the_operation_of_the_task_it_runs(json_log):
     inside, between = lines(json_log)
     assert inside["operation_id"] == "4711"
     assert "operation_id" not in between
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the clusters see the rows
+def test_django_q2s_three_lines_a_task_are_dropped_unless_asked_for(
+    sandbox, qcluster_factory, caplog
+):
+    """config.logfilters.QuietTaskLines on real parts: this process queues the task,
+    a real cluster runs it; then a cluster started with ONEFOLD_Q_TASK_LINES=true."""
+    source, _, _ = source_create_with_key(name="website")
+    caplog.set_level(logging.INFO)
+    quiet = qcluster_factory("quiet")
+    first = event_ingest(source=source, key="quiet-1", payload=_person("quiet")).event
+    wait_for(lambda: _succeeded(first), timeout=60, what="the first submission's three steps")
+    quiet.stop()
+    loud = qcluster_factory("loud", ONEFOLD_Q_TASK_LINES="true")
+    second = event_ingest(source=source, key="loud-1", payload=_person("loud")).event
+    wait_for(lambda: _succeeded(second), timeout=60, what="the second submission's three steps")
+    loud.stop()
+
+    # Queued here: no "Enqueued [onefold] ..." line.
+    assert not [r for r in caplog.records if r.name == "django-q"]
+    quiet_lines = quiet.log()
+    assert "Q Cluster" in quiet_lines and "running" in quiet_lines  # its own lines stay
+    assert " processing " not in quiet_lines and "Processed '" not in quiet_lines
+    loud_lines = loud.log()
+    assert f"processing operation-{second.operations.get(position=0).pk}" in loud_lines
+    assert "Processed 'idempotency_core.tasks.operation_run'" in loud_lines
+
+
+@pytest.mark.parametrize(
+    ("module", "level", "message", "kept"),
+    [
+        ("tasks", logging.INFO, "Enqueued [onefold] 7", False),
+        ("worker", logging.INFO, "Process-1:1 processing operation-7 'f'", False),
+        ("monitor", logging.INFO, "Processed 'f' (operation-7)", False),
+        ("monitor", logging.ERROR, "Failed 'f' (operation-7) - boom", True),
+        ("cluster", logging.INFO, "Q Cluster x running.", True),
+        ("worker", logging.INFO, "Process-1:1 ready for work at 12", True),
+        ("engine", logging.INFO, "Processed 'f' by someone else", True),
+    ],
+)
+def test_the_per_task_filter_drops_only_django_q2s_per_task_info_lines(
+    module, level, message, kept
+):
+    record = logging.LogRecord("django-q", level, f"/x/{module}.py", 1, message, (), None)
+    assert QuietTaskLines().filter(record) is kept
+
+
+def _person(name: str) -> dict:
+    return submission(contact={"name": name, "email": f"{name}@example.com"})
+
+
+def _succeeded(event: Event) -> bool:
+    return set(event.operations.values_list("status", flat=True)) == {"succeeded"}
 
 
 @pytest.mark.parametrize(("log_format", "json_lines"), [("json", True), ("plain", False)])
