@@ -47,6 +47,7 @@ from idempotency_core.execution.steps import pipeline_for
 from idempotency_core.intake.sources import source_api_key_issue, source_get_or_create
 from idempotency_core.models import Delivery, Event, Operation, Source
 from idempotency_core.proofs.bare_endpoint import BARE_PATH, BARE_TABLE
+from idempotency_core.proofs.cpu import cpu_by_pid, cpu_spent, database_backends, descendants
 
 REPO = Path(settings.BASE_DIR)
 SOURCE_NAME = "bench-ingest"
@@ -102,6 +103,7 @@ class Target:
     path: str
     headers: dict[str, str]
     expected: int
+    server_pid: int
 
     def post(self, key: str) -> tuple[int, bytes]:
         return post(
@@ -109,10 +111,28 @@ class Target:
         )
 
 
+@dataclass(frozen=True)
+class CpuPerRequest:
+    """Milliseconds of CPU a request cost during a round, by whom: the server's
+    gunicorn processes, PostgreSQL's backends for this database, and this client."""
+
+    server: float
+    database: float
+    client: float
+
+    @property
+    def total(self) -> float:
+        return self.server + self.database + self.client
+
+    def __str__(self) -> str:
+        return f"{self.server:.2f} + {self.database:.2f} + {self.client:.2f} = {self.total:.2f} ms"
+
+
 @dataclass
 class RoundResult:
     rate: float
     statuses: Counter[int] = field(default_factory=Counter)
+    cpu: CpuPerRequest = CpuPerRequest(0.0, 0.0, 0.0)
 
 
 def submission_body(key: str) -> bytes:
@@ -205,15 +225,26 @@ def run_round(target: Target, *, requests: int, tag: str, threads: int = THREADS
     workers = [threading.Thread(target=client, daemon=True) for _ in range(threads)]
     for worker in workers:
         worker.start()
+    before = _cpu_reading(target)
     start.wait()
     began = time.perf_counter()
     for worker in workers:
         worker.join()
     result.rate = requests / (time.perf_counter() - began)
+    after = _cpu_reading(target)
+    result.cpu = CpuPerRequest(
+        *(cpu_spent(b, a) * 1000 / requests for b, a in zip(before, after, strict=True))
+    )
     unexpected = {s: c for s, c in result.statuses.items() if s != target.expected}
     if unexpected:
         raise BenchmarkError(f"{target.name} answered {unexpected} in round {tag}")
     return result
+
+
+def _cpu_reading(target: Target) -> list[dict[int, float]]:
+    """CPU so far of the server's processes, the database's backends and this process."""
+    server = descendants(target.server_pid)
+    return [cpu_by_pid(pids) for pids in (server, database_backends(), [os.getpid()])]
 
 
 def bench_source() -> tuple[Source, str]:
@@ -260,8 +291,9 @@ def bench_ingest(
             INGEST_PATH,
             {"Authorization": f"Api-Key {api_key}"},
             202,
+            onefold_server.process.pid,
         )
-        bare = Target("bare", bare_server.port, BARE_PATH, {}, 201)
+        bare = Target("bare", bare_server.port, BARE_PATH, {}, 201, bare_server.process.pid)
         figures = _interleaved(
             onefold, bare, rounds=rounds, requests=requests, run_id=run_id, out=out
         )
@@ -290,23 +322,50 @@ def _interleaved(
 ) -> dict[str, float]:
     for target in (onefold, bare):  # warm-up: imports, connections, caches
         run_round(target, requests=min(200, requests), tag=f"{run_id}-warm-{target.name}")
-    rates: dict[str, list[float]] = {"onefold": [], "bare": []}
+    rounds_of: dict[str, list[RoundResult]] = {"onefold": [], "bare": []}
     out(f"{requests} requests a round, {THREADS} client threads, {WORKERS} sync workers each")
+    out("CPU a request: server + PostgreSQL + client")
     for n in range(rounds):
         order = (onefold, bare) if n % 2 == 0 else (bare, onefold)
         for target in order:
-            rates[target.name].append(
-                run_round(target, requests=requests, tag=f"{run_id}-r{n}-{target.name}").rate
+            rounds_of[target.name].append(
+                run_round(target, requests=requests, tag=f"{run_id}-r{n}-{target.name}")
             )
-        last = {name: values[-1] for name, values in rates.items()}
-        out(f"round {n + 1}: onefold {last['onefold']:.0f} req/s, bare {last['bare']:.0f} req/s")
-    medians = {name: statistics.median(values) for name, values in rates.items()}
+        last = {name: results[-1] for name, results in rounds_of.items()}
+        out(
+            f"round {n + 1}: onefold {last['onefold'].rate:.0f} req/s ({last['onefold'].cpu}), "
+            f"bare {last['bare'].rate:.0f} req/s ({last['bare'].cpu})"
+        )
+    medians = {
+        name: statistics.median(r.rate for r in results) for name, results in rounds_of.items()
+    }
+    cpu = {name: _median_cpu(results) for name, results in rounds_of.items()}
     ratio = medians["onefold"] / medians["bare"]
     out(
         f"median of {rounds} rounds: onefold {medians['onefold']:.0f} req/s, "
         f"bare {medians['bare']:.0f} req/s, ratio {ratio:.2f}x"
     )
-    return {"onefold": medians["onefold"], "bare": medians["bare"], "ratio": ratio}
+    out(
+        f"median CPU a request: onefold {cpu['onefold']}, bare {cpu['bare']}; "
+        f"the bare endpoint's CPU over Onefold's: {cpu['bare'].total / cpu['onefold'].total:.2f}x"
+    )
+    return {
+        "onefold": medians["onefold"],
+        "bare": medians["bare"],
+        "ratio": ratio,
+        "onefold_cpu_ms": cpu["onefold"].total,
+        "bare_cpu_ms": cpu["bare"].total,
+    }
+
+
+def _median_cpu(results: list[RoundResult]) -> CpuPerRequest:
+    """Each part's median over the rounds."""
+    return CpuPerRequest(
+        *(
+            statistics.median(getattr(r.cpu, part) for r in results)
+            for part in ("server", "database", "client")
+        )
+    )
 
 
 def _storm(target: Target, key: str, size: int) -> list[tuple[int, bytes]]:

@@ -45,7 +45,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
 from multiprocessing.synchronize import Event as EventType
-from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -56,6 +55,13 @@ from config.env import database_url_of
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Operation, ReviewCase
+from idempotency_core.proofs.cpu import (
+    cpu_by_pid,
+    cpu_seconds,
+    cpu_spent,
+    database_backends,
+    descendants,
+)
 
 Out = Callable[[str], None]
 TARGET_RATIO = 0.5
@@ -176,50 +182,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-
-
-def _stat_fields(pid: int | str) -> list[str]:
-    """/proc/PID/stat after the command name (which may hold spaces): state, ppid, ..."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU of these processes so far (utime, stime); gone ones count 0."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = _stat_fields(pid)
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def descendants(root: int) -> list[int]:
-    """`root` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                children.setdefault(int(_stat_fields(entry.name)[1]), []).append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    found, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        found.append(pid)
-        pending.extend(children.get(pid, []))
-    return found
-
-
-def database_backends() -> list[int]:
-    """PostgreSQL's server processes serving this database (the same machine's)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid()"
-        )
-        return [pid for (pid,) in cursor.fetchall()]
 
 
 @contextmanager
@@ -344,7 +306,7 @@ def onefold_run(
 
         def watched() -> list[dict[int, float]]:
             workers = [pid for root in roots for pid in descendants(root)]
-            return [_cpu_by_pid(pids) for pids in (workers, database_backends(), [sandbox.pid])]
+            return [cpu_by_pid(pids) for pids in (workers, database_backends(), [sandbox.pid])]
 
         before = watched()
         started = submissions_store(source, run=run, count=count)
@@ -356,17 +318,8 @@ def onefold_run(
         submissions=count,
         seconds=finished - started,
         duplicates=duplicates_count(sandbox),
-        cpu=Cpu(*(_cpu_spent(b, a) for b, a in zip(before, after, strict=True))),
+        cpu=Cpu(*(cpu_spent(b, a) for b, a in zip(before, after, strict=True))),
     )
-
-
-def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
-    return {pid: cpu_seconds([pid]) for pid in pids}
-
-
-def _cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU spent between two readings by the processes alive at the second."""
-    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 # -- the bare client --------------------------------------------------------------
