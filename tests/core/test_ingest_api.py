@@ -13,6 +13,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.api.serializers import ContactSerializer, SubmissionSerializer
 from idempotency_core.intake.api.throttling import SourceRateThrottle
 from idempotency_core.intake.ingest import suspected_duplicate_flag
 from idempotency_core.intake.sources import source_api_key_issue
@@ -319,3 +320,23 @@ def test_openapi_schema_is_served(client):
     text = response.content.decode()
     assert "/api/v1/submissions/" in text
     assert "Idempotency-Key" in text
+
+
+def test_each_submission_serializer_binds_copies_of_the_declared_fields():
+    """KnownKeysSerializer.get_fields copies shallowly where DRF deep-copies: each
+    instance still has fields of its own, bound to it, nested ones included, and the
+    declared fields stay unbound and unchanged."""
+    first = SubmissionSerializer(data=submission(contact={"name": "", "email": "x"}))
+    second = SubmissionSerializer(data=submission())
+    assert not first.is_valid()
+    assert second.is_valid(), second.errors
+    assert set(first.errors["contact"]) == {"name", "email"}
+    for name in ("form", "contact"):
+        assert first.fields[name] is not second.fields[name]
+        assert first.fields[name].parent is first
+    email = first.fields["contact"].fields["email"]
+    assert email is not second.fields["contact"].fields["email"]
+    assert email.parent is first.fields["contact"] and email.root is first
+    declared = SubmissionSerializer._declared_fields
+    assert declared["form"].field_name is None and "fields" not in declared["contact"].__dict__
+    assert ContactSerializer._declared_fields["email"].field_name is None
