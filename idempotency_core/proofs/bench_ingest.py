@@ -165,8 +165,11 @@ def _free_port() -> int:
         return port
 
 
-def start_server(name: str, app: str, log_dir: Path, *, workers: int = WORKERS) -> Server:
-    """gunicorn with `workers` sync workers (one request at a time each), as deployed."""
+def start_server(
+    name: str, app: str, log_dir: Path, *, workers: int = WORKERS, cwd: Path = REPO
+) -> Server:
+    """gunicorn with `workers` sync workers (one request at a time each), as deployed,
+    serving the code of the checkout `cwd`."""
     port = _free_port()
     log_path = log_dir / f"{name}.log"
     with log_path.open("wb") as log:
@@ -180,7 +183,7 @@ def start_server(name: str, app: str, log_dir: Path, *, workers: int = WORKERS) 
                 "--backlog=2048",
                 "--timeout=120",
             ],
-            cwd=REPO,
+            cwd=cwd,
             env={**os.environ, "LOG_FORMAT": "json"},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -273,36 +276,34 @@ def bench_ingest(
     storm_size: int,
     profile: Path | None,
     out: Callable[[str], None],
+    compare: Path | None = None,
 ) -> dict[str, float]:
-    """Runs the whole benchmark and prints it; returns the medians, ratio and duplicates."""
+    """Runs the whole benchmark and prints it; returns the medians, ratio and duplicates.
+    `compare`, a checkout of another commit, is served too ("earlier") and measured in
+    the same interleaved rounds: on a machine whose speed drifts, the only fair before
+    and after."""
     source, api_key = bench_source()
     bare_table_create()
     run_id = uuid.uuid4().hex[:8]
     log_dir = Path(tempfile.mkdtemp(prefix="bench_ingest_"))
     servers: list[Server] = []
     try:
-        onefold_server = start_server("onefold", "config.wsgi", log_dir)
-        servers.append(onefold_server)
-        bare_server = start_server("bare", "idempotency_core.proofs.bare_wsgi", log_dir)
-        servers.append(bare_server)
-        onefold = Target(
-            "onefold",
-            onefold_server.port,
-            INGEST_PATH,
-            {"Authorization": f"Api-Key {api_key}"},
-            202,
-            onefold_server.process.pid,
-        )
-        bare = Target("bare", bare_server.port, BARE_PATH, {}, 201, bare_server.process.pid)
-        figures = _interleaved(
-            onefold, bare, rounds=rounds, requests=requests, run_id=run_id, out=out
-        )
+        apps = [
+            ("onefold", "config.wsgi", REPO),
+            ("bare", "idempotency_core.proofs.bare_wsgi", REPO),
+        ]
+        if compare is not None:
+            apps.append(("earlier", "config.wsgi", compare))
+        for name, app, cwd in apps:
+            servers.append(start_server(name, app, log_dir, cwd=cwd))
+        targets = [_target(server, api_key) for server in servers]
+        figures = _interleaved(targets, rounds=rounds, requests=requests, run_id=run_id, out=out)
         if profile is not None:
             _profile(
-                onefold_server, onefold, requests=requests, run_id=run_id, into=profile, out=out
+                servers[0], targets[0], requests=requests, run_id=run_id, into=profile, out=out
             )
         figures["duplicates"] = _storms(
-            onefold, source, count=storms, size=storm_size, run_id=run_id, out=out
+            targets[0], source, count=storms, size=storm_size, run_id=run_id, out=out
         )
     finally:
         for server in servers:
@@ -311,51 +312,55 @@ def bench_ingest(
     return figures
 
 
+def _target(server: Server, api_key: str) -> Target:
+    pid = server.process.pid
+    if server.name == "bare":
+        return Target("bare", server.port, BARE_PATH, {}, 201, pid)
+    headers = {"Authorization": f"Api-Key {api_key}"}
+    return Target(server.name, server.port, INGEST_PATH, headers, 202, pid)
+
+
 def _interleaved(
-    onefold: Target,
-    bare: Target,
+    targets: list[Target],
     *,
     rounds: int,
     requests: int,
     run_id: str,
     out: Callable[[str], None],
 ) -> dict[str, float]:
-    for target in (onefold, bare):  # warm-up: imports, connections, caches
+    """Rounds in turn on each target, the order reversed every other round. Onefold's
+    figures (and the earlier checkout's) are given as ratios to the bare endpoint's."""
+    for target in targets:  # warm-up: imports, connections, caches
         run_round(target, requests=min(200, requests), tag=f"{run_id}-warm-{target.name}")
-    rounds_of: dict[str, list[RoundResult]] = {"onefold": [], "bare": []}
+    rounds_of: dict[str, list[RoundResult]] = {target.name: [] for target in targets}
     out(f"{requests} requests a round, {THREADS} client threads, {WORKERS} sync workers each")
     out("CPU a request: server + PostgreSQL + client")
     for n in range(rounds):
-        order = (onefold, bare) if n % 2 == 0 else (bare, onefold)
-        for target in order:
+        for target in targets if n % 2 == 0 else targets[::-1]:
             rounds_of[target.name].append(
                 run_round(target, requests=requests, tag=f"{run_id}-r{n}-{target.name}")
             )
-        last = {name: results[-1] for name, results in rounds_of.items()}
-        out(
-            f"round {n + 1}: onefold {last['onefold'].rate:.0f} req/s ({last['onefold'].cpu}), "
-            f"bare {last['bare'].rate:.0f} req/s ({last['bare'].cpu})"
+        done = ", ".join(
+            f"{name} {results[-1].rate:.0f} req/s ({results[-1].cpu})"
+            for name, results in rounds_of.items()
         )
+        out(f"round {n + 1}: {done}")
     medians = {
         name: statistics.median(r.rate for r in results) for name, results in rounds_of.items()
     }
     cpu = {name: _median_cpu(results) for name, results in rounds_of.items()}
-    ratio = medians["onefold"] / medians["bare"]
-    out(
-        f"median of {rounds} rounds: onefold {medians['onefold']:.0f} req/s, "
-        f"bare {medians['bare']:.0f} req/s, ratio {ratio:.2f}x"
-    )
-    out(
-        f"median CPU a request: onefold {cpu['onefold']}, bare {cpu['bare']}; "
-        f"the bare endpoint's CPU over Onefold's: {cpu['bare'].total / cpu['onefold'].total:.2f}x"
-    )
-    return {
-        "onefold": medians["onefold"],
-        "bare": medians["bare"],
-        "ratio": ratio,
-        "onefold_cpu_ms": cpu["onefold"].total,
-        "bare_cpu_ms": cpu["bare"].total,
-    }
+    figures = {"bare": medians["bare"], "bare_cpu_ms": cpu["bare"].total}
+    for name in (n for n in rounds_of if n != "bare"):
+        ratio = medians[name] / medians["bare"]
+        figures |= {name: medians[name], f"{name}_cpu_ms": cpu[name].total}
+        figures["ratio" if name == "onefold" else f"{name}_ratio"] = ratio
+        out(
+            f"median of {rounds} rounds: {name} {medians[name]:.0f} req/s, bare "
+            f"{medians['bare']:.0f} req/s, ratio {ratio:.2f}x; CPU a request: {name} "
+            f"{cpu[name]}, bare {cpu['bare']} "
+            f"({cpu['bare'].total / cpu[name].total:.2f}x of {name}'s)"
+        )
+    return figures
 
 
 def _median_cpu(results: list[RoundResult]) -> CpuPerRequest:

@@ -3,6 +3,14 @@ identical requests (the benchmark itself: idempotency_core/proofs/bench_ingest.p
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_ingest \\
         .venv/bin/python manage.py bench_ingest [--rounds 5] [--requests 2000] [--profile DIR]
+        [--compare DIR]
+
+`--compare` serves a checkout of another commit too, in the same rounds, for a before
+and after on a machine whose speed drifts between runs (its migrations must be this
+checkout's: the servers share the database)::
+
+    git worktree add /tmp/before <commit> && ln -s "$PWD/.venv" /tmp/before/.venv
+    ... manage.py bench_ingest --compare /tmp/before
 """
 
 from __future__ import annotations
@@ -32,6 +40,12 @@ class Command(BaseCommand):
             "--profile", type=Path, default=None, help="also sample Onefold with py-spy into DIR"
         )
         parser.add_argument(
+            "--compare",
+            type=Path,
+            default=None,
+            help="also serve Onefold from this checkout (another commit) in the same rounds",
+        )
+        parser.add_argument(
             "--min-ratio",
             type=float,
             default=0.0,
@@ -41,6 +55,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if min(options["rounds"], options["requests"], options["storm_size"]) < 1:
             raise CommandError("--rounds, --requests and --storm-size must be positive")
+        compare = options["compare"]
+        if compare is not None and not (compare / "config" / "wsgi.py").is_file():
+            raise CommandError(f"--compare {compare}: not a checkout of Onefold")
         try:
             bench_ingest_database_check()
             call_command("migrate", verbosity=0)
@@ -51,6 +68,7 @@ class Command(BaseCommand):
                 storm_size=options["storm_size"],
                 profile=options["profile"],
                 out=self.stdout.write,
+                compare=options["compare"],
             )
         except BenchmarkError as exc:
             raise CommandError(str(exc)) from exc
