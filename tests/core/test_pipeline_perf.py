@@ -261,6 +261,9 @@ def test_a_cluster_runs_each_pipeline_in_one_task_over_reused_connections(sandbo
     try:
         done = Operation.objects.filter(status=Operation.Status.SUCCEEDED)
         wait_for(lambda: done.count() == 3 * count, timeout=120, what="every step")
+        # The monitor saves a task's result, then acknowledges it (deletes its queue
+        # row): stopped at the last step's success, it could lose the last result.
+        wait_for(lambda: not OrmQ.objects.exists(), timeout=30, what="every acknowledgement")
     except TimeoutError:
         print(cluster.log()[-10000:])
         raise
