@@ -77,8 +77,7 @@ def claim_take(
         params += [now, now]
     params += [operation_id]
     params += [] if which == RELEASED else [list(Operation.CLAIMABLE), now]
-    template = Attempt(claim_token=token, started_at=now)
-    params += [prep_value(c.field, template) for c in _attempt_columns()]
+    params += _attempt_params(token, now)
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_claim_sql(which, unless[0] if unless else ""), params)
         screened, *row = cursor.fetchone()
@@ -143,9 +142,8 @@ def outcome_write(
     claiming = release_next and claim_next is not None
     if release_next and claim_next is not None:
         next_token, lease_until = claim_next
-        template = Attempt(claim_token=next_token, started_at=now)
         params += [next_token, lease_until, now, now, now, now]
-        params += [prep_value(c.field, template) for c in _attempt_columns()]
+        params += _attempt_params(next_token, now)
     elif release_next:
         params += [now, now, now]
     with prepared_cursor(connection.alias) as cursor:
@@ -154,6 +152,12 @@ def outcome_write(
     owned, cases_waiting, released = rows[0][:3]
     taken = [_taken(list(row[3:])) for row in rows if row[3] is not None] if claiming else []
     return Written(bool(owned), bool(cases_waiting), list(released), taken)
+
+
+def _attempt_params(token: uuid.UUID, now: datetime) -> list[object]:
+    """The values of a new attempt's columns (`_attempt_insert`) for a claim by `token`."""
+    template = Attempt(claim_token=token, started_at=now)
+    return [prep_value(c.field, template) for c in _attempt_columns()]
 
 
 def _prep(model: type[Any], name: str, value: object) -> object:
