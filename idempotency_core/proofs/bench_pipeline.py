@@ -55,13 +55,7 @@ from config.env import database_url_of
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Operation, ReviewCase
-from idempotency_core.proofs.cpu import (
-    cpu_by_pid,
-    cpu_seconds,
-    cpu_spent,
-    database_backends,
-    descendants,
-)
+from idempotency_core.proofs.cpu import BackendsWatch, cpu_seconds, own_backend, tree_cpu
 
 Out = Callable[[str], None]
 TARGET_RATIO = 0.5
@@ -303,22 +297,22 @@ def onefold_run(
     source = bench_source(sandbox)
     run = uuid.uuid4().hex[:8]
     with clusters_running(clusters, env=env) as roots:
-
-        def watched() -> list[dict[int, float]]:
-            workers = [pid for root in roots for pid in descendants(root)]
-            return [cpu_by_pid(pids) for pids in (workers, database_backends(), [sandbox.pid])]
-
-        before = watched()
-        started = submissions_store(source, run=run, count=count)
-        finished = effects_wait(sandbox, count=count, timeout=max(120.0, count))
-        after = watched()
+        workers, sandbox_cpu = tree_cpu(roots), cpu_seconds([sandbox.pid])
+        with BackendsWatch(exclude=[own_backend()]) as database:
+            started = submissions_store(source, run=run, count=count)
+            finished = effects_wait(sandbox, count=count, timeout=max(120.0, count))
+        cpu = Cpu(
+            client=tree_cpu(roots) - workers,
+            database=database.spent,
+            sandbox=cpu_seconds([sandbox.pid]) - sandbox_cpu,
+        )
         outcomes_check(timeout=30)
     return Run(
         label=f"Onefold, {clusters} cluster{'s' if clusters > 1 else ''}",
         submissions=count,
         seconds=finished - started,
         duplicates=duplicates_count(sandbox),
-        cpu=Cpu(*(cpu_spent(b, a) for b, a in zip(before, after, strict=True))),
+        cpu=cpu,
     )
 
 

@@ -5,9 +5,11 @@ the machine's other load than the rate does."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from types import TracebackType
 
-from django.db import connection
+from django.db import connection, connections
 
 
 def _stat_fields(pid: int | str) -> list[str]:
@@ -24,6 +26,21 @@ def cpu_seconds(pids: list[int]) -> float:
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(roots: list[int]) -> float:
+    """CPU so far of these processes, everything below them, and what they have waited
+    for: a worker cluster recycles its workers, and a recycled worker's CPU, gone
+    with it from /proc, lives on in its parent's cutime and cstime. The difference of
+    two readings is exact while the roots live."""
+    total = 0
+    for pid in {pid for root in roots for pid in descendants(root)}:
+        try:
+            fields = _stat_fields(pid)
+        except OSError:
+            continue
+        total += sum(int(fields[n]) for n in (11, 12, 13, 14))
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -54,6 +71,14 @@ def database_backends() -> list[int]:
         return [pid for (pid,) in cursor.fetchall()]
 
 
+def own_backend() -> int:
+    """The PostgreSQL backend serving this thread's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+        return int(pid)
+
+
 def cpu_by_pid(pids: list[int]) -> dict[int, float]:
     return {pid: cpu_seconds([pid]) for pid in pids}
 
@@ -61,3 +86,53 @@ def cpu_by_pid(pids: list[int]) -> dict[int, float]:
 def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU spent between two readings by the processes alive at the second."""
     return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
+class BackendsWatch:
+    """CPU spent by PostgreSQL's backends for this database between `start` and `stop`,
+    those that come and go included (a recycled worker's connection ends with it): a
+    thread reads them every `every` seconds, so a backend that ends is counted up to
+    its last reading. `exclude` names backends not to count (the caller's own)."""
+
+    def __init__(self, *, exclude: list[int], every: float = 0.2) -> None:
+        self.exclude = set(exclude)
+        self.every = every
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> BackendsWatch:
+        self.first = self._reading()
+        self.last = dict(self.first)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def spent(self) -> float:
+        """Seconds of CPU so far: a backend that began after `start` counts from zero."""
+        return sum(seconds - self.first.get(pid, 0.0) for pid, seconds in self.last.items())
+
+    def sample(self) -> None:
+        self.last.update(self._reading())
+
+    def _reading(self) -> dict[int, float]:
+        pids = [pid for pid in database_backends() if pid not in self.exclude]
+        return {pid: seconds for pid, seconds in cpu_by_pid(pids).items() if seconds}
+
+    def _watch(self) -> None:
+        try:
+            while not self._stop.wait(self.every):
+                self.sample()
+            self.sample()
+        finally:
+            connections.close_all()  # this thread's own connection
