@@ -1,5 +1,6 @@
-"""The queue's dequeue (idempotency_core/broker.py): one statement, no two pushers
-ever handed the same row, and django-q2's delivery rules kept (an unacknowledged row
+"""The queue's dequeue (idempotency_core/broker.py): one statement after its settings,
+the primary key walked whatever the statistics say, no two pushers ever handed the
+same row, and django-q2's delivery rules kept (an unacknowledged row
 comes back when its lock expires; acknowledging deletes it)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from idempotency_core.broker import SkipLockedORM
+from tests.support.plans import plans_run
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -34,17 +36,70 @@ def test_the_configured_broker_is_this_one():
     assert isinstance(get_broker(), SkipLockedORM)
 
 
-def test_a_dequeue_is_one_statement_and_takes_the_oldest_due_row():
+def test_a_dequeue_is_one_statement_after_its_settings_and_takes_the_oldest_due_row():
     key = queue_of(3)
     broker = SkipLockedORM(list_key=key)
     broker.get_connection()  # its close_old_connections() first, outside the capture
     with CaptureQueriesContext(connections["default"]) as captured:
         tasks = broker.dequeue()
-    assert len(captured.captured_queries) == 1
+    assert [q["sql"].split()[0] for q in captured.captured_queries] == [
+        "BEGIN",
+        "SELECT",
+        "UPDATE",
+        "COMMIT",
+    ]
     first = OrmQ.objects.filter(key=key).order_by("id").first()
     assert tasks == [(first.pk, "task-0")]
     first.refresh_from_db()
     assert first.lock > timezone.now() + timedelta(seconds=Conf.RETRY - 5)  # leased
+
+
+def test_a_burst_is_dequeued_along_the_primary_key_after_a_cluster_idled_on_an_empty_queue():
+    """Autovacuum found the queue empty and a cluster polled it so. With those statistics
+    the planner's choice was a scan and sort of every due row, so that a burst of N tasks
+    cost N rows read for each (0.7 ms of PostgreSQL's CPU a task in a 3,000-task burst
+    in `bench_pipeline`); prepared, that plan was kept. It must walk the primary key."""
+    OrmQ.objects.all().delete()
+    with connections["default"].cursor() as cursor:
+        cursor.execute("ANALYZE django_q_ormq")  # as autovacuum finds a queue: empty
+    idle = SkipLockedORM(list_key=f"test-{uuid.uuid4().hex[:8]}")
+    _keep_the_session(idle)
+    for _ in range(8):  # past PostgreSQL's five custom plans of a prepared statement
+        assert idle.dequeue() is None
+    idle.list_key = queue_of(2000)
+    with plans_run() as plans:
+        ((task_id, _),) = idle.dequeue()
+    (plan,) = [p for p in plans if "django_q_ormq" in p]
+    assert task_id == OrmQ.objects.filter(key=idle.list_key).order_by("id").first().pk
+    assert "Sort" not in plan and "Seq Scan" not in plan, plan
+    assert "Index Scan using django_q_ormq_pkey" in plan, plan
+
+
+def test_the_queues_own_commits_do_not_wait_for_the_wal_flush_and_change_nothing_else():
+    """The dequeue's lock and the acknowledgement's DELETE commit without waiting for
+    the WAL flush (broker.py says why a loss is safe), each for its own transaction
+    only: the session's settings, which the worker's statements run under, are kept."""
+    key = queue_of(1)
+    broker = SkipLockedORM(list_key=key)
+    _keep_the_session(broker)
+    with CaptureQueriesContext(connections["default"]) as captured:
+        ((task_id, _),) = broker.dequeue()
+        broker.acknowledge(task_id)
+    dequeue, ack = captured.captured_queries[1]["sql"], captured.captured_queries[-1]["sql"]
+    assert "set_config('synchronous_commit', 'off', true)" in dequeue
+    assert ack.startswith("DELETE") and "set_config('synchronous_commit', 'off', true)" in ack
+    assert not OrmQ.objects.filter(key=key).exists()
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('synchronous_commit'), current_setting('enable_sort')"
+        )
+        assert cursor.fetchone() == ("on", "on")
+
+
+def _keep_the_session(broker: SkipLockedORM) -> None:
+    """django-q2's broker closes connections past their age before each call, and the
+    tests' age is 0: the plans are read in this session, so it is kept."""
+    broker.get_connection = lambda *args, **kwargs: None
 
 
 def test_racing_pushers_are_never_handed_the_same_row():
