@@ -183,6 +183,15 @@ def _attempt_columns() -> tuple[Any, ...]:
     return tuple(c for c in columns_of(Attempt) if c.field.name not in from_row)
 
 
+def _by_id_only(condition: str) -> str:
+    """`condition` on an operation found by id, written so that no index serves it
+    (`IS TRUE` is the same test in a WHERE clause). Written plainly, the planner could
+    reach the row through the status index instead of the primary key: it does when its
+    statistics say that status is rare (pending and running ones are, once a queue has
+    drained), and then a statement reads every such row of a burst."""
+    return f"({condition}) IS TRUE"
+
+
 def _select(model: type[models.Model], alias: str) -> str:
     return ", ".join(f"{alias}.{c.name}" for c in columns_of(model))
 
@@ -211,18 +220,23 @@ def _claimed_select(refs_also: str = "") -> str:
     """The columns `_taken` reads of claimed operation `c`, attempt `a`, event `e`,
     source `s` and destination `d`. The references are the event's succeeded steps
     before `c`, as this statement's snapshot holds them, and `refs_also` (rows of
-    step and reference: one a CTE of this statement has just written)."""
+    step, reference and status: one a CTE of this statement has just written).
+
+    The steps are found by event and the status is tested in the aggregate's FILTER,
+    where no index can serve it: as a WHERE condition the planner could reach them by
+    the status index, which, with statistics from before a burst (or none, on a new
+    table), it judged selective, and read every succeeded step of every event."""
     earlier = (
-        f'SELECT o."step", o."destination_ref" FROM {table_of(Operation)} o '
-        'WHERE o."event_id" = c."event_id" AND o."position" < c."position" '
-        "AND o.\"status\" = 'succeeded'"
+        f'SELECT o."step", o."destination_ref", o."status" FROM {table_of(Operation)} o '
+        'WHERE o."event_id" = c."event_id" AND o."position" < c."position"'
     )
     if refs_also:
         earlier = f'{earlier} AND o."id" NOT IN (SELECT "id" FROM owned) UNION ALL {refs_also}'
     return (
         f'{_select(Operation, "c")}, a."id", {_select(Event, "e")}, '
         f"{_select(Source, 's')}, {_select(Destination, 'd')}, "
-        '(SELECT COALESCE(json_object_agg(r."step", r."destination_ref"), \'{}\') '
+        '(SELECT COALESCE(json_object_agg(r."step", r."destination_ref") '
+        "FILTER (WHERE r.\"status\" = 'succeeded'), '{}') "
         f"FROM ({earlier}) r)"
     )
 
@@ -231,7 +245,7 @@ def _claimed_select(refs_also: str = "") -> str:
 def _claim_sql(which: str, unless: str) -> str:
     op = table_of(Operation)
     also = ', "next_attempt_at" = %s, "enqueued_at" = %s' if which == RELEASED else ""
-    condition = (
+    condition = _by_id_only(
         '"status" = \'pending\' AND "next_attempt_at" IS NULL'
         if which == RELEASED
         else '"status" = ANY(%s::text[]) AND "next_attempt_at" <= %s'
@@ -260,6 +274,10 @@ def _claimed_from(source: str) -> str:
     )
 
 
+_NEXT_WAITING = 'o."status" = \'pending\' AND o."next_attempt_at" IS NULL'
+_STILL_OWNED = '"claim_token" = %s AND "status" = \'running\''
+
+
 @cache
 def _outcome_sql(
     names: tuple[str, ...], attempt_names: tuple[str, ...], release_next: bool, claiming: bool
@@ -278,10 +296,11 @@ def _outcome_sql(
         return ", ".join(out)
 
     guard = "AND NOT (SELECT yes FROM waiting) " if release_next else ""
+    # The next step by its id, found by event (as in `_claimed_select`).
     following = (
-        'FROM owned WHERE o."event_id" = owned."event_id" '
-        'AND o."position" = owned."position" + 1 AND o."status" = \'pending\' '
-        'AND o."next_attempt_at" IS NULL'
+        f'FROM owned WHERE o."id" = ANY(ARRAY(SELECT n."id" FROM {op} n '
+        'WHERE n."event_id" = owned."event_id" AND n."position" = owned."position" + 1)) '
+        f"AND {_by_id_only(_NEXT_WAITING)}"
     )
     if claiming:  # claimed for the caller (claim_take's RELEASED mode), with its attempt
         released = (
@@ -301,14 +320,14 @@ def _outcome_sql(
         'ARRAY(SELECT "id" FROM released)'
     )
     if claiming:  # one row per step claimed, or one of NULLs after the first three
-        this_step = 'SELECT w."step", w."destination_ref" FROM owned w'
+        this_step = 'SELECT w."step", w."destination_ref", \'succeeded\' FROM owned w'
         result += f", {_claimed_select(refs_also=this_step)} {_claimed_from('released')}"
     return (
         f"WITH waiting AS (SELECT EXISTS (SELECT FROM {case} r WHERE "
         '(r."operation_id" = %s OR r."id" = ANY(%s::bigint[])) '
         'AND r."status" = ANY(%s::text[])) AS yes), '
         f"owned AS (UPDATE {op} SET {assignments(Operation, names)} "
-        'WHERE "id" = %s AND "claim_token" = %s AND "status" = \'running\' '
+        f'WHERE "id" = %s AND {_by_id_only(_STILL_OWNED)} '
         f'{guard}RETURNING "id", "event_id", "position", "step", "destination_ref"), '
         f"recorded AS (UPDATE {attempt} SET {assignments(Attempt, attempt_names)} "
         'WHERE "id" = %s AND "outcome" IS NULL AND EXISTS (SELECT FROM owned) RETURNING 1), '
