@@ -56,7 +56,7 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_ingest $(PY) manage.py bench_ingest
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py ensure_database
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py migrate --noinput -v0
-	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline --submissions 1000 --rounds 3
 
 # The failure drill against the configured database (the quick start's SQLite file by default).
 drill: install
