@@ -38,9 +38,8 @@ from idempotency_core.sql import prepared_cursor
 # at-least-once delivery Onefold is built for (TASK-QUEUE.md), which the claim
 # screens. What a task does is written by the worker's own statements, whose commits
 # wait for the flush.
-_DEQUEUE_SETTINGS = (
-    "SELECT set_config('enable_sort', 'off', true), set_config('synchronous_commit', 'off', true)"
-)
+_NO_FLUSH_WAIT = "set_config('synchronous_commit', 'off', true)"
+_DEQUEUE_SETTINGS = f"SELECT set_config('enable_sort', 'off', true), {_NO_FLUSH_WAIT}"
 _DEQUEUE = """
 UPDATE django_q_ormq SET lock = %s
 WHERE id IN (
@@ -49,10 +48,7 @@ WHERE id IN (
 RETURNING id, payload
 """
 # One statement, its setting made in it (it needs no plan of its own).
-_ACKNOWLEDGE = (
-    "DELETE FROM django_q_ormq WHERE id = %s "
-    "AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
-)
+_ACKNOWLEDGE = f"DELETE FROM django_q_ormq WHERE id = %s AND (SELECT {_NO_FLUSH_WAIT}) = 'off'"
 
 
 class SkipLockedORM(ORM):  # type: ignore[misc]  # django-q2 ships no types

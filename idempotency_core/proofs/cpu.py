@@ -17,15 +17,17 @@ def _stat_fields(pid: int | str) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU of these processes so far (utime, stime); gone ones count 0."""
+def cpu_seconds(pids: list[int] | set[int], *, waited_for: bool = False) -> float:
+    """User and system CPU of these processes so far (utime, stime), with `waited_for`
+    that of the children they have waited for too (cutime, cstime); gone ones count 0."""
+    fields_read = (11, 12, 13, 14) if waited_for else (11, 12)
     total = 0
     for pid in pids:
         try:
             fields = _stat_fields(pid)
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
+        total += sum(int(fields[n]) for n in fields_read)
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -34,14 +36,7 @@ def tree_cpu(roots: list[int]) -> float:
     for: a worker cluster recycles its workers, and a recycled worker's CPU, gone
     with it from /proc, lives on in its parent's cutime and cstime. The difference of
     two readings is exact while the roots live."""
-    total = 0
-    for pid in {pid for root in roots for pid in descendants(root)}:
-        try:
-            fields = _stat_fields(pid)
-        except OSError:
-            continue
-        total += sum(int(fields[n]) for n in (11, 12, 13, 14))
-    return total / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds({pid for root in roots for pid in descendants(root)}, waited_for=True)
 
 
 def descendants(root: int) -> list[int]:
@@ -89,7 +84,7 @@ def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 class BackendsWatch:
-    """CPU spent by PostgreSQL's backends for this database between `start` and `stop`,
+    """CPU spent by PostgreSQL's backends for this database while the block runs,
     those that come and go included (a recycled worker's connection ends with it): a
     thread reads them every `every` seconds, so a backend that ends is counted up to
     its last reading. `exclude` names backends not to count (the caller's own)."""
@@ -122,7 +117,7 @@ class BackendsWatch:
         """Seconds of CPU so far: a backend that began after `start` counts from zero."""
         return sum(seconds - self.first.get(pid, 0.0) for pid, seconds in self.last.items())
 
-    def sample(self) -> None:
+    def _sample(self) -> None:
         self.last.update(self._reading())
 
     def _reading(self) -> dict[int, float]:
@@ -132,7 +127,7 @@ class BackendsWatch:
     def _watch(self) -> None:
         try:
             while not self._stop.wait(self.every):
-                self.sample()
-            self.sample()
+                self._sample()
+            self._sample()
         finally:
             connections.close_all()  # this thread's own connection
