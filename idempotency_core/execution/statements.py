@@ -296,10 +296,13 @@ def _outcome_sql(
         return ", ".join(out)
 
     guard = "AND NOT (SELECT yes FROM waiting) " if release_next else ""
-    # The next step by its id, found by event (as in `_claimed_select`).
+    # The next step by its id, found by event (as in `_claimed_select`). The ids are an
+    # uncorrelated subquery, so the planner computes them once and reaches the row by
+    # the primary key; correlated with `owned` (in the UPDATE's FROM), no index could
+    # serve `o."id"` and every operation of the table was read for each success.
     following = (
-        f'FROM owned WHERE o."id" = ANY(ARRAY(SELECT n."id" FROM {op} n '
-        'WHERE n."event_id" = owned."event_id" AND n."position" = owned."position" + 1)) '
+        f'WHERE o."id" = ANY(ARRAY(SELECT n."id" FROM owned w JOIN {op} n '
+        'ON n."event_id" = w."event_id" AND n."position" = w."position" + 1)) '
         f"AND {_by_id_only(_NEXT_WAITING)}"
     )
     if claiming:  # claimed for the caller (claim_take's RELEASED mode), with its attempt
