@@ -14,9 +14,9 @@ The dequeue walks the primary key to the first due row. Left to its statistics, 
 planner often would not: autovacuum finds a queue empty most of the time, and with
 statistics that say so it prefers to read and sort every due row, which for a burst
 of N tasks is N rows read for each of them (0.7 ms of PostgreSQL's CPU a task in a
-3,000-task burst). So the dequeue's transaction turns sorting off before the
-statement is planned, which leaves the walk along the key as the only cheap plan;
-and it is not prepared, so that no plan made for another size of queue is reused.
+3,000-task burst). So the statement runs in a function, `onefold_queue_take`
+(migration 0021), planned with sorting off, which leaves the walk along the key as
+the only cheap plan: one call, one round trip, its own transaction.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from datetime import timedelta
 from time import sleep
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -37,16 +37,9 @@ from idempotency_core.sql import prepared_cursor
 # deleted in the moments before it, and the task is handed out again: the
 # at-least-once delivery Onefold is built for (TASK-QUEUE.md), which the claim
 # screens. What a task does is written by the worker's own statements, whose commits
-# wait for the flush.
+# wait for the flush. The dequeue's function sets it in its body.
 _NO_FLUSH_WAIT = "set_config('synchronous_commit', 'off', true)"
-_DEQUEUE_SETTINGS = f"SELECT set_config('enable_sort', 'off', true), {_NO_FLUSH_WAIT}"
-_DEQUEUE = """
-UPDATE django_q_ormq SET lock = %s
-WHERE id IN (
-    SELECT id FROM django_q_ormq WHERE key = %s AND lock < %s
-    ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
-RETURNING id, payload
-"""
+_DEQUEUE = "SELECT task_id, task_payload FROM onefold_queue_take(%s, %s, %s, %s)"
 # One statement, its setting made in it (it needs no plan of its own).
 _ACKNOWLEDGE = f"DELETE FROM django_q_ormq WHERE id = %s AND (SELECT {_NO_FLUSH_WAIT}) = 'off'"
 
@@ -57,11 +50,9 @@ class SkipLockedORM(ORM):  # type: ignore[misc]  # django-q2 ships no types
             return super().dequeue()  # type: ignore[no-any-return]
         self.get_connection()  # as django-q2 does: close connections past their age
         now = timezone.now()
-        with transaction.atomic(using=Conf.ORM), connections[Conf.ORM].cursor() as cursor:
-            cursor.execute(_DEQUEUE_SETTINGS)
+        with prepared_cursor(Conf.ORM) as cursor:
             cursor.execute(
-                _DEQUEUE,
-                [now + timedelta(seconds=Conf.RETRY), self.list_key, now, Conf.BULK],
+                _DEQUEUE, [self.list_key, now + timedelta(seconds=Conf.RETRY), now, Conf.BULK]
             )
             tasks = [(row[0], row[1]) for row in cursor.fetchall()]
         if tasks:

@@ -1,5 +1,5 @@
-"""The queue's dequeue (idempotency_core/broker.py): one statement after its settings,
-the primary key walked whatever the statistics say, no two pushers ever handed the
+"""The queue's dequeue (idempotency_core/broker.py): one statement, the primary key
+walked whatever the statistics say, no two pushers ever handed the
 same row, and django-q2's delivery rules kept (an unacknowledged row
 comes back when its lock expires; acknowledging deletes it)."""
 
@@ -10,7 +10,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.brokers import get_broker
@@ -36,17 +36,14 @@ def test_the_configured_broker_is_this_one():
     assert isinstance(get_broker(), SkipLockedORM)
 
 
-def test_a_dequeue_is_one_statement_after_its_settings_and_takes_the_oldest_due_row():
+def test_a_dequeue_is_one_statement_and_takes_the_oldest_due_row():
     key = queue_of(3)
     broker = SkipLockedORM(list_key=key)
     broker.get_connection()  # its close_old_connections() first, outside the capture
     with CaptureQueriesContext(connections["default"]) as captured:
         tasks = broker.dequeue()
-    assert [q["sql"].split()[0] for q in captured.captured_queries] == [
-        "BEGIN",
-        "SELECT",
-        "UPDATE",
-        "COMMIT",
+    assert [q["sql"] for q in captured.captured_queries] == [
+        "SELECT task_id, task_payload FROM onefold_queue_take($1, $2, $3, $4)"
     ]
     first = OrmQ.objects.filter(key=key).order_by("id").first()
     assert tasks == [(first.pk, "task-0")]
@@ -67,9 +64,9 @@ def test_a_burst_is_dequeued_along_the_primary_key_after_a_cluster_idled_on_an_e
     for _ in range(8):  # past PostgreSQL's five custom plans of a prepared statement
         assert idle.dequeue() is None
     idle.list_key = queue_of(2000)
-    with plans_run() as plans:
+    with plans_run(nested=True) as plans:
         ((task_id, _),) = idle.dequeue()
-    (plan,) = [p for p in plans if "django_q_ormq" in p]
+    (plan,) = [p for p in plans if "Update on django_q_ormq" in p]
     assert task_id == OrmQ.objects.filter(key=idle.list_key).order_by("id").first().pk
     assert "Sort" not in plan and "Seq Scan" not in plan, plan
     assert "Index Scan using django_q_ormq_pkey" in plan, plan
@@ -82,18 +79,23 @@ def test_the_queues_own_commits_do_not_wait_for_the_wal_flush_and_change_nothing
     key = queue_of(1)
     broker = SkipLockedORM(list_key=key)
     _keep_the_session(broker)
-    with CaptureQueriesContext(connections["default"]) as captured:
+    # Each in a transaction of the test's, to read the settings its commit will use.
+    with transaction.atomic():
         ((task_id, _),) = broker.dequeue()
+        assert _settings() == ("off", "on")  # sorting is off only inside the function
+    with transaction.atomic():
         broker.acknowledge(task_id)
-    dequeue, ack = captured.captured_queries[1]["sql"], captured.captured_queries[-1]["sql"]
-    assert "set_config('synchronous_commit', 'off', true)" in dequeue
-    assert ack.startswith("DELETE") and "set_config('synchronous_commit', 'off', true)" in ack
+        assert _settings() == ("off", "on")
     assert not OrmQ.objects.filter(key=key).exists()
+    assert _settings() == ("on", "on")
+
+
+def _settings() -> tuple[str, str]:
     with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT current_setting('synchronous_commit'), current_setting('enable_sort')"
         )
-        assert cursor.fetchone() == ("on", "on")
+        return cursor.fetchone()
 
 
 def _keep_the_session(broker: SkipLockedORM) -> None:

@@ -14,8 +14,9 @@ from django.db import connections
 
 
 @contextmanager
-def plans_run(alias: str = "default") -> Iterator[list[str]]:
-    """Collects the plan of every statement executed on `alias` meanwhile."""
+def plans_run(alias: str = "default", *, nested: bool = False) -> Iterator[list[str]]:
+    """Collects the plan of every statement executed on `alias` meanwhile; with `nested`,
+    of the statements run inside functions too."""
     db = connections[alias]
     db.ensure_connection()
     raw = db.connection
@@ -30,6 +31,7 @@ def plans_run(alias: str = "default") -> Iterator[list[str]]:
         for name, value in (
             ("auto_explain.log_min_duration", "0"),
             ("auto_explain.log_analyze", "on"),
+            ("auto_explain.log_nested_statements", "on" if nested else "off"),
             ("client_min_messages", "log"),
         ):
             cursor.execute("SELECT set_config(%s, %s, false)", [name, value])
