@@ -275,14 +275,14 @@ def outcomes_wait(*, timeout: float, every: float = 0.05) -> float:
     """Waits until every operation has succeeded, asking Onefold's database every `every`
     seconds (the figure's resolution); fails at once if a review case opens."""
     deadline = time.monotonic() + timeout
+    unfinished = Operation.objects.exclude(status=Operation.Status.SUCCEEDED)
     while True:
-        unfinished = Operation.objects.exclude(status=Operation.Status.SUCCEEDED).exists()
-        if not unfinished and not ReviewCase.objects.exists():
+        cases = ReviewCase.objects.exists()
+        if not cases and not unfinished.exists():
             return time.monotonic()
-        if ReviewCase.objects.exists() or time.monotonic() > deadline:
-            unfinished_count = Operation.objects.exclude(status=Operation.Status.SUCCEEDED).count()
+        if cases or time.monotonic() > deadline:
             raise BenchmarkError(
-                f"{unfinished_count} operations unfinished and "
+                f"{unfinished.count()} operations unfinished and "
                 f"{ReviewCase.objects.count()} review cases"
             )
         time.sleep(every)
