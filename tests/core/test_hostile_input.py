@@ -13,6 +13,8 @@ corpus, and a few bodies at the edges of the rules show what is still accepted.
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -337,3 +339,15 @@ def test_wire_tricks_are_refused_by_the_running_server(wire, request_parts, stat
     make_content = request_parts.get("content", lambda: json.dumps(submission()).encode())
     response = client.post(URL, headers=headers, content=make_content())
     assert_refused(response, status, code)
+
+
+@pytest.mark.slow
+def test_the_test_server_answers_a_client_that_stalls_before_its_request(web_server: WebServer):
+    """The harness's gunicorn answers a client that connects and only sends its request
+    8 s later (gunicorn's defaults close such a connection unanswered after about 7 s)."""
+    host, port = web_server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        time.sleep(8)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = sock.recv(64)
+    assert answer.startswith(b"HTTP/1.1 200"), answer

@@ -168,6 +168,10 @@ class WebServer:
     url: str
 
 
+# How long the test servers wait for a connected client's request (see start_web).
+SLOW_CLIENT_SECONDS = 60
+
+
 def start_web(
     log_dir: Path,
     sandbox: Sandbox | None = None,
@@ -187,6 +191,13 @@ def start_web(
             "--threads=16",
             "--backlog=2048",
             "--timeout=120",
+            # gunicorn's gthread worker gives a new connection 5 s to send its request,
+            # then keep-alive seconds more (2 by default), and then closes it unanswered
+            # ("Server disconnected without sending a response"). On a loaded 2-core
+            # machine (two clusters, two sweepers, the sandbox and these workers) a
+            # client thread can stall that long between its connect and its request:
+            # the chaos test's posts once met it in CI.
+            f"--keep-alive={SLOW_CLIENT_SECONDS}",
         ],
         log_dir,
         env={**app_env(sandbox), **(env or {})},
