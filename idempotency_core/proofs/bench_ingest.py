@@ -451,7 +451,7 @@ def _profile(
     samplers = [
         subprocess.Popen(
             [str(py_spy), "record", "--pid", str(server.process.pid), "--subprocesses"]
-            + (["--idle"] if kind == "wall" else [])
+            + (["--idle"] if kind == "wall" else ["--gil"])
             + ["--nonblocking", "--rate", "200", "--format", "raw", "--output", str(raw)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
