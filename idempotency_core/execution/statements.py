@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Literal, NamedTuple, cast
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models import Field
 
 from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase, Source
@@ -192,7 +192,9 @@ def _attempt_defaults() -> tuple[object, ...]:
 
 def _prep(model: type[Any], name: str, value: object) -> object:
     field = model._meta.get_field(name)
-    return field.get_db_prep_save(value, connection)
+    # The connection itself, not the proxy `connection`: a field's preparation asks it
+    # for its operations several times, each a lookup through the proxy otherwise.
+    return field.get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
 
 
 def _take(model: type[models.Model], values: list[Any]) -> Any:
