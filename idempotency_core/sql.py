@@ -103,6 +103,57 @@ class Column:
     field: Field[Any, Any]
     name: str  # quoted
     db_type: str
+    # The exact types of the values that this column's preparation gives back unchanged
+    # (`_UNCHANGED`): those skip it.
+    unchanged: tuple[type, ...] = ()
+
+    def value(self, row: models.Model, db: BaseDatabaseWrapper) -> object:
+        """`prep_value` of this column, without the field's preparation for a value it
+        would give back as it is (`pre_save` still runs: `auto_now` and the like)."""
+        value = self.field.pre_save(row, True)
+        if type(value) in self.unchanged:
+            return value
+        return self.field.get_db_prep_save(value, db)
+
+
+# Field classes, and the exact types of values their preparation gives back unchanged
+# on PostgreSQL in Django 5.2: a string for a CharField (`to_python`), a bool for a
+# BooleanField, an int for an automatic primary key (and so for a ForeignKey, which is
+# its target's), None for each. Not an IntegerField's int: the backend wraps it in
+# psycopg's Int2/Int4/Int8, which name its exact type. Everything else (dates, JSON,
+# UUIDs, a subclass) takes the field's own path. Preparing every value of ingest's rows
+# was a tenth of a request's CPU; tests/core/test_prepared_once.py holds each class
+# and type here to the field's own preparation.
+_NONE = type(None)
+_UNCHANGED: dict[type[Field[Any, Any]], tuple[type, ...]] = {
+    models.CharField: (str, _NONE),
+    models.TextField: (str, _NONE),
+    models.BooleanField: (bool, _NONE),
+    **dict.fromkeys((models.AutoField, models.BigAutoField, models.SmallAutoField), (int, _NONE)),
+    **dict.fromkeys(
+        (
+            models.IntegerField,
+            models.SmallIntegerField,
+            models.BigIntegerField,
+            models.PositiveIntegerField,
+            models.PositiveSmallIntegerField,
+            models.PositiveBigIntegerField,
+            models.DateTimeField,
+            models.JSONField,
+            models.UUIDField,
+        ),
+        (_NONE,),
+    ),
+}
+
+
+def unchanged_types(field: Field[Any, Any], db: BaseDatabaseWrapper) -> tuple[type, ...]:
+    """The exact types of `field`'s values that its preparation gives back unchanged."""
+    if db.vendor != "postgresql":
+        return ()
+    if type(field) is models.ForeignKey:
+        return unchanged_types(field.target_field, db)
+    return _UNCHANGED.get(type(field), ())
 
 
 @cache
@@ -110,7 +161,12 @@ def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
     """The model's concrete columns, in field order."""
     db = connections[DEFAULT_DB_ALIAS]
     return tuple(
-        Column(field, db.ops.quote_name(str(field.column)), field.db_type(db) or "")
+        Column(
+            field,
+            db.ops.quote_name(str(field.column)),
+            field.db_type(db) or "",
+            unchanged_types(field, db),
+        )
         for field in model._meta.concrete_fields
     )
 

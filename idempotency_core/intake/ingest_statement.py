@@ -24,8 +24,9 @@ blocks of `ID_BLOCK` per process (one extra round trip per block; a sequence nev
 out a value twice, and an id that is never used leaves only a gap).
 
 The values go through each field's own preparation (`pre_save`, `get_db_prep_save`),
-as Django's INSERT compiler does, and are cast to the column's type, which a VALUES list
-in a subquery does not infer.
+as Django's INSERT compiler does, but for a value the preparation would give back as it
+is (`sql.Column.value`), and are cast to the column's type, which a VALUES list in a
+subquery does not infer.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from django_q.models import OrmQ
 
 from idempotency_core.execution.engine import operation_task_package
 from idempotency_core.models import Delivery, Event, Operation
-from idempotency_core.sql import columns_of, prep_value, prepared_cursor, table_of
+from idempotency_core.sql import columns_of, prepared_cursor, table_of
 
 # Operation ids taken from the sequence at once: a submission uses one per step.
 ID_BLOCK = 96
@@ -106,7 +107,7 @@ class _Rows:
         ones: list[object] = []
         each: list[list[object]] = []  # per column, after the others: in the VALUES list
         for column in columns_of(model):
-            values = [prep_value(column.field, row, db) for row in rows]
+            values = [column.value(row, db) for row in rows]
             if all(value is None for value in values):
                 continue
             first = values[0]

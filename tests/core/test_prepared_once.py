@@ -7,12 +7,15 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
+from django_q.models import OrmQ
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from idempotency_core.execution import statements
-from idempotency_core.models import Attempt
-from idempotency_core.sql import prep_value, prepared_cursor
+from idempotency_core.models import Attempt, Delivery, Event, Operation, ReviewCase
+from idempotency_core.sql import columns_of, prep_value, prepared_cursor
 
 pytestmark = pytest.mark.django_db
 
@@ -56,21 +59,6 @@ def test_a_statement_that_fails_closes_its_cursor_and_the_next_gets_a_new_one():
         assert cursor.fetchone() == (3,)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_new_connection_gets_a_new_cursor():
-    with prepared_cursor() as cursor:
-        cursor.execute("SELECT 1")
-        kept = _raw(cursor)
-    old = connection.connection
-    connection.close()
-    connection.connect()
-    assert connection.connection is not old
-    with prepared_cursor() as cursor:
-        assert _raw(cursor) is not kept
-        cursor.execute("SELECT 4")
-        assert cursor.fetchone() == (4,)
-
-
 def test_a_new_attempts_values_are_what_a_whole_template_would_give():
     columns = statements._attempt_columns()
     for _ in range(3):
@@ -81,3 +69,53 @@ def test_a_new_attempts_values_are_what_a_whole_template_would_give():
     # Each call has a list of its own: the kept defaults are never changed.
     assert statements._attempt_params(token, now) is not statements._attempt_params(token, now)
     assert statements._attempt_defaults()[statements._attempt_varying()[0]] == uuid.UUID(int=0)
+
+
+# -- values a column's preparation gives back unchanged (sql.Column.value) ----------
+
+_MODELS = [Event, Operation, Delivery, Attempt, ReviewCase, OrmQ]
+_VALUES = {
+    str: st.text(max_size=40),
+    int: st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    bool: st.booleans(),
+    type(None): st.none(),
+}
+_SKIPPED_COLUMNS = [
+    (model, column) for model in _MODELS for column in columns_of(model) if column.unchanged
+]
+
+
+@pytest.mark.parametrize(
+    "model, column",
+    _SKIPPED_COLUMNS,
+    ids=[f"{m.__name__}.{c.field.name}" for m, c in _SKIPPED_COLUMNS],
+)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_skipped_preparation_would_have_given_the_value_back_unchanged(model, column, data):
+    value = data.draw(st.one_of([_VALUES[kind] for kind in column.unchanged]))
+    prepared = column.field.get_db_prep_save(value, django_connection())
+    assert prepared == value and type(prepared) is type(value)
+
+
+def test_columns_whose_values_are_not_plain_take_the_fields_own_path():
+    by_name = {c.field.name: c for c in columns_of(Event)}
+    assert by_name["payload"].unchanged == (type(None),)  # a dict is dumped as JSON
+    assert by_name["received_at"].unchanged == (type(None),)  # a datetime checked for zone
+    assert by_name["source"].unchanged == (int, type(None))  # the target's primary key
+    # An IntegerField's int is wrapped (psycopg's Int2, ...): only None skips it.
+    assert {c.field.name: c.unchanged for c in columns_of(Operation)}["position"] == (type(None),)
+    operation = Operation(arguments={"a": 1}, completed_at=timezone.now(), step="x")
+    for column in columns_of(Operation):
+        if getattr(column.field, "auto_now", False) or getattr(column.field, "auto_now_add", False):
+            continue  # `pre_save` gives the time of each call
+        fast, full = (
+            column.value(operation, django_connection()),
+            prep_value(column.field, operation),
+        )
+        assert type(fast) is type(full)
+        assert getattr(fast, "obj", fast) == getattr(full, "obj", full)  # Jsonb: by content
+
+
+def django_connection():
+    return connections["default"]
