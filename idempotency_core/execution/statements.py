@@ -166,11 +166,16 @@ def _attempt_params(token: uuid.UUID, now: datetime) -> list[object]:
     return values
 
 
+# The attempt's columns that each claim sets; every other one holds its default.
+_PER_CLAIM = ("claim_token", "started_at")
+
+
 @cache
 def _attempt_varying() -> tuple[int, int]:
     """Where the claim's token and start are among `_attempt_columns()`."""
     names = [c.field.name for c in _attempt_columns()]
-    return names.index("claim_token"), names.index("started_at")
+    token_at, started_at = (names.index(name) for name in _PER_CLAIM)
+    return token_at, started_at
 
 
 @cache
@@ -180,7 +185,7 @@ def _attempt_defaults() -> tuple[object, ...]:
     claims (a callable default, `auto_now`) is refused here, not kept stale."""
     for column in _attempt_columns():
         field = column.field
-        if field.name in ("claim_token", "started_at"):
+        if field.name in _PER_CLAIM:
             continue
         if (field.has_default() and callable(field.default)) or any(
             getattr(field, flag, False) for flag in ("auto_now", "auto_now_add")
