@@ -1,12 +1,16 @@
 """The ingest benchmark: Onefold's `POST /api/v1/submissions/` beside a bare insert endpoint.
 
-Starts two gunicorn servers on loopback with the same settings, the same database
-and the same number of sync workers: Onefold (`config.wsgi`) and a bare DRF
-endpoint that inserts one row (`bare_wsgi`, a module of the proofs that no product
-URLconf names). Then, in interleaved rounds (the order alternates, so drift on a
-busy machine falls on both), 16 client threads post submissions under distinct
-keys to each, and it prints the requests per second of each round, the medians
-and their ratio. The source's rate limit is lifted for the run.
+Starts three gunicorn servers on loopback with the same settings, the same database
+and the same number of sync workers: Onefold (`config.wsgi`), a bare DRF endpoint
+that inserts one row, and Onefold's ingest service behind that same bare view (both
+`bare_wsgi`, a module of the proofs that no product URLconf names; the service's
+figure splits Onefold's cost between its service and its API layer). Then, in
+interleaved rounds (the order alternates, so drift on a busy machine falls on all),
+16 client threads post submissions under distinct keys to each, and it prints the
+requests per second of each round, the medians and their ratios to the bare
+endpoint's, the CPU a request costs, and what the issue's 0.8x target would leave
+Onefold's server to spend (`TargetBudget`). The source's rate limit is lifted for
+the run.
 
 Then 20 storms: 50 identical requests (one key, one body) released together
 against Onefold. Every answer must be 202 or 200 naming one event, and the
@@ -46,16 +50,23 @@ from django.db import connection
 from idempotency_core.execution.steps import pipeline_for
 from idempotency_core.intake.sources import source_api_key_issue, source_get_or_create
 from idempotency_core.models import Delivery, Event, Operation, Source
-from idempotency_core.proofs.bare_endpoint import BARE_PATH, BARE_TABLE
+from idempotency_core.proofs.bare_endpoint import (
+    BARE_PATH,
+    BARE_TABLE,
+    BENCH_SOURCE_NAME,
+    SERVICE_PATH,
+)
 from idempotency_core.proofs.cpu import cpu_by_pid, cpu_spent, database_backends, descendants
 
 REPO = Path(settings.BASE_DIR)
-SOURCE_NAME = "bench-ingest"
+SOURCE_NAME = BENCH_SOURCE_NAME
 INGEST_PATH = "/api/v1/submissions/"
 # PositiveIntegerField's largest value: the source's rate is lifted, not removed.
 LIFTED_RATE = 2_147_483_647
 WORKERS = 4
 THREADS = 16
+# The issue's target for Onefold's rate, as a multiple of the bare endpoint's.
+TARGET_RATIO = 0.8
 # Where a gunicorn sync worker starts handling one request (py-spy's frame name).
 REQUEST_FRAME = "SyncWorker.handle_request (gunicorn/workers/sync.py)"
 
@@ -126,6 +137,44 @@ class CpuPerRequest:
 
     def __str__(self) -> str:
         return f"{self.server:.2f} + {self.database:.2f} + {self.client:.2f} = {self.total:.2f} ms"
+
+
+@dataclass(frozen=True)
+class TargetBudget:
+    """What a target ratio leaves Onefold's server, from one run's CPU figures.
+
+    When the machine's cores are all busy (cores busy = rate x CPU a request, printed
+    beside it), requests a second go as 1 / CPU a request, so Onefold at `target` times
+    the bare endpoint's rate may spend the bare's CPU a request / `target`, all parts
+    included. Its PostgreSQL and client parts beyond the bare's (the rows the design
+    writes, the longer answer) come out of that first; what is left is what its server
+    may spend beyond the bare server, against what it does spend."""
+
+    target: float
+    allowed: float
+    beyond_server: float
+    server_budget: float
+    server_spent: float
+
+    def __str__(self) -> str:
+        return (
+            f"at {self.target:.2f}x Onefold may spend {self.allowed:.2f} ms of CPU a request "
+            f"in all; its PostgreSQL and client parts take {self.beyond_server:.2f} more "
+            f"than the bare's, which leaves its server {self.server_budget:.3f} ms beyond "
+            f"the bare server's (it spends {self.server_spent:.3f} more)"
+        )
+
+
+def target_budget(bare: CpuPerRequest, onefold: CpuPerRequest, target: float) -> TargetBudget:
+    allowed = bare.total / target
+    beyond_server = (onefold.database - bare.database) + (onefold.client - bare.client)
+    return TargetBudget(
+        target=target,
+        allowed=allowed,
+        beyond_server=beyond_server,
+        server_budget=allowed - bare.total - beyond_server,
+        server_spent=onefold.server - bare.server,
+    )
 
 
 @dataclass
@@ -291,6 +340,7 @@ def bench_ingest(
         apps = [
             ("onefold", "config.wsgi", REPO),
             ("bare", "idempotency_core.proofs.bare_wsgi", REPO),
+            ("service", "idempotency_core.proofs.bare_wsgi", REPO),
         ]
         if compare is not None:
             apps.append(("earlier", "config.wsgi", compare))
@@ -316,6 +366,8 @@ def _target(server: Server, api_key: str) -> Target:
     pid = server.process.pid
     if server.name == "bare":
         return Target("bare", server.port, BARE_PATH, {}, 201, pid)
+    if server.name == "service":
+        return Target("service", server.port, SERVICE_PATH, {}, 202, pid)
     headers = {"Authorization": f"Api-Key {api_key}"}
     return Target(server.name, server.port, INGEST_PATH, headers, 202, pid)
 
@@ -360,6 +412,11 @@ def _interleaved(
             f"{cpu[name]}, bare {cpu['bare']} "
             f"({cpu['bare'].total / cpu[name].total:.2f}x of {name}'s)"
         )
+    busy = ", ".join(f"{n} {medians[n] * cpu[n].total / 1000:.2f}" for n in rounds_of)
+    out(f"cores busy (rate x CPU a request): {busy} of {os.cpu_count()}")
+    budget = target_budget(cpu["bare"], cpu["onefold"], TARGET_RATIO)
+    figures |= {"server_budget_ms": budget.server_budget, "server_spent_ms": budget.server_spent}
+    out(f"budget: {budget}")
     return figures
 
 
