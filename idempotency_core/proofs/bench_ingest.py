@@ -59,7 +59,6 @@ from idempotency_core.proofs.bare_endpoint import (
 from idempotency_core.proofs.cpu import cpu_by_pid, cpu_spent, database_backends, descendants
 
 REPO = Path(settings.BASE_DIR)
-SOURCE_NAME = BENCH_SOURCE_NAME
 INGEST_PATH = "/api/v1/submissions/"
 # PositiveIntegerField's largest value: the source's rate is lifted, not removed.
 LIFTED_RATE = 2_147_483_647
@@ -301,7 +300,7 @@ def _cpu_reading(target: Target) -> list[dict[int, float]]:
 
 def bench_source() -> tuple[Source, str]:
     """The benchmark's source with a fresh API key and its rate limit lifted."""
-    source, _ = source_get_or_create(name=SOURCE_NAME)
+    source, _ = source_get_or_create(name=BENCH_SOURCE_NAME)
     source.rate_per_minute = LIFTED_RATE
     source.is_active = True
     source.save(update_fields=["rate_per_minute", "is_active"])
@@ -415,7 +414,6 @@ def _interleaved(
     busy = ", ".join(f"{n} {medians[n] * cpu[n].total / 1000:.2f}" for n in rounds_of)
     out(f"cores busy (rate x CPU a request): {busy} of {os.cpu_count()}")
     budget = target_budget(cpu["bare"], cpu["onefold"], TARGET_RATIO)
-    figures |= {"server_budget_ms": budget.server_budget, "server_spent_ms": budget.server_spent}
     out(f"budget: {budget}")
     return figures
 
