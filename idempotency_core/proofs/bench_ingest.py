@@ -361,12 +361,15 @@ def bench_ingest(
     return figures
 
 
+# The proofs' servers: no API key; each its path and its answer to a new submission.
+_PROOF_TARGETS = {"bare": (BARE_PATH, 201), "service": (SERVICE_PATH, 202)}
+
+
 def _target(server: Server, api_key: str) -> Target:
     pid = server.process.pid
-    if server.name == "bare":
-        return Target("bare", server.port, BARE_PATH, {}, 201, pid)
-    if server.name == "service":
-        return Target("service", server.port, SERVICE_PATH, {}, 202, pid)
+    if server.name in _PROOF_TARGETS:
+        path, expected = _PROOF_TARGETS[server.name]
+        return Target(server.name, server.port, path, {}, expected, pid)
     headers = {"Authorization": f"Api-Key {api_key}"}
     return Target(server.name, server.port, INGEST_PATH, headers, 202, pid)
 
