@@ -78,6 +78,8 @@ INSTALLED_APPS = [
     "idempotency_core.observability",
     "integrations",
     "review_console",
+    # The sandbox, emulators, drill and benchmarks: commands only, off the production path.
+    "lab",
 ]
 
 MIDDLEWARE = [

@@ -1,4 +1,4 @@
-"""App config for the destination adapters and the sandbox."""
+"""App config for the destination adapters."""
 
 from django.apps import AppConfig
 

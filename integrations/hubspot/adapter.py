@@ -130,7 +130,7 @@ def _type_id(env: Mapping[str, str], name: str) -> int | None:
 
 
 class HubSpotCrm:
-    """`CrmAdapter` for HubSpot's CRM v3 objects API (integrations/hubspot/__init__.py)."""
+    """`CrmAdapter` for HubSpot's CRM v3 objects API (emulated in lab/emulators/hubspot.py)."""
 
     def __init__(self, config: HubSpotConfig, *, timeout: float) -> None:
         self.config = config

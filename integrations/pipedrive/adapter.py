@@ -63,7 +63,7 @@ _PAGE = 500  # "a maximum value of 500 is allowed" (v2 activities-api.ts, limit)
 
 
 class PipedriveCrm:
-    """`CrmAdapter` for Pipedrive (integrations/pipedrive/__init__.py)."""
+    """`CrmAdapter` for Pipedrive (emulated in lab/emulators/pipedrive.py)."""
 
     def __init__(
         self,

@@ -34,7 +34,7 @@ _RECORD_ID = re.compile(r"rec_\d{6,}")
 
 
 class SandboxCrm:
-    """`CrmAdapter` for the sandbox's CRM API (integrations/sandbox/__init__.py)."""
+    """`CrmAdapter` for the sandbox's CRM API (lab/sandbox/__init__.py)."""
 
     def __init__(
         self, base_url: str, *, timeout: float, capabilities: Capabilities | None = None

@@ -8,8 +8,8 @@ import pytest
 from idempotency_core.intake.api.serializers import SubmissionSerializer
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Delivery, Event
-from idempotency_core.proofs import bare_endpoint
-from idempotency_core.proofs.bench_ingest import CpuPerRequest, submission_body, target_budget
+from lab.bench import bare_endpoint
+from lab.bench.ingest import CpuPerRequest, submission_body, target_budget
 from tests.factories import submission
 
 
@@ -44,7 +44,7 @@ def test_a_server_that_spends_exactly_its_budget_runs_at_the_target():
 def test_the_service_endpoint_ingests_through_the_service_once(client, settings):
     """What `service` measures is Onefold's ingest service: a new key is one event with its
     operations and an accepted delivery (202), a repeat creates nothing more (200)."""
-    settings.ROOT_URLCONF = "idempotency_core.proofs.bare_endpoint"
+    settings.ROOT_URLCONF = "lab.bench.bare_endpoint"
     bare_endpoint._bench_source.cache_clear()
     source, _ = source_get_or_create(name=bare_endpoint.BENCH_SOURCE_NAME)
     body = json.dumps(submission())

@@ -10,9 +10,9 @@ from django.core.management.base import CommandError
 from django_q.models import OrmQ, Task
 
 from idempotency_core.execution import engine, policy
-from idempotency_core.proofs import drill
-from idempotency_core.proofs.drill import CASES, DRILL_WORKERS_QUEUE, PROFILES, drill_run
-from integrations.emulators import EmulatorUnavailableError
+from lab import drill
+from lab.drill import CASES, DRILL_WORKERS_QUEUE, PROFILES, drill_run
+from lab.emulators import EmulatorUnavailableError
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from django.utils import timezone
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
-from integrations.sandbox.store import FAULT_MODES
+from lab.sandbox.store import FAULT_MODES
 from tests.factories import ingest, submission
 from tests.support.processes import wait_for
 

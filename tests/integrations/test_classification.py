@@ -20,10 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from integrations.base import Classification, DestinationError, Reply
-from integrations.sandbox import SandboxStore
 from integrations.sandbox.adapter import SandboxCrm
-from integrations.sandbox.smtp import SinkController
 from integrations.smtp.adapter import SmtpSender, message_id_for
+from lab.sandbox import SandboxStore
+from lab.sandbox.smtp import SinkController
 from tests.support.processes import free_port
 
 

@@ -20,7 +20,7 @@ from integrations.dataverse.adapter import (
     adapter_from_env,
     record_guid,
 )
-from integrations.dataverse.emulator import DataverseEmulator
+from lab.emulators.dataverse import DataverseEmulator
 
 SECRET = "dv-secret-value-0123"
 FIELDS = {

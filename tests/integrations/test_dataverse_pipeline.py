@@ -24,8 +24,8 @@ from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from integrations.dataverse.adapter import record_guid
-from integrations.dataverse.emulator import DataverseEmulator
-from integrations.resend.emulator import ResendEmulator
+from lab.emulators.dataverse import DataverseEmulator
+from lab.emulators.resend import ResendEmulator
 from tests.factories import ingest, op, submission
 from tests.support.processes import wait_for
 from tests.support.vendors import (

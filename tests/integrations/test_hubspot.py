@@ -17,7 +17,7 @@ import pytest
 
 from integrations.base import Classification, CrmAdapter, DestinationError, Effect
 from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env, seconds_to_midnight
-from integrations.hubspot.emulator import HubSpotEmulator
+from lab.emulators.hubspot import HubSpotEmulator
 
 TOKEN = "pat-na1-test-secret-0123456789"
 ADA = {

@@ -24,7 +24,7 @@ from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Operation, ReviewCase
 from idempotency_core.reconciliation.compare import reconcile, run_summary
 from integrations.hubspot.adapter import seconds_to_midnight
-from integrations.hubspot.emulator import HubSpotEmulator
+from lab.emulators.hubspot import HubSpotEmulator
 from tests.factories import completed, ingest, op, submission
 from tests.support.processes import wait_for
 from tests.support.vendors import all_settled, deliver_at_once

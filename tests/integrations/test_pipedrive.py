@@ -16,7 +16,7 @@ import pytest
 
 from integrations.base import Classification, CrmAdapter, DestinationError
 from integrations.pipedrive.adapter import DEFAULT_SETTLE_SECONDS, PipedriveCrm, adapter_from_env
-from integrations.pipedrive.emulator import (
+from lab.emulators.pipedrive import (
     DEFAULT_API_TOKEN,
     MESSAGE_FIELD_KEY,
     REFERENCE_FIELD_KEY,

@@ -31,7 +31,7 @@ from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from idempotency_core.reconciliation.compare import reconcile, run_summary
-from integrations.pipedrive.emulator import (
+from lab.emulators.pipedrive import (
     DEFAULT_API_TOKEN,
     REFERENCE_FIELD_KEY,
     PipedriveEmulator,

@@ -17,7 +17,7 @@ import pytest
 
 from integrations.base import Classification, DestinationError, EmailAdapter
 from integrations.resend.adapter import ResendSender, adapter_from_env
-from integrations.resend.emulator import ResendEmulator
+from lab.emulators.resend import ResendEmulator
 
 API_KEY = "re_test_0123456789"
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
-from integrations.resend.emulator import ResendEmulator
+from lab.emulators.resend import ResendEmulator
 from tests.factories import ingest, op
 from tests.support.vendors import configure, emulator_as_default, stats
 

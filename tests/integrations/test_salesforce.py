@@ -21,7 +21,7 @@ from integrations.salesforce.adapter import (
     SalesforceMultipleMatches,
     adapter_from_env,
 )
-from integrations.salesforce.emulator import SalesforceEmulator
+from lab.emulators.salesforce import SalesforceEmulator
 
 CREDENTIALS = {
     "SALESFORCE_CLIENT_ID": "onefold-emulator",

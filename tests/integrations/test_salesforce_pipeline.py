@@ -31,7 +31,7 @@ from idempotency_core.models import Attempt, AuditEntry, Event, Operation, Revie
 from idempotency_core.review.cases import case_mark_resolved
 from idempotency_core.review.duplicate_rule import duplicate_rule_create_anyway
 from idempotency_core.review.refusals import CaseActionRefusedError
-from integrations.salesforce.emulator import SalesforceEmulator
+from lab.emulators.salesforce import SalesforceEmulator
 from tests.factories import ingest, make_user, op, submission
 from tests.support.processes import wait_for
 from tests.support.vendors import (
@@ -341,7 +341,7 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_tas
 
 
 # -- a duplicate rule settled by a person in the console ----------------------------
-# The rule on Lead Email ([DUPRULE] in integrations/salesforce/store.py) answers
+# The rule on Lead Email ([DUPRULE] in lab/emulators/salesforce_store.py) answers
 # DUPLICATES_DETECTED with the matched ids and allowSave; the decisions are posted
 # through the console's confirmation pages, as a reviewer or a replay admin does.
 

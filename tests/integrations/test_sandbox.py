@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from integrations.sandbox import SandboxServer
+from lab.sandbox import SandboxServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import pytest
 
 from integrations.base import Classification, DestinationError
-from integrations.sandbox import SandboxStore
-from integrations.sandbox.smtp import SinkController
 from integrations.smtp import adapter as smtp
 from integrations.smtp.adapter import SmtpSender, message_id_for
+from lab.sandbox import SandboxStore
+from lab.sandbox.smtp import SinkController
 from tests.support.counting_proxy import CountingProxy
 
 

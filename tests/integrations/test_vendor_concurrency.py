@@ -21,9 +21,9 @@ import pytest
 from idempotency_core.intake.ingest import event_status
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Operation, ReviewCase
-from idempotency_core.proofs.drill import VENDOR_SETUP
-from integrations.emulator_kit import EmulatorServer
-from integrations.emulators import CRM_VENDORS, available, emulator_class
+from lab.drill import VENDOR_SETUP
+from lab.emulators import CRM_VENDORS, available, emulator_class
+from lab.emulators.kit import EmulatorServer
 from tests.factories import submission
 from tests.support.processes import start_web, wait_for
 

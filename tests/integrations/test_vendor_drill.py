@@ -8,8 +8,8 @@ import io
 import pytest
 from django.core.management import call_command
 
-from idempotency_core.proofs.drill import CASES
-from integrations.emulators import CRM_VENDORS, available
+from lab.drill import CASES
+from lab.emulators import CRM_VENDORS, available
 
 
 @pytest.mark.slow

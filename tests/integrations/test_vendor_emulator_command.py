@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from integrations.emulators import VENDORS, available
+from lab.emulators import VENDORS, available
 from tests.support.processes import spawn, wait_for
 
 NAMES = {

@@ -23,9 +23,9 @@ import pytest
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Attempt
-from idempotency_core.proofs.drill import VENDOR_SETUP
-from integrations.emulator_kit import EmulatorServer
-from integrations.emulators import CRM_VENDORS, available, emulator_class
+from lab.drill import VENDOR_SETUP
+from lab.emulators import CRM_VENDORS, available, emulator_class
+from lab.emulators.kit import EmulatorServer
 from tests.factories import ingest, op
 from tests.support.processes import REPO, Sandbox, app_env
 

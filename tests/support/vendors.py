@@ -14,7 +14,7 @@ import pytest
 
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.models import Operation
-from integrations.emulator_kit import EmulatorServer
+from lab.emulators.kit import EmulatorServer
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """`manage.py bench_pipeline`: submissions fully processed per second by real worker
 clusters, beside a bare client driving the same effects into the sandbox (the
-benchmark itself: idempotency_core/proofs/bench_pipeline.py)::
+benchmark itself: lab/bench/pipeline.py)::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_pipeline \\
         .venv/bin/python manage.py bench_pipeline [--submissions 300] [--clusters 1 2]
@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_core.proofs.bench_pipeline import (
+from lab.bench.pipeline import (
     BenchmarkError,
     bench_pipeline_database_check,
     bench_pipeline_measure,

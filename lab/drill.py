@@ -13,7 +13,7 @@ The drill's tasks go to a queue of their own that no worker listens on, and its
 sweeps are scoped to its own operations, so it can run beside a live system.
 
 With `destination="hubspot"` (or salesforce, pipedrive, dataverse) the CRM is
-that vendor's emulator, started in this process (integrations/emulators.py),
+that vendor's emulator, started in this process (lab/emulators/__init__.py),
 and its adapter as configured from the environment (the drill supplies the
 emulator's credentials where none are set, `VENDOR_SETUP`); email still goes
 to the private sandbox's SMTP sink. The one "profile" is the vendor's, and the
@@ -68,13 +68,13 @@ from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Event, Operation, ReviewCase, Source
-from idempotency_core.proofs.overrides import settings_overridden
 from idempotency_core.review.refusals import ReplayRefusedError
 from idempotency_core.review.replay import operation_replay
 from integrations.base import Capabilities
-from integrations.emulator_kit import EmulatorServer
-from integrations.emulators import CRM_VENDORS, EmulatorUnavailableError, emulator_class
-from integrations.sandbox import SandboxServer
+from lab.emulators import CRM_VENDORS, EmulatorUnavailableError, emulator_class
+from lab.emulators.kit import EmulatorServer
+from lab.overrides import settings_overridden
+from lab.sandbox import SandboxServer
 
 DRILL_QUEUE = "onefold-drill"
 # Where `cluster=True` hands due operations to the drill's own worker cluster.
@@ -631,7 +631,7 @@ def _dataverse_remove(control: httpx.Client, adapter: Any, record_id: str) -> No
 
 
 VENDOR_SETUP: dict[str, VendorSetup] = {
-    # Any non-empty token is taken (integrations/hubspot/__init__.py).
+    # Any non-empty token is taken (lab/emulators/hubspot.py).
     "hubspot": VendorSetup(
         env=lambda emulator: {"HUBSPOT_BASE_URL": emulator.http_url, "HUBSPOT_TOKEN": "drill"},
         remove=_hubspot_remove,
@@ -644,7 +644,7 @@ VENDOR_SETUP: dict[str, VendorSetup] = {
         env=lambda emulator: {**emulator.adapter_env(), "PIPEDRIVE_SETTLE_SECONDS": "3"},
         remove=_pipedrive_remove,
     ),
-    # Any non-empty secret is taken unless one is configured (integrations/dataverse/__init__.py).
+    # Any non-empty secret is taken unless one is configured (lab/emulators/dataverse.py).
     "dataverse": VendorSetup(
         env=lambda emulator: {
             "DATAVERSE_URL": emulator.http_url,

@@ -1,7 +1,7 @@
 """`manage.py bench_reconcile`: reconcile a million events and say how fast, in how much memory.
 
 Run it on a database of its own; it empties Onefold's tables there (the
-benchmark, its seed and what it measures: idempotency_core/proofs/bench_reconcile.py)::
+benchmark, its seed and what it measures: lab/bench/reconcile.py)::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_recon \\
         .venv/bin/python manage.py ensure_database
@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_core.proofs.bench_reconcile import (
+from lab.bench.reconcile import (
     BenchmarkError,
     bench_reconcile,
     bench_reconcile_database_check,

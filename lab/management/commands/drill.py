@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_core.proofs.drill import (
+from lab.drill import (
     CASES,
     PROFILES,
     Cell,

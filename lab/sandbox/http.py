@@ -22,7 +22,7 @@ from socketserver import TCPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from integrations.sandbox.store import (
+from lab.sandbox.store import (
     ACTIONS,
     Conflict,
     Fault,

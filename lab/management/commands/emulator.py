@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from integrations.emulators import VENDORS, EmulatorUnavailableError, emulator_class
+from lab.emulators import VENDORS, EmulatorUnavailableError, emulator_class
 
 _NAMES = {
     "hubspot": "HubSpot",

@@ -1,5 +1,5 @@
 """`manage.py bench_ingest`: Onefold's ingest beside a bare insert endpoint, and storms of
-identical requests (the benchmark itself: idempotency_core/proofs/bench_ingest.py)::
+identical requests (the benchmark itself: lab/bench/ingest.py)::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_ingest \\
         .venv/bin/python manage.py bench_ingest [--rounds 5] [--requests 2000] [--profile DIR]
@@ -21,7 +21,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_core.proofs.bench_ingest import (
+from lab.bench.ingest import (
     BenchmarkError,
     bench_ingest,
     bench_ingest_database_check,

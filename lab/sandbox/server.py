@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from types import TracebackType
 
-from integrations.sandbox.http import SandboxHTTPServer
-from integrations.sandbox.smtp import SinkController
-from integrations.sandbox.store import SandboxStore
+from lab.sandbox.http import SandboxHTTPServer
+from lab.sandbox.smtp import SinkController
+from lab.sandbox.store import SandboxStore
 
 
 class SandboxServer:

@@ -1,5 +1,5 @@
 """`manage.py bench_console`: seed a million events in a bench database and time the
-console's pages (the benchmark itself: idempotency_core/proofs/bench_console.py)::
+console's pages (the benchmark itself: lab/bench/console.py)::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_console \\
         .venv/bin/python manage.py bench_console [--rounds 40] [--reseed] [--events 1000000]
@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_core.proofs.bench_console import (
+from lab.bench.console import (
     EVENTS,
     BenchmarkError,
     bench_console_database_check,

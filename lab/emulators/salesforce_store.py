@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from integrations.sandbox.store import SandboxStore
+from lab.sandbox.store import SandboxStore
 
 RECORD_OBJECTS = ("Lead", "Contact")
 KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}

@@ -29,8 +29,8 @@ import threading
 from types import TracebackType
 from typing import ClassVar
 
-from integrations.sandbox.http import SandboxHTTPServer, SandboxRequestHandler
-from integrations.sandbox.store import SandboxStore
+from lab.sandbox.http import SandboxHTTPServer, SandboxRequestHandler
+from lab.sandbox.store import SandboxStore
 
 
 class EmulatorServer:

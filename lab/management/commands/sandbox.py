@@ -1,6 +1,6 @@
 """`manage.py sandbox`: run the sandbox CRM (HTTP) and mail sink (SMTP) in the foreground.
 
-The API is documented in `integrations.sandbox`. The two "listening" lines are
+The API is documented in `lab.sandbox`. The two "listening" lines are
 parsed by tests and by `make run`, so their wording is part of the contract.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from integrations.sandbox import SandboxServer
+from lab.sandbox import SandboxServer
 
 
 class _StopRequested(Exception):

@@ -50,13 +50,13 @@ from django.db import connection
 from idempotency_core.execution.steps import pipeline_for
 from idempotency_core.intake.sources import source_api_key_issue, source_get_or_create
 from idempotency_core.models import Delivery, Event, Operation, Source
-from idempotency_core.proofs.bare_endpoint import (
+from lab.bench.bare_endpoint import (
     BARE_PATH,
     BARE_TABLE,
     BENCH_SOURCE_NAME,
     SERVICE_PATH,
 )
-from idempotency_core.proofs.cpu import cpu_by_pid, cpu_spent, database_backends, descendants
+from lab.bench.cpu import cpu_by_pid, cpu_spent, database_backends, descendants
 
 REPO = Path(settings.BASE_DIR)
 INGEST_PATH = "/api/v1/submissions/"
@@ -338,8 +338,8 @@ def bench_ingest(
     try:
         apps = [
             ("onefold", "config.wsgi", REPO),
-            ("bare", "idempotency_core.proofs.bare_wsgi", REPO),
-            ("service", "idempotency_core.proofs.bare_wsgi", REPO),
+            ("bare", "lab.bench.bare_wsgi", REPO),
+            ("service", "lab.bench.bare_wsgi", REPO),
         ]
         if compare is not None:
             apps.append(("earlier", "config.wsgi", compare))

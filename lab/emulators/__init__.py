@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from integrations.emulator_kit import EmulatorServer
+from lab.emulators.kit import EmulatorServer
 
 VENDORS = ("hubspot", "salesforce", "pipedrive", "dataverse", "resend")
 CRM_VENDORS = ("hubspot", "salesforce", "pipedrive", "dataverse")
@@ -25,7 +25,7 @@ def emulator_class(vendor: str) -> type[EmulatorServer]:
     """The vendor's `EmulatorServer` subclass, imported now."""
     if vendor not in VENDORS:
         raise EmulatorUnavailableError(f"no emulator for {vendor!r}; vendors: {', '.join(VENDORS)}")
-    module_name = f"integrations.{vendor}.emulator"
+    module_name = f"lab.emulators.{vendor}"
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

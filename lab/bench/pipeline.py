@@ -59,7 +59,7 @@ from config.env import database_url_of
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Operation, ReviewCase
-from idempotency_core.proofs.cpu import BackendsWatch, cpu_seconds, own_backend, tree_cpu
+from lab.bench.cpu import BackendsWatch, cpu_seconds, own_backend, tree_cpu
 
 Out = Callable[[str], None]
 TARGET_RATIO = 0.5

@@ -16,7 +16,7 @@ from weakref import WeakKeyDictionary
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from integrations.sandbox.store import Fault, SandboxStore
+from lab.sandbox.store import Fault, SandboxStore
 
 # Answers for the faults that do not store the message, or spoil the answer after storing.
 _REFUSALS = {

@@ -1,1 +1,0 @@
-"""`manage.py` commands: the sandbox destination."""

@@ -1,0 +1,1 @@
+"""The benchmarks behind `make bench`, each with a baseline measured in the same run."""
