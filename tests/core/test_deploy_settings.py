@@ -1,4 +1,4 @@
-"""Production hardening as an operator meets it: README's production environment
+"""Production hardening as an operator meets it: docs/operations.md's environment
 passes `check --deploy`, the hardening variables are read under Django's own names
 and refuse bad values, every page carries a strict Content-Security-Policy that
 the console and Swagger UI live within, Swagger UI comes from the project, and the
@@ -31,12 +31,12 @@ from tests.factories import PASSWORD, make_user, permanent_case
 CHROMIUM = "/usr/bin/chromium"
 
 
-def readme_production_env() -> dict[str, str]:
-    """The variables of README's Production block, each `<…>` made a random value."""
-    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
-    section = readme.split("\n## Production\n", 1)[1]
+def documented_production_env() -> dict[str, str]:
+    """The variables of docs/operations.md's Deployment block, each `<…>` made a random value."""
+    page = (Path(settings.BASE_DIR) / "docs" / "operations.md").read_text()
+    section = page.split("\n## Deployment\n", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, "README's Production section has no ```sh block"
+    assert block, "docs/operations.md's Deployment section has no ```sh block"
     env = {}
     for line in block.group(1).splitlines():
         name, _, value = line.partition("=")
@@ -69,8 +69,8 @@ def settings_under(env: dict[str, str], *names: str) -> dict[str, object]:
 # --- Settings from the environment ------------------------------------------
 
 
-def test_check_deploy_is_clean_under_the_readme_production_environment() -> None:
-    env = readme_production_env()
+def test_check_deploy_is_clean_under_the_documented_production_environment() -> None:
+    env = documented_production_env()
     assert env["DEBUG"] == "off" and len(env["SECRET_KEY"]) >= 50
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     output = result.stdout + result.stderr
@@ -80,7 +80,7 @@ def test_check_deploy_is_clean_under_the_readme_production_environment() -> None
 
 
 def test_the_hardening_variables_set_djangos_settings_of_the_same_names() -> None:
-    env = readme_production_env()
+    env = documented_production_env()
     values = settings_under(
         {**env, "ONEFOLD_LOGIN_LOCKOUT_MINUTES": "2"},
         "SECURE_SSL_REDIRECT",
