@@ -43,7 +43,7 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# Figures, each with a baseline measured in the same run (see README, "Benchmarks").
+# Figures, each with a baseline measured in the same run (docs/benchmarks.md).
 bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py ensure_database
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_recon $(PY) manage.py migrate --noinput -v0

@@ -1,9 +1,9 @@
 """Which local emulator stands in for which vendor, found when first asked for.
 
-Each vendor package has `integrations/<vendor>/emulator.py` with one subclass of
+Each vendor has a module here, `lab/emulators/<vendor>.py`, with one subclass of
 `EmulatorServer` whose `vendor` attribute names it. They are imported only when
 asked for (`manage.py emulator VENDOR`, the drill, tests): a vendor whose
-package is absent is reported as such, never as an ImportError's traceback.
+module is absent is reported as such, never as an ImportError's traceback.
 """
 
 from __future__ import annotations
