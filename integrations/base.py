@@ -11,7 +11,8 @@ as one of:
 - AMBIGUOUS: may have been applied (timeout after sending, connection dropped
   before the answer, 500).
 
-The engine decides what to do with each class; adapters only classify. What
+The engine decides what to do with each class; adapters only classify (an HTTP
+status by the one rule in `integrations.http`). What
 an adapter can recognise of a repeat is its `Capabilities`, built by the
 adapter from its configuration: recovery after an unclear attempt is chosen
 from that value alone.
@@ -23,8 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -199,17 +199,3 @@ class EmailAdapter(Protocol):
 
 
 Adapter = CrmAdapter | EmailAdapter
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds form; HTTP dates are rare here)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())

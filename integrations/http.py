@@ -6,21 +6,35 @@ adapters send through `shared_client()` instead: one pooled client per process,
 rebuilt after a fork (django-q2 forks its workers from a parent that may have
 used it) and never shared across processes.
 
-`send()` turns transport failures into the engine's vocabulary, the same way
-for every vendor: no connection means nothing was sent (RETRYABLE); a request
-sent whose answer was lost may have been applied (AMBIGUOUS), unless it was a
-read.
+What an answer means to the engine is decided here, the same way for every
+vendor (DESIGN.md, Flow 3):
+
+- no connection: nothing was sent, RETRYABLE (`send`);
+- a request sent whose answer was lost, or a status that says neither "done" nor
+  "refused" (5xx; a 3xx, since redirects are never followed): it may have been
+  applied, AMBIGUOUS, unless the request was safe (a read), then RETRYABLE;
+- 408, 425, 429, 503: refused before processing, RETRYABLE after the delay the
+  answer names (`Retry-After`);
+- any other 4xx: refused, and it would be refused again, PERMANENT.
+
+An adapter reads its vendor's exceptions first (a 409 that names the existing
+record, a 403 that is a rate limit, ...) and hands every other answer to
+`status_error`, with its own wording of the message and, where the vendor names
+its delay in a header of its own, that delay.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
-from integrations.base import Classification, DestinationError
+from integrations.base import Classification, DestinationError, http_reply
 
 _lock = threading.Lock()
 _client: httpx.Client | None = None
@@ -28,7 +42,11 @@ _client_pid: int | None = None
 
 # Enough for a worker's threads and the console's lookups; idle sockets are cheap.
 _LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=30)
+# Requests that change nothing at the destination: asking again is harmless.
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Refused before anything was applied, and worth asking again later: 408 Request
+# Timeout, 425 Too Early, 429 Too Many Requests (a rate limit), 503 Service Unavailable.
+RETRY_LATER = frozenset({408, 425, 429, 503})
 
 
 def shared_client() -> httpx.Client:
@@ -50,6 +68,11 @@ def timeout_of(seconds: float) -> httpx.Timeout:
     return httpx.Timeout(seconds, connect=min(seconds, 5.0))
 
 
+def is_safe(method: str) -> bool:
+    """Whether a request with this method changes nothing at the destination."""
+    return method.upper() in _SAFE_METHODS
+
+
 def send(method: str, url: str, *, timeout: httpx.Timeout, **kwargs: Any) -> httpx.Response:
     """One request through the shared client, transport failures classified."""
     try:
@@ -63,10 +86,71 @@ def send(method: str, url: str, *, timeout: httpx.Timeout, **kwargs: Any) -> htt
         # Sent, then the answer was lost (timeout, reset, closed): it may have been applied.
         raise DestinationError(
             f"{type(exc).__name__}: {exc or 'no response'}",
-            classification=Classification.RETRYABLE
-            if method.upper() in _SAFE_METHODS
-            else Classification.AMBIGUOUS,
+            classification=_unclear(safe=is_safe(method)),
         ) from exc
+
+
+def classify(status: int, *, safe: bool) -> Classification | None:
+    """The one rule from an HTTP status to the engine's vocabulary; None: succeeded (2xx).
+
+    `safe`: the request changes nothing at the destination (a read, a token request),
+    so an answer that leaves its fate unclear is simply asked again.
+    """
+    if 200 <= status < 300:
+        return None
+    if status in RETRY_LATER:
+        return Classification.RETRYABLE
+    if 400 <= status < 500:
+        return Classification.PERMANENT
+    # 500, 502, 504, a redirect not followed: a write may have been applied.
+    return _unclear(safe=safe)
+
+
+def status_error(
+    response: httpx.Response, message: str, *, retry_after: float | None = None
+) -> DestinationError:
+    """`response`, an answer its caller cannot take as success, as the engine's error.
+
+    Classified by `classify`; a 2xx its caller could not use (no id in it, a status
+    it does not expect) is unclear, like a 5xx. A refusal to be asked later carries
+    `retry_after` when the vendor names its delay elsewhere (a rate-limit header of
+    its own), else the answer's Retry-After.
+    """
+    status = response.status_code
+    safe = is_safe(response.request.method)
+    classification = classify(status, safe=safe) or _unclear(safe=safe)
+    delay = None
+    if status in RETRY_LATER:
+        delay = retry_after if retry_after is not None else header_delay(response)
+    return DestinationError(
+        message, classification=classification, reply=http_reply(status), retry_after=delay
+    )
+
+
+def header_delay(response: httpx.Response) -> float | None:
+    """The answer's Retry-After, in seconds."""
+    return parse_retry_after(response.headers.get("Retry-After"))
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After value: delay-seconds or an HTTP date (RFC 9110,
+    10.2.3); a date in the past is 0, and anything else None (the engine's backoff)."""
+    if not value or not value.strip():
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        # "-0000" parses without a zone; an HTTP date is always in GMT.
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def json_object(response: httpx.Response) -> dict[str, Any]:
@@ -76,3 +160,8 @@ def json_object(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _unclear(*, safe: bool) -> Classification:
+    """A request whose fate is unknown: a write may have been applied; a read may not matter."""
+    return Classification.RETRYABLE if safe else Classification.AMBIGUOUS

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from integrations.base import Classification, DestinationError, http_reply
-from integrations.http import json_object, send
+from integrations.http import classify, json_object, send
 
 # A token is refreshed this long before the expiry the server announced.
 _EARLY_SECONDS = 60.0
@@ -65,10 +65,10 @@ class ClientCredentials:
             status = response.status_code
             raise DestinationError(
                 f"token endpoint {self.token_url} refused the client credentials (HTTP {status})",
-                # Wrong credentials stay wrong; a busy token endpoint may answer later.
-                classification=Classification.RETRYABLE
-                if status in (429, 503) or status >= 500
-                else Classification.PERMANENT,
+                # Asking for a token changes nothing (safe): a busy or failing endpoint is
+                # asked again. Wrong credentials stay wrong, and so does an answer
+                # without a token.
+                classification=classify(status, safe=True) or Classification.PERMANENT,
                 reply=http_reply(status),
             )
         lifetime = body.get("expires_in")

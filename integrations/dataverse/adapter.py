@@ -40,9 +40,8 @@ from integrations.base import (
     DestinationError,
     Effect,
     http_reply,
-    parse_retry_after,
 )
-from integrations.http import json_object, send, timeout_of
+from integrations.http import json_object, send, status_error, timeout_of
 from integrations.oauth import ClientCredentials
 
 API_PATH = "/api/data/v9.2"
@@ -53,9 +52,6 @@ DEFAULT_REF_COLUMN = "onefold_ref"
 _GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _COLUMN = re.compile(r"[a-z][a-z0-9_]{0,49}")
 _QUOTED_ADDRESS = re.compile(r"[^\s<>@()'\"]+@[^\s<>@()'\"]+")
-# Refused before anything was applied: 429 is the service protection limit, with
-# Retry-After (https://learn.microsoft.com/power-apps/developer/data-platform/api-limits).
-_RETRYABLE_STATUSES = {408, 425, 429, 503}
 _LEAD_SELECT = (
     "leadid,fullname,lastname,emailaddress1,description,createdon,modifiedon,merged,_masterid_value"
 )
@@ -362,34 +358,19 @@ class DataverseCrm:
             raise
 
     def _raise_for_status(self, response: httpx.Response) -> None:
-        if response.status_code < 400:
-            return
-        raise self._error(response)
+        if not response.is_success:
+            raise self._error(response)
 
     @staticmethod
     def _error(response: httpx.Response, note: str = "") -> DestinationError:
+        """Dataverse's answer in its words, classified by the one rule. Its service
+        protection limit is a 429 with Retry-After
+        (https://learn.microsoft.com/power-apps/developer/data-platform/api-limits)."""
         status = response.status_code
         message = f"Dataverse HTTP {status}: {_error_message(response) or response.reason_phrase}"
         if note:
             message += f" ({note})"
-        reply = http_reply(status)
-        if status in _RETRYABLE_STATUSES:
-            return DestinationError(
-                message,
-                classification=Classification.RETRYABLE,
-                reply=reply,
-                retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            )
-        if 400 <= status < 500:
-            return DestinationError(message, classification=Classification.PERMANENT, reply=reply)
-        # 500 and friends: a write may have been applied.
-        return DestinationError(
-            message,
-            classification=Classification.RETRYABLE
-            if response.request.method == "GET"
-            else Classification.AMBIGUOUS,
-            reply=reply,
-        )
+        return status_error(response, message)
 
 
 def _error_message(response: httpx.Response) -> str:

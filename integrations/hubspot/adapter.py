@@ -31,9 +31,8 @@ from integrations.base import (
     DestinationError,
     Effect,
     http_reply,
-    parse_retry_after,
 )
-from integrations.http import json_object, send, timeout_of
+from integrations.http import header_delay, json_object, send, status_error, timeout_of
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and
@@ -459,42 +458,20 @@ class HubSpotCrm:
         )
 
     def _raise_for_status(self, response: httpx.Response) -> None:
-        status = response.status_code
-        if status < 400:
+        if response.is_success:
             return
-        message = _described(response)
-        if status == 429:
-            raise DestinationError(
-                message,
-                classification=Classification.RETRYABLE,
-                reply=http_reply(status),
-                retry_after=self._rate_limit_delay(response),
-            )
-        if status in (408, 425, 503):
-            raise DestinationError(
-                message,
-                classification=Classification.RETRYABLE,
-                reply=http_reply(status),
-                retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            )
-        if status < 500:
-            raise DestinationError(
-                message, classification=Classification.PERMANENT, reply=http_reply(status)
-            )
-        # 500, 502, 504: a write may have been applied; a read can simply be asked again.
-        raise DestinationError(
-            message,
-            classification=Classification.RETRYABLE
-            if response.request.method == "GET"
-            else Classification.AMBIGUOUS,
-            reply=http_reply(status),
+        raise status_error(
+            response, _described(response), retry_after=self._rate_limit_delay(response)
         )
 
-    def _rate_limit_delay(self, response: httpx.Response) -> float:
-        """DAILY: until the account's next midnight (https://developers.hubspot.com/
+    def _rate_limit_delay(self, response: httpx.Response) -> float | None:
+        """A 429's delay; None for any other answer (its Retry-After is read as usual).
+        DAILY: until the account's next midnight (https://developers.hubspot.com/
         apisbytier: "The daily limits reset at midnight based on the time zone setting");
         TEN_SECONDLY_ROLLING or unnamed: Retry-After if given, else the ten-second window."""
-        header = parse_retry_after(response.headers.get("Retry-After"))
+        if response.status_code != 429:
+            return None
+        header = header_delay(response)
         if json_object(response).get("policyName") == "DAILY":
             return max(header or 0.0, seconds_to_midnight(self.config.account_timezone))
         if header is not None:

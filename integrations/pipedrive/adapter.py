@@ -40,9 +40,8 @@ from integrations.base import (
     DestinationError,
     Effect,
     http_reply,
-    parse_retry_after,
 )
-from integrations.http import json_object, send, timeout_of
+from integrations.http import json_object, parse_retry_after, send, status_error, timeout_of
 
 DEFAULT_BASE_URL = "https://api.pipedrive.com"
 # How long after an unclear create the search is worth asking. Pipedrive documents no
@@ -55,8 +54,6 @@ SEARCHABLE_TYPES = frozenset(
 )
 _TEXT_TYPES = frozenset({"text", "varchar"})
 CUSTOM_FIELD_KEY = re.compile(r"[0-9a-f]{40}")
-_PERMANENT_STATUSES = {400, 401, 402, 403, 404, 405, 410, 413, 415, 422}
-_RETRYABLE_STATUSES = {408, 425, 429, 503}
 _REFERENCE_LINE = "Onefold reference: {}"
 _REFERENCE_IN_NOTE = re.compile(r"Onefold reference: ([^\s<]+)")
 _PAGE = 500  # "a maximum value of 500 is allowed" (v2 activities-api.ts, limit)
@@ -411,34 +408,15 @@ def _field_check(
 
 
 def _raise_for_status(response: httpx.Response) -> None:
-    """Pipedrive's answers in the engine's vocabulary. 429's delay is x-ratelimit-reset
+    """Pipedrive's answers in the engine's vocabulary. A refusal's delay is x-ratelimit-reset
     (seconds; pipedrive.readme.io/docs/core-api-concepts-rate-limiting), else Retry-After."""
-    status = response.status_code
-    if status < 400:
+    if response.is_success:
         return
-    body = json_object(response)
-    message = f"HTTP {status}: {body.get('error') or response.reason_phrase}"
-    if status in _RETRYABLE_STATUSES:
-        delay = parse_retry_after(response.headers.get("x-ratelimit-reset"))
-        if delay is None:
-            delay = parse_retry_after(response.headers.get("Retry-After"))
-        raise DestinationError(
-            message,
-            classification=Classification.RETRYABLE,
-            reply=http_reply(status),
-            retry_after=delay,
-        )
-    if status in _PERMANENT_STATUSES or status < 500:
-        raise DestinationError(
-            message, classification=Classification.PERMANENT, reply=http_reply(status)
-        )
-    # 500 and friends: a write may have been applied; a read may simply be asked again.
-    raise DestinationError(
-        message,
-        classification=Classification.RETRYABLE
-        if response.request.method == "GET"
-        else Classification.AMBIGUOUS,
-        reply=http_reply(status),
+    error = json_object(response).get("error") or response.reason_phrase
+    raise status_error(
+        response,
+        f"HTTP {response.status_code}: {error}",
+        retry_after=parse_retry_after(response.headers.get("x-ratelimit-reset")),
     )
 
 

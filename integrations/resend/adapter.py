@@ -29,18 +29,15 @@ from integrations.base import (
     DestinationError,
     Effect,
     http_reply,
-    parse_retry_after,
 )
-from integrations.http import json_object, send, timeout_of
+from integrations.http import json_object, send, status_error, timeout_of
 
 DEFAULT_BASE_URL = "https://api.resend.com"
 # Resend keeps a key 24 hours; a deployment may only shorten what Onefold relies on.
 KEY_WINDOW = timedelta(hours=24)
 MAX_KEY_LENGTH = 256
 _QUOTED_ADDRESS = re.compile(r"[^\s<>@()]+@[^\s<>@()]+")
-# Refused before anything was sent, and worth asking again later (429: rate limit;
-# 409 concurrent_idempotent_requests: "safe to retry this request later").
-_RETRYABLE_STATUSES = {408, 425, 429, 503}
+# 409 concurrent_idempotent_requests: "safe to retry this request later", with no delay named.
 _CONCURRENT_RETRY_SECONDS = 1.0
 
 
@@ -159,36 +156,18 @@ def _error(response: httpx.Response) -> DestinationError:
     name = str(body.get("name") or "")
     detail = _QUOTED_ADDRESS.sub("[address]", str(body.get("message") or response.reason_phrase))
     message = f"Resend HTTP {status} {name}: {detail}".replace("  ", " ")
-    reply = http_reply(status)
     if status == 409 and name == "concurrent_idempotent_requests":
         # The first request with this key is still being processed: this one did nothing.
         return DestinationError(
             message,
             classification=Classification.RETRYABLE,
-            reply=reply,
+            reply=http_reply(status),
             retry_after=_CONCURRENT_RETRY_SECONDS,
         )
     if status == 409 and name == "invalid_idempotent_request":
-        return DestinationError(
-            message + " (an email with this key was already sent with other content within "
-            "Resend's window; not sent again)",
-            classification=Classification.PERMANENT,
-            reply=reply,
+        # Refused like any 409; what this one means is worth saying to the reviewer.
+        message += (
+            " (an email with this key was already sent with other content within "
+            "Resend's window; not sent again)"
         )
-    if status in _RETRYABLE_STATUSES:
-        return DestinationError(
-            message,
-            classification=Classification.RETRYABLE,
-            reply=reply,
-            retry_after=parse_retry_after(response.headers.get("retry-after")),
-        )
-    if 400 <= status < 500:
-        return DestinationError(message, classification=Classification.PERMANENT, reply=reply)
-    # 500 and other server errors: the email may have been sent.
-    return DestinationError(
-        message,
-        classification=Classification.RETRYABLE
-        if response.request.method == "GET"
-        else Classification.AMBIGUOUS,
-        reply=reply,
-    )
+    return status_error(response, message)

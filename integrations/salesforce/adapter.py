@@ -52,9 +52,8 @@ from integrations.base import (
     DestinationError,
     Effect,
     http_reply,
-    parse_retry_after,
 )
-from integrations.http import send, timeout_of
+from integrations.http import header_delay, json_object, send, status_error, timeout_of
 from integrations.oauth import ClientCredentials
 
 KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
@@ -219,8 +218,8 @@ class SalesforceCrm:
         return checks
 
     def _field_flags(self, sobject: str, name: str) -> tuple[bool, bool] | None:
-        response = self._call("GET", f"/sobjects/{sobject}/describe", safe=True)
-        for entry in _json(response).get("fields", []):
+        response = self._call("GET", f"/sobjects/{sobject}/describe")
+        for entry in json_object(response).get("fields", []):
             if isinstance(entry, dict) and entry.get("name") == name:
                 return entry.get("externalId") is True, entry.get("unique") is True
         return None
@@ -255,11 +254,11 @@ class SalesforceCrm:
         if _id_problem(record_id, KEY_PREFIXES[self.config.sobject], self.config.sobject):
             return None
         response = self._call(
-            "GET", f"/sobjects/{self.config.sobject}/{record_id}", safe=True, missing_ok=True
+            "GET", f"/sobjects/{self.config.sobject}/{record_id}", missing_ok=True
         )
         if response.status_code == 404:
             return None
-        return self._record_of(_json(response))
+        return self._record_of(json_object(response))
 
     def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
         """PATCH by id with `Sforce-Auto-Assign: FALSE` ([ASSIGN]): 204. Twice is as once."""
@@ -289,23 +288,19 @@ class SalesforceCrm:
         batch = max(200, min(2000, limit))
         headers = {"Sforce-Query-Options": f"batchSize={batch}"}
         if cursor:
-            response = self._call(
-                "GET", _api_relative(cursor, self.api), safe=True, headers=headers
-            )
+            response = self._call("GET", _api_relative(cursor, self.api), headers=headers)
         else:
             response = self._call(
-                "GET", "/query", safe=True, headers=headers, params={"q": self._soql(since, until)}
+                "GET", "/query", headers=headers, params={"q": self._soql(since, until)}
             )
         while True:
-            data = _json(response)
+            data = json_object(response)
             next_url = data.get("nextRecordsUrl") if data.get("done") is False else None
             records = [self._listed(r) for r in data.get("records", []) if isinstance(r, dict)]
             yield records, next_url
             if not next_url:
                 return
-            response = self._call(
-                "GET", _api_relative(next_url, self.api), safe=True, headers=headers
-            )
+            response = self._call("GET", _api_relative(next_url, self.api), headers=headers)
 
     def _soql(self, since: str, until: str | None) -> str:
         ref = self.config.reference_field
@@ -412,7 +407,7 @@ class SalesforceCrm:
             if found is None:
                 raise
             return Effect(ref=found, reply=exc.reply, adopted=True)
-        data = _json(response)
+        data = json_object(response)
         if response.status_code == 201:
             return Effect(ref=str(data["id"]), reply=http_reply(201))
         # 200 {"created": false} (API 46.0+) or 204 (older): it existed already.
@@ -430,13 +425,12 @@ class SalesforceCrm:
         response = self._call(
             "GET",
             f"/sobjects/{sobject}/{name}/{_segment(external_ref)}",
-            safe=True,
             missing_ok=True,
             params={"fields": "Id"},
         )
         if response.status_code == 404:
             return None
-        record_id = _json(response).get("Id")
+        record_id = json_object(response).get("Id")
         return str(record_id) if record_id else None
 
     # -- HTTP --------------------------------------------------------------------------
@@ -446,7 +440,6 @@ class SalesforceCrm:
         method: str,
         path: str,
         *,
-        safe: bool = False,
         missing_ok: bool = False,
         headers: dict[str, str] | None = None,
         **kwargs: Any,
@@ -464,9 +457,9 @@ class SalesforceCrm:
                 self.credentials.invalidate()
                 continue
             break
-        if response.status_code < 300 or (missing_ok and response.status_code == 404):
+        if response.is_success or (missing_ok and response.status_code == 404):
             return response
-        raise self._error(method, response, safe=safe)
+        raise self._error(response)
 
     def _require_config(self) -> None:
         if self.problems:
@@ -475,13 +468,14 @@ class SalesforceCrm:
                 classification=Classification.RETRYABLE,
             )
 
-    def _error(self, method: str, response: httpx.Response, *, safe: bool) -> DestinationError:
+    def _error(self, response: httpx.Response) -> DestinationError:
+        """Salesforce's readings first ([UPSERT] 300, [DUPRULE], [ERRORS] the daily
+        limit's 403), then the one rule; a refusal keeps its errorCode."""
         status = response.status_code
         errors = _errors(response)
         first = errors[0] if errors else {}
         code = str(first.get("errorCode") or "")
         text = str(first.get("message") or response.reason_phrase)
-        reply = http_reply(status)
         if status == 300:
             ids = _ids_of_matches(response)
             where = re.search(r"/sobjects/(\w+)/(\w+)/", response.request.url.path)
@@ -496,29 +490,20 @@ class SalesforceCrm:
             return _duplicates_detected(first, text)
         message = f"HTTP {status} {code}: {text}".replace("  ", " ")
         if status == 403 and code == "REQUEST_LIMIT_EXCEEDED":
-            retry = parse_retry_after(response.headers.get("Retry-After"))
+            # Salesforce's rate limit is a 403, not a 429: asked again later.
+            retry = header_delay(response)
             return DestinationError(
                 f"{message} ({response.headers.get('Sforce-Limit-Info', 'no usage header')})",
                 classification=Classification.RETRYABLE,
-                reply=reply,
+                reply=http_reply(status),
                 retry_after=retry if retry is not None else self.config.limit_retry_seconds,
             )
-        if status in (408, 425, 429, 503):
-            return DestinationError(
-                message,
-                classification=Classification.RETRYABLE,
-                reply=reply,
-                retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            )
-        if 400 <= status < 500:
-            return SalesforceError(
-                message, error_code=code, classification=Classification.PERMANENT, reply=reply
-            )
-        # 500 and others: a write may have been applied; a read can simply be asked again.
-        return DestinationError(
-            message,
-            classification=Classification.RETRYABLE if safe else Classification.AMBIGUOUS,
-            reply=reply,
+        error = status_error(response, message)
+        if error.classification != Classification.PERMANENT:
+            return error
+        # _create_once reads DUPLICATE_VALUE (a racing insert won on the unique field).
+        return SalesforceError(
+            message, error_code=code, classification=error.classification, reply=error.reply
         )
 
 
@@ -581,14 +566,6 @@ def _ids_of_matches(response: httpx.Response) -> list[str]:
             url = (item.get("attributes") or {}).get("url", "")
             ids.append(str(item.get("Id") or url.rstrip("/").rsplit("/", 1)[-1]))
     return [i for i in ids if i]
-
-
-def _json(response: httpx.Response) -> dict[str, Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _description(fields: Mapping[str, Any]) -> str:

@@ -22,13 +22,9 @@ from integrations.base import (
     DestinationError,
     Effect,
     http_reply,
-    parse_retry_after,
 )
-from integrations.http import json_object, send, timeout_of
+from integrations.http import json_object, send, status_error, timeout_of
 
-# Answers that say the request was refused before anything was applied.
-_RETRYABLE_STATUSES = {408, 425, 429, 503}
-_PERMANENT_STATUSES = {400, 401, 403, 404, 405, 410, 413, 415, 422}
 # The sandbox names records rec_000001, rec_000002, ... (store.record_id).
 _RECORD_ID = re.compile(r"rec_\d{6,}")
 
@@ -82,14 +78,15 @@ class SandboxCrm:
         if response.status_code == 404:
             return None
         self._raise_for_status(response)
-        return _json(response)
+        return json_object(response)
 
     def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
         """PATCH: the same update twice leaves the record as once."""
         response = self._send("PATCH", f"/crm/records/{_segment(record_id)}", json=fields)
         self._raise_for_status(response)
         return Effect(
-            ref=str(_json(response).get("id", record_id)), reply=http_reply(response.status_code)
+            ref=str(json_object(response).get("id", record_id)),
+            reply=http_reply(response.status_code),
         )
 
     def iter_records(
@@ -140,7 +137,7 @@ class SandboxCrm:
         if response.status_code == 409:
             # A unique external reference already exists: the effect happened
             # (an earlier attempt, or its lost answer). Adopt it.
-            existing = _json(response).get("existing_id")
+            existing = json_object(response).get("existing_id")
             if existing:
                 return Effect(ref=str(existing), reply=http_reply(409), adopted=True)
             raise DestinationError(
@@ -151,7 +148,9 @@ class SandboxCrm:
         self._raise_for_status(response)
         replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
         return Effect(
-            ref=str(_json(response)["id"]), reply=http_reply(response.status_code), adopted=replayed
+            ref=str(json_object(response)["id"]),
+            reply=http_reply(response.status_code),
+            adopted=replayed,
         )
 
     def _find(self, path: str, external_ref: str) -> str | None:
@@ -163,7 +162,7 @@ class SandboxCrm:
                 reply=http_reply(404),
             )
         self._raise_for_status(response)
-        results = _json(response).get("results", [])
+        results = json_object(response).get("results", [])
         if len(results) > 1:
             raise DestinationError(
                 f"{len(results)} records hold external_ref {external_ref}",
@@ -177,30 +176,10 @@ class SandboxCrm:
 
     @staticmethod
     def _raise_for_status(response: httpx.Response) -> None:
-        status = response.status_code
-        if status < 400:
+        if response.is_success:
             return
-        detail = _json(response).get("detail") or response.reason_phrase
-        message = f"HTTP {status}: {detail}"
-        if status in _RETRYABLE_STATUSES:
-            raise DestinationError(
-                message,
-                classification=Classification.RETRYABLE,
-                reply=http_reply(status),
-                retry_after=parse_retry_after(response.headers.get("Retry-After")),
-            )
-        if status in _PERMANENT_STATUSES or 400 <= status < 500:
-            raise DestinationError(
-                message, classification=Classification.PERMANENT, reply=http_reply(status)
-            )
-        # 500, 502, 504 and friends: the request may have been applied.
-        raise DestinationError(
-            message,
-            classification=Classification.RETRYABLE
-            if response.request.method == "GET"
-            else Classification.AMBIGUOUS,
-            reply=http_reply(status),
-        )
+        detail = json_object(response).get("detail") or response.reason_phrase
+        raise status_error(response, f"HTTP {response.status_code}: {detail}")
 
 
 def _segment(value: str) -> str:
@@ -212,11 +191,3 @@ def _segment(value: str) -> str:
             f"{value!r} cannot name a record", classification=Classification.PERMANENT
         )
     return quote(value, safe="")
-
-
-def _json(response: httpx.Response) -> dict[str, Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -361,9 +361,7 @@ class SmtpSender:
             # DATA itself was refused: the body never went out.
             raise DestinationError(
                 f"SMTP DATA refused: {code} {_reply_text(reply)}",
-                classification=Classification.PERMANENT
-                if code >= 500
-                else Classification.RETRYABLE,
+                classification=reply_classification(code, body_sent=False),
                 reply=smtp_reply(code),
             )
         wire = _LEADING_DOT.sub(b"..", data)
@@ -381,34 +379,45 @@ class SmtpSender:
 
     def _accepted(self, code: int, reply: bytes, *, operation_key: str) -> Effect:
         """The reply to the body: 2xx is the message's Effect, anything else an error."""
-        if code >= 500:
-            raise DestinationError(
-                f"SMTP message rejected: {code} {_reply_text(reply)}",
-                classification=Classification.PERMANENT,
-                reply=smtp_reply(code),
-            )
         if not 200 <= code < 300:
-            # RFC 5321 says a 4xx here means "not accepted", but servers that
-            # accept and then time out or answer 4xx are common. Email is
-            # at-most-once by design, so a 4xx after the body went out is
-            # treated as ambiguous: a person decides, nothing is resent blindly.
-            # So is a reply smtplib could not read (it reports -1).
+            classification = reply_classification(code, body_sent=True)
+            what = (
+                "message rejected"
+                if classification == Classification.PERMANENT
+                else "temporary failure after the body was sent"
+            )
             raise DestinationError(
-                f"SMTP temporary failure after the body was sent: {code} {_reply_text(reply)}",
-                classification=Classification.AMBIGUOUS,
+                f"SMTP {what}: {code} {_reply_text(reply)}",
+                classification=classification,
                 reply=smtp_reply(code),
             )
         return Effect(ref=message_id_for(operation_key), reply=smtp_reply(code))
 
     @staticmethod
     def _check_envelope(code: int, reply: bytes, stage: str) -> None:
-        if code < 400:
+        if 200 <= code < 300:
             return
         raise DestinationError(
             f"SMTP {stage} refused: {code} {_reply_text(reply)}",
-            classification=Classification.PERMANENT if code >= 500 else Classification.RETRYABLE,
+            classification=reply_classification(code, body_sent=False),
             reply=smtp_reply(code),
         )
+
+
+def reply_classification(code: int, *, body_sent: bool) -> Classification:
+    """The one rule from an SMTP reply that is not the one a command asked for (a 2xx
+    to MAIL FROM, RCPT TO and the body; 354 to DATA) to the engine's vocabulary.
+
+    5xx: refused, and it would be refused again, PERMANENT. Anything else (a 4xx, a
+    reply smtplib could not read, which it reports as -1) before the first byte of the
+    body: nothing can have been delivered, RETRYABLE. After it, AMBIGUOUS: RFC 5321
+    says a 4xx there means "not accepted", but servers that accept and then time out
+    or answer 4xx are common, and email is at-most-once by design: a person decides,
+    nothing is resent blindly.
+    """
+    if code >= 500:
+        return Classification.PERMANENT
+    return Classification.AMBIGUOUS if body_sent else Classification.RETRYABLE
 
 
 def _reply_text(reply: bytes) -> str:

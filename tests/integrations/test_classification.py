@@ -328,6 +328,7 @@ def _say(connection: socket.socket, reply: str | None) -> bool:
         ({"MAIL": "553 5.1.8 sender refused"}, Classification.PERMANENT),
         ({"MAIL": None}, Classification.RETRYABLE),  # dropped at MAIL FROM
         ({"RCPT": None}, Classification.RETRYABLE),  # dropped at RCPT TO
+        ({"RCPT": "what?"}, Classification.RETRYABLE),  # unreadable (smtplib: -1), no body
         ({"DATA": "451 4.3.0 not now"}, Classification.RETRYABLE),
         ({"DATA": "554 5.5.0 no"}, Classification.PERMANENT),
         ({"DATA": None}, Classification.RETRYABLE),  # dropped at DATA, before any body
