@@ -1,4 +1,4 @@
-"""The worker's claim and outcome, each one statement on PostgreSQL.
+"""The worker's claim and outcome, each one statement.
 
 A step's attempt used to cost the worker eight round trips to PostgreSQL besides its
 transactions: the claim's UPDATE, a read of the operation with its event, source and
@@ -16,8 +16,8 @@ and the outcome another; what they decide is unchanged (engine.py says what that
   chain, claimed for it (`claim_take`'s UPDATE and INSERT, the claim committed with the
   success before the next call, as a claim always is before its call).
 
-Each is prepared once per connection (sql.py). On SQLite (the quick start) the ORM
-does the same in several statements (engine.py).
+Each is prepared once per connection (sql.py), and each is the only form of its rule:
+engine.py writes no ORM version of them.
 """
 
 from __future__ import annotations
@@ -50,10 +50,6 @@ DUE, RELEASED = "due", "released"
 Taken = tuple[Operation, int, dict[str, str]]
 # What `claim_take` answers when its `unless` condition held: nothing claimed.
 SCREENED: Literal["screened"] = "screened"
-
-
-def statements_possible() -> bool:
-    return connection.vendor == "postgresql"
 
 
 def claim_take(
