@@ -44,13 +44,12 @@ from idempotency_core.execution.policy import (
     recovery_for,
 )
 from idempotency_core.execution.statements import (
-    DUE,
-    RELEASED,
     SCREENED,
     Taken,
     Written,
     claim_take,
     outcome_write,
+    release_write,
 )
 from idempotency_core.execution.steps import step_context, step_of
 from idempotency_core.models import Attempt, Operation
@@ -162,28 +161,25 @@ def operation_claim(*, operation_id: int, screen: Screen | None = None) -> Claim
     who or what scheduled it (worker, sweeper, a replaying admin).
     """
     # One statement, in its own transaction (autocommit): committed when it returns.
-    claim = _claim_take(operation_id, now=timezone.now(), which=DUE, screen=screen)
+    claim = _claim_take(operation_id, now=timezone.now(), screen=screen)
     if claim == SCREENED and screen is not None:
         screen.check(operation_id)
-        claim = _claim_take(operation_id, now=timezone.now(), which=DUE)
+        claim = _claim_take(operation_id, now=timezone.now())
     return claim if isinstance(claim, Claim) else None
 
 
 def _claim_take(
-    operation_id: int, *, now: datetime, which: str, screen: Screen | None = None
+    operation_id: int, *, now: datetime, screen: Screen | None = None
 ) -> Claim | Literal["screened"] | None:
-    """The claim's conditional UPDATE of the operation, if claimable (`DUE`: due and
-    unowned; `RELEASED`: waiting behind the step whose success is being recorded, made
-    due by this claim), and its attempt. Committed before the destination is called.
-    One statement (statements.claim_take), which evaluates `screen` too (SCREENED when
-    it holds)."""
+    """The claim's conditional UPDATE of the operation, if due and unowned, and its
+    attempt. Committed before the destination is called. One statement
+    (statements.claim_take), which evaluates `screen` too (SCREENED when it holds)."""
     token = uuid.uuid4()
     taken = claim_take(
         operation_id,
         token=token,
         now=now,
         lease_until=_lease_until(now),
-        which=which,
         unless=None if screen is None else (screen.sql, screen.params()),
     )
     if taken is None or taken == SCREENED:
@@ -487,19 +483,6 @@ def _success_release(
     return True
 
 
-def _chain_take(ids: list[int], *, now: datetime) -> bool:
-    """Claims the one step `ids` names (waiting behind the success being recorded) for
-    this worker's chain (operation_execute_chain); whether it was taken. False when no
-    chain runs here or `ids` is not one step."""
-    chained = _chained.get()
-    if chained is None or len(ids) != 1:
-        return False
-    claim = _claim_take(ids[0], now=now, which=RELEASED)
-    if isinstance(claim, Claim):
-        chained.append(claim)
-    return isinstance(claim, Claim)
-
-
 def _outcome_statement(
     claim: Claim,
     result: AttemptResult,
@@ -670,22 +653,21 @@ def operation_unhold_later(operation: Operation, *, now: datetime) -> list[int]:
 
 
 def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
-    """Makes the step after `operation` due and queues it. Call inside the
-    transaction that records `operation` as succeeded."""
-    following = Operation.objects.filter(
-        event_id=operation.event_id,
-        position=operation.position + 1,
-        status=Operation.Status.PENDING,
-        next_attempt_at__isnull=True,
+    """Makes the step after `operation` due and queues it. Call inside the transaction
+    that records `operation` as succeeded. One statement (statements.release_write),
+    the release `_success_release` writes with the success itself; the worker that
+    recorded this success (operation_execute_chain) gets the step claimed for it there
+    instead, to run next."""
+    chained = _chained.get()
+    token = uuid.uuid4()
+    released, taken = release_write(
+        operation.pk,
+        now=now,
+        claim_next=None if chained is None else (token, _lease_until(now)),
     )
-    ids = list(following.values_list("pk", flat=True))
-    if not ids:
-        return ids  # the last step: nothing waits behind it
-    # The worker that recorded this success runs the next step itself: claimed
-    # here, in the same transaction, if it can be.
-    if _chain_take(ids, now=now):
-        return ids
-    following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
-    for operation_id in ids:
-        operation_enqueue(operation_id)
-    return ids
+    if chained is not None:
+        chained.extend(_claim_of(t, token=token, now=now) for t in taken)
+    else:
+        for operation_id in released:
+            operation_enqueue(operation_id)
+    return released
