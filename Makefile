@@ -35,9 +35,9 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	DATABASE_URL=sqlite:///:memory: $(VENV)/bin/mypy
+	DATABASE_URL=$(TEST_DATABASE_URL) $(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
-	DATABASE_URL=sqlite:///:memory: $(PY) manage.py makemigrations --check --dry-run
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) manage.py makemigrations --check --dry-run
 
 format: install
 	$(VENV)/bin/ruff check --fix .
@@ -58,7 +58,7 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline --submissions 1000 --rounds 3
 
-# The failure drill against the configured database (the quick start's SQLite file by default).
+# The failure drill against the configured database (the quick start's embedded PostgreSQL by default).
 drill: install
 	mkdir -p var
 	$(PY) manage.py ensure_database

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -98,11 +101,68 @@ def env_header_pair(name: str) -> tuple[str, str] | None:
     return meta_key, value
 
 
+# What DATABASE_URL may name: Onefold runs on PostgreSQL only (DESIGN.md), so that the
+# engine a newcomer's quick start meets is the one the tests prove.
+_POSTGRESQL_SCHEMES = {"postgres", "postgresql", "pgsql"}
+# The embedded server of the quick start (`make run`): its data directory under
+# ONEFOLD_DATA_DIR, its Unix socket in that directory, its superuser without a password.
+EMBEDDED_DATABASE_NAME = "onefold"
+EMBEDDED_DATABASE_USER = "postgres"
+
+
+def embedded_database_dir(base_dir: Path) -> Path:
+    """The embedded PostgreSQL server's data directory, which also holds its socket
+    (`.s.PGSQL.5432`): `$ONEFOLD_DATA_DIR/pgdata`, the data directory defaulting to
+    `var/` of the checkout (a relative one is taken from there too, not from wherever
+    a command happens to run)."""
+    data_dir = base_dir / (os.environ.get("ONEFOLD_DATA_DIR") or "var")
+    return (data_dir / "pgdata").resolve()
+
+
+def database_url_default(base_dir: Path) -> str:
+    """The DATABASE_URL of the embedded server, when none is set."""
+    return database_url_of(
+        {
+            "NAME": EMBEDDED_DATABASE_NAME,
+            "USER": EMBEDDED_DATABASE_USER,
+            "HOST": str(embedded_database_dir(base_dir)),
+            "PORT": "",
+        }
+    )
+
+
+def database_from_url(url: str, **options: Any) -> dict[str, Any]:
+    """DATABASE_URL as a DATABASES entry (dj_database_url, with `options`), refused
+    unless it names PostgreSQL.
+
+    A Unix-socket directory travels percent-encoded in the host part
+    (`postgres://postgres@%2Fsrv%2Fpgdata/onefold`, as libpq reads it too);
+    dj_database_url lowercases every host, which would change such a path, so the
+    directory is decoded here from the URL as written."""
+    scheme = urlsplit(url).scheme
+    if scheme not in _POSTGRESQL_SCHEMES:
+        raise ImproperlyConfigured(
+            "DATABASE_URL must name a PostgreSQL database (postgres://...); Onefold runs "
+            f"on PostgreSQL only, got {scheme or url!r}"
+        )
+    db: dict[str, Any] = dict(dj_database_url.parse(url, **options))
+    host = urlsplit(url).netloc.rpartition("@")[2]
+    if host[:3].upper() == "%2F":
+        db["HOST"] = unquote(host.partition(":")[0])
+    return db
+
+
 def database_url_of(db: Mapping[str, Any]) -> str:
-    """A DATABASES entry as the DATABASE_URL that names it, for a child process
-    (a worker cluster) that must use the same database."""
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432
-    return f"postgres://{db.get('USER') or 'postgres'}{password}@{host}:{port}/{db['NAME']}"
+    """A DATABASES entry as the DATABASE_URL that names it (`database_from_url` reads it
+    back the same), for a child process (a worker cluster) that must use the same
+    database. A socket directory's slashes are percent-encoded: the host part of a URL
+    cannot hold them."""
+    user = quote(db.get("USER") or "postgres", safe="")
+    password = f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else ""
+    host, port = db.get("HOST") or "127.0.0.1", db.get("PORT")
+    if host.startswith("/"):  # the socket's name holds the port: kept only when set
+        netloc = quote(host, safe="") + (f":{port}" if port else "")
+    else:
+        netloc = f"[{host}]" if ":" in host else host  # an IPv6 address, bracketed
+        netloc += f":{port or 5432}"
+    return f"postgres://{user}{password}@{netloc}/{quote(db['NAME'], safe='')}"

@@ -13,11 +13,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypedDict
 
-import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
+    database_from_url,
+    database_url_default,
     env_bool,
     env_float,
     env_header_pair,
@@ -131,16 +132,17 @@ TEMPLATES = [
 # process runs one request or task at a time, so a pool adds a checkout per request and
 # background threads, and one created before django-q2 forks would be shared with the
 # children (measured and explained in the README).
+# Without DATABASE_URL, the quick start's embedded PostgreSQL server (`make run`), on the
+# Unix socket in its data directory (config/env.py: `embedded_database_dir`). Any other
+# engine is refused here, before anything runs.
 DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'onefold.sqlite3'}"),
+    "default": database_from_url(
+        env_str("DATABASE_URL", "") or database_url_default(BASE_DIR),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 600, minimum=0),
         conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
-    "DATABASE_PREPARED_STATEMENTS", True
-):
+if env_bool("DATABASE_PREPARED_STATEMENTS", True):
     # Ingest's one statement (intake/ingest_statement.py) is prepared once per connection
     # and then only executed. psycopg prepares only what a cursor asks for by name when
     # the threshold is this high, and Django's own cursors bind on the client and never
@@ -148,17 +150,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_boo
     # pooler that cannot keep prepared statements (PgBouncer in transaction mode before
     # 1.21, or without max_prepared_statements); the statement is then parsed each time.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Django's backend with a health check that reads the socket instead of sending
-    # SELECT 1 (config/postgresql/base.py says why that is enough).
-    DATABASES["default"]["ENGINE"] = "config.postgresql"
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The quick start shares one SQLite file between the web process, the
-    # workers and the sweeper: wait for the write lock instead of failing, and
-    # take it at BEGIN so two writers never deadlock upgrading read locks.
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 30, "transaction_mode": "IMMEDIATE"}
-    )
+# Django's backend with a health check that reads the socket instead of sending
+# SELECT 1 (config/postgresql/base.py says why that is enough).
+DATABASES["default"]["ENGINE"] = "config.postgresql"
 
 # The cache holds only the per-source request counts (the API's 429). Local memory
 # counts per process; CACHE_URL=redis://host:6379/0 shares them between every web

@@ -3,12 +3,12 @@
 django-q2's own dequeue (`django_q/brokers/orm.py`) reads the due rows, then tries a
 compare-and-set UPDATE on each one's `lock`; two clusters' pushers read the same row,
 one of them loses and reads again. Measured with two clusters (`bench_pipeline`), a
-submission cost twice the CPU it cost with one. Here, on PostgreSQL, a pusher takes
+submission cost twice the CPU it cost with one. Here a pusher takes
 its rows in one statement that skips the rows another pusher is taking at that
 moment (`FOR UPDATE SKIP LOCKED`) and sets their lock as django-q2 does, to now +
 `retry`: the delivery rules are unchanged (TASK-QUEUE.md: a row not acknowledged is
-handed out again when its lock expires; a row is acknowledged by deleting it). On
-SQLite, django-q2's own dequeue runs. `Q_CLUSTER["broker_class"]` names this class.
+handed out again when its lock expires; a row is acknowledged by deleting it).
+`Q_CLUSTER["broker_class"]` names this class.
 
 The dequeue walks the primary key to the first due row. Left to its statistics, the
 planner often would not: autovacuum finds a queue empty most of the time, and with
@@ -25,7 +25,6 @@ from datetime import timedelta
 from time import sleep
 from typing import Any
 
-from django.db import connections
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -46,8 +45,6 @@ _ACKNOWLEDGE = f"DELETE FROM django_q_ormq WHERE id = %s AND (SELECT {_NO_FLUSH_
 
 class SkipLockedORM(ORM):  # type: ignore[misc]  # django-q2 ships no types
     def dequeue(self) -> list[tuple[Any, Any]] | None:
-        if connections[Conf.ORM].vendor != "postgresql":
-            return super().dequeue()  # type: ignore[no-any-return]
         self.get_connection()  # as django-q2 does: close connections past their age
         now = timezone.now()
         with prepared_cursor(Conf.ORM) as cursor:
@@ -61,9 +58,6 @@ class SkipLockedORM(ORM):  # type: ignore[misc]  # django-q2 ships no types
         return None
 
     def delete(self, task_id: Any) -> None:
-        if connections[Conf.ORM].vendor != "postgresql":
-            super().delete(task_id)
-            return
         self.get_connection()
         with prepared_cursor(Conf.ORM) as cursor:
             cursor.execute(_ACKNOWLEDGE, [task_id])

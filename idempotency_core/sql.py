@@ -149,8 +149,6 @@ _UNCHANGED: dict[type[Field[Any, Any]], tuple[type, ...]] = {
 
 def unchanged_types(field: Field[Any, Any], db: BaseDatabaseWrapper) -> tuple[type, ...]:
     """The exact types of `field`'s values that its preparation gives back unchanged."""
-    if db.vendor != "postgresql":
-        return ()
     if type(field) is models.ForeignKey:
         return unchanged_types(field.target_field, db)
     return _UNCHANGED.get(type(field), ())

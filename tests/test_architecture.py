@@ -1,6 +1,7 @@
 """Rules about the shape of the code, checked on the source itself (no database).
 
-Functions stay short; product code never reaches for `django.test`; test modules
+Functions stay short; product code never reaches for `django.test` and never asks
+which database engine it runs on (PostgreSQL is the only one); test modules
 share builders through tests/factories.py rather than importing one another; and
 the layering in pyproject.toml's `[tool.importlinter]` holds.
 """
@@ -98,6 +99,24 @@ def test_product_code_never_imports_django_test():
                 if any(name == "django.test" or name.startswith("django.test.") for name in names):
                     offenders.append(f"{where(path, line)} imports django.test")
     assert not offenders, "product code importing django.test:\n" + "\n".join(offenders)
+
+
+# A connection's `vendor` (`connection.vendor`, `connections[alias].vendor`) or SQLite.
+ENGINE_BRANCH = re.compile(r"\.vendor\b|sqlite", re.IGNORECASE)
+
+
+def test_product_code_is_written_for_postgresql_alone():
+    """PostgreSQL is the only engine (DESIGN.md): no module of the product asks which
+    engine it runs on, or names another, in code, comments or docstrings. A migration
+    may (a historical one ran elsewhere); the lab's sandbox keeps its own SQLite store."""
+    offenders = [
+        f"{where(path, number)} {line.strip()}"
+        for top in PRODUCT
+        for path in python_files(top)
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if ENGINE_BRANCH.search(line)
+    ]
+    assert not offenders, "engine branches or SQLite in product code:\n" + "\n".join(offenders)
 
 
 TEST_OR_CONFTEST = re.compile(r"^(test_.*|conftest)$")

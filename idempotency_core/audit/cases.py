@@ -61,7 +61,7 @@ def review_case_open(
 
 
 def _insert_unless_conflicting(case: ReviewCase) -> bool:
-    """`INSERT ... ON CONFLICT DO NOTHING RETURNING id` (PostgreSQL, and SQLite 3.35+):
+    """`INSERT ... ON CONFLICT DO NOTHING RETURNING id`:
     True, with `case.pk` set, when this row went in; False when an open case of the
     same subject and kind was there first."""
     meta = ReviewCase._meta

@@ -25,8 +25,6 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.conf import Conf
 from django_q.tasks import async_task
@@ -46,14 +44,12 @@ from idempotency_core.execution.policy import (
     recovery_for,
 )
 from idempotency_core.execution.statements import (
-    DUE,
-    RELEASED,
     SCREENED,
     Taken,
     Written,
     claim_take,
     outcome_write,
-    statements_possible,
+    release_write,
 )
 from idempotency_core.execution.steps import step_context, step_of
 from idempotency_core.models import Attempt, Operation
@@ -148,10 +144,9 @@ class Screen:
     first step's suspected-duplicate search: tasks.operation_run).
 
     `sql` is a boolean SQL expression, with `params()` and then the operation's id as
-    its parameters. On PostgreSQL the claim's statement evaluates it and claims only
-    where it is false: the usual case costs no round trip of its own. Where it is true
-    nothing is claimed; `check(operation_id)` runs, then the claim as usual. Elsewhere
-    `check` simply runs before the claim."""
+    its parameters. The claim's statement evaluates it and claims only where it is
+    false: the usual case costs no round trip of its own. Where it is true nothing is
+    claimed; `check(operation_id)` runs, then the claim as usual."""
 
     sql: str
     params: Callable[[], list[object]]
@@ -165,63 +160,31 @@ def operation_claim(*, operation_id: int, screen: Screen | None = None) -> Claim
     redelivered task) finds it running and leaves it alone. The attempt records
     who or what scheduled it (worker, sweeper, a replaying admin).
     """
-    if statements_possible():  # one statement: its own transaction
-        claim = _claim_take(operation_id, now=timezone.now(), which=DUE, screen=screen)
-        if claim != SCREENED:
-            return claim if isinstance(claim, Claim) else None
-    if screen is not None:
+    # One statement, in its own transaction (autocommit): committed when it returns.
+    claim = _claim_take(operation_id, now=timezone.now(), screen=screen)
+    if claim == SCREENED and screen is not None:
         screen.check(operation_id)
-    with transaction.atomic():  # on PostgreSQL the one statement, in its transaction
-        claim = _claim_take(operation_id, now=timezone.now(), which=DUE)
+        claim = _claim_take(operation_id, now=timezone.now())
     return claim if isinstance(claim, Claim) else None
 
 
 def _claim_take(
-    operation_id: int, *, now: datetime, which: str, screen: Screen | None = None
+    operation_id: int, *, now: datetime, screen: Screen | None = None
 ) -> Claim | Literal["screened"] | None:
-    """The claim's conditional UPDATE of the operation, if claimable (`DUE`: due and
-    unowned; `RELEASED`: waiting behind the step whose success is being recorded, made
-    due by this claim), and its attempt. Committed before the destination is called.
-    On PostgreSQL one statement (statements.py), which evaluates `screen` too (SCREENED
-    when it holds); elsewhere the same, by the ORM, and `screen` is the caller's."""
+    """The claim's conditional UPDATE of the operation, if due and unowned, and its
+    attempt. Committed before the destination is called. One statement
+    (statements.claim_take), which evaluates `screen` too (SCREENED when it holds)."""
     token = uuid.uuid4()
-    lease_until = _lease_until(now)
-    if statements_possible():
-        taken = claim_take(
-            operation_id,
-            token=token,
-            now=now,
-            lease_until=lease_until,
-            which=which,
-            unless=None if screen is None else (screen.sql, screen.params()),
-        )
-        if taken is None or taken == SCREENED:
-            return taken
-        return _claim_of(taken, token=token, now=now)
-    rows = Operation.objects.filter(pk=operation_id)
-    also: dict[str, object] = {}
-    if which == RELEASED:
-        rows = rows.filter(status=Operation.Status.PENDING, next_attempt_at__isnull=True)
-        also = {"next_attempt_at": now, "enqueued_at": now}
-    else:
-        rows = rows.filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
-    claimed = rows.update(
-        status=Operation.Status.RUNNING,
-        claim_token=token,
-        lease_expires_at=lease_until,
-        attempt_count=F("attempt_count") + 1,
-        first_presented_at=Coalesce(F("first_presented_at"), now),
-        updated_at=now,
-        **also,
+    taken = claim_take(
+        operation_id,
+        token=token,
+        now=now,
+        lease_until=_lease_until(now),
+        unless=None if screen is None else (screen.sql, screen.params()),
     )
-    if not claimed:
-        return None
-    operation = Operation.objects.select_related("event__source", "destination").get(
-        pk=operation_id
-    )
-    attempt = _attempt_of(operation, token=token, now=now)
-    attempt.save(force_insert=True)
-    return Claim(operation=operation, attempt=attempt, token=token)
+    if taken is None or taken == SCREENED:
+        return taken
+    return _claim_of(taken, token=token, now=now)
 
 
 def _lease_until(now: datetime) -> datetime:
@@ -417,8 +380,8 @@ def operation_record_outcome(
 
     In one transaction: the outcome (invariant 4: only under the claim token),
     then what it leads to: a success releases the next step, a decision for
-    review opens the case and holds the steps behind it. On PostgreSQL, a success
-    that only releases the next step is one statement instead (`_success_release`).
+    review opens the case and holds the steps behind it. A success that only releases
+    the next step is one statement instead (`_success_release`).
     `learned=False` says the result carries no news from the destination (the
     sweeper's "interrupted"): if the claim was lost meanwhile, nothing is kept.
     """
@@ -489,12 +452,11 @@ def _success_release(
     without a task, and a worker that dies then leaves it to the sweeper, which queues it
     (TASK-QUEUE.md rule 2's "on commit plus the sweeper"), as it recovers a lost task.
 
-    None when this path does not apply (not PostgreSQL, not a success, a step with its
-    own follow-up, or a case waiting on the success: the statement then writes
-    nothing); else whether the claim still owned the operation."""
+    None when this path does not apply (not a success, a step with its own follow-up,
+    or a case waiting on the success: the statement then writes nothing); else whether
+    the claim still owned the operation."""
     if not (
-        statements_possible()
-        and decision.status == Operation.Status.SUCCEEDED
+        decision.status == Operation.Status.SUCCEEDED
         and step_of(claim.operation).on_success is None
     ):
         return None
@@ -519,19 +481,6 @@ def _success_release(
         for operation_id in written.released:
             operation_enqueue(operation_id)
     return True
-
-
-def _chain_take(ids: list[int], *, now: datetime) -> bool:
-    """Claims the one step `ids` names (waiting behind the success being recorded) for
-    this worker's chain (operation_execute_chain); whether it was taken. False when no
-    chain runs here or `ids` is not one step."""
-    chained = _chained.get()
-    if chained is None or len(ids) != 1:
-        return False
-    claim = _claim_take(ids[0], now=now, which=RELEASED)
-    if isinstance(claim, Claim):
-        chained.append(claim)
-    return isinstance(claim, Claim)
 
 
 def _outcome_statement(
@@ -563,22 +512,12 @@ def _outcome_write(
     claim: Claim, result: AttemptResult, decision: Decision, *, system: str, now: datetime
 ) -> tuple[bool, bool]:
     """The conditional UPDATE of invariant 4, and the attempt's own outcome. Returns
-    whether the claim still owned the operation, and whether an open case may wait on
-    its success (always on SQLite, where the settling reads for itself)."""
-    if statements_possible():
-        written = _outcome_statement(
-            claim, result, decision, system=system, now=now, release_next=False
-        )
-        return written.owned, written.cases_waiting
-    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
-    operation_sets["destination_ref"] = result.destination_ref or F("destination_ref")
-    updated = Operation.objects.filter(
-        pk=claim.operation.pk, claim_token=claim.token, status=Operation.Status.RUNNING
-    ).update(**operation_sets)
-    if not updated:
-        return False, False
-    Attempt.objects.filter(pk=claim.attempt.pk, outcome__isnull=True).update(**attempt_sets)
-    return True, True
+    whether the claim still owned the operation, and whether an open case waits on its
+    success."""
+    written = _outcome_statement(
+        claim, result, decision, system=system, now=now, release_next=False
+    )
+    return written.owned, written.cases_waiting
 
 
 def _outcome_fields(
@@ -714,22 +653,21 @@ def operation_unhold_later(operation: Operation, *, now: datetime) -> list[int]:
 
 
 def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
-    """Makes the step after `operation` due and queues it. Call inside the
-    transaction that records `operation` as succeeded."""
-    following = Operation.objects.filter(
-        event_id=operation.event_id,
-        position=operation.position + 1,
-        status=Operation.Status.PENDING,
-        next_attempt_at__isnull=True,
+    """Makes the step after `operation` due and queues it. Call inside the transaction
+    that records `operation` as succeeded. One statement (statements.release_write),
+    the release `_success_release` writes with the success itself; the worker that
+    recorded this success (operation_execute_chain) gets the step claimed for it there
+    instead, to run next."""
+    chained = _chained.get()
+    token = uuid.uuid4()
+    released, taken = release_write(
+        operation.pk,
+        now=now,
+        claim_next=None if chained is None else (token, _lease_until(now)),
     )
-    ids = list(following.values_list("pk", flat=True))
-    if not ids:
-        return ids  # the last step: nothing waits behind it
-    # The worker that recorded this success runs the next step itself: claimed
-    # here, in the same transaction, if it can be.
-    if _chain_take(ids, now=now):
-        return ids
-    following.update(next_attempt_at=now, enqueued_at=now, updated_at=now)
-    for operation_id in ids:
-        operation_enqueue(operation_id)
-    return ids
+    if chained is not None:
+        chained.extend(_claim_of(t, token=token, now=now) for t in taken)
+    else:
+        for operation_id in released:
+            operation_enqueue(operation_id)
+    return released

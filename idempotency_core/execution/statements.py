@@ -1,4 +1,4 @@
-"""The worker's claim and outcome, each one statement on PostgreSQL.
+"""The worker's claim, its outcome and the release of the next step: one statement each.
 
 A step's attempt used to cost the worker eight round trips to PostgreSQL besides its
 transactions: the claim's UPDATE, a read of the operation with its event, source and
@@ -6,18 +6,21 @@ destination, the attempt's INSERT, a read of the earlier steps' references, then
 outcome's two UPDATEs and a read for cases to settle. Here the claim is one statement
 and the outcome another; what they decide is unchanged (engine.py says what that is):
 
-* `claim_take`: the conditional UPDATE (the claim: due and unowned, or waiting and
-  released by the success being recorded), RETURNING the row, the attempt's INSERT from
-  it, and a SELECT of the operation, its event, source and destination, the attempt's
-  id and the earlier steps' references. No row: not claimable, nothing written.
+* `claim_take`: the conditional UPDATE (the claim: due and unowned), RETURNING the
+  row, the attempt's INSERT from it, and a SELECT of the operation, its event, source
+  and destination, the attempt's id and the earlier steps' references. No row: not
+  claimable, nothing written.
 * `outcome_write`: the UPDATE under the claim token (invariant 4), the attempt's
   UPDATE only if that one matched, and whether an open case waits on the operation.
-  After a success it can also release the next step: made due, or, for a worker's
-  chain, claimed for it (`claim_take`'s UPDATE and INSERT, the claim committed with the
-  success before the next call, as a claim always is before its call).
+  After a success it can also release the next step (`_released`): made due, or, for
+  a worker's chain, claimed for it (the claim's UPDATE and INSERT, the claim committed
+  with the success before the next call, as a claim always is before its call).
+* `release_write`: that release alone, for a success recorded otherwise in the
+  transaction (a step with a follow-up of its own, a case settled with it, a reviewer's
+  decision).
 
-Each is prepared once per connection (sql.py). On SQLite (the quick start) the ORM
-does the same in several statements (engine.py).
+Each is prepared once per connection (sql.py), and each is the only form of its rule:
+engine.py writes no ORM version of them.
 """
 
 from __future__ import annotations
@@ -40,20 +43,11 @@ from idempotency_core.sql import (
     table_of,
 )
 
-# What `claim_take` claims: an operation due now (a worker's or the sweeper's task), or
-# one waiting behind the step whose success is being recorded (released and claimed
-# at once, in that transaction).
-DUE, RELEASED = "due", "released"
-
 # A claimed operation (with its event, source and destination), its attempt's id, and
 # the references of the event's earlier succeeded steps.
 Taken = tuple[Operation, int, dict[str, str]]
 # What `claim_take` answers when its `unless` condition held: nothing claimed.
 SCREENED: Literal["screened"] = "screened"
-
-
-def statements_possible() -> bool:
-    return connection.vendor == "postgresql"
 
 
 def claim_take(
@@ -62,24 +56,20 @@ def claim_take(
     token: uuid.UUID,
     now: datetime,
     lease_until: datetime,
-    which: str,
     unless: tuple[str, list[object]] | None = None,
 ) -> Taken | Literal["screened"] | None:
-    """Claims the operation and records its attempt; returns the operation (with its
-    event, source and destination), the attempt's id and the references of the
-    event's earlier succeeded steps, or None when it was not claimable.
+    """Claims the operation, if due and unowned, and records its attempt; returns the
+    operation (with its event, source and destination), the attempt's id and the
+    references of the event's earlier succeeded steps, or None when it was not
+    claimable.
 
     `unless` is (a boolean SQL expression, its parameters before the operation's id):
     where it is true, nothing is claimed and the answer is `SCREENED`."""
     params: list[object] = [*unless[1], operation_id] if unless else []
-    params += [token, lease_until, now, now]
-    if which == RELEASED:
-        params += [now, now]
-    params += [operation_id]
-    params += [] if which == RELEASED else [list(Operation.CLAIMABLE), now]
+    params += [token, lease_until, now, now, operation_id, list(Operation.CLAIMABLE), now]
     params += _attempt_params(token, now)
     with prepared_cursor(connection.alias) as cursor:
-        cursor.execute(_claim_sql(which, unless[0] if unless else ""), params)
+        cursor.execute(_claim_sql(unless[0] if unless else ""), params)
         screened, *row = cursor.fetchone()
     if screened:
         return SCREENED
@@ -124,11 +114,11 @@ def outcome_write(
     `attempt_sets` name fields; `destination_ref` is kept when the new one is empty.
 
     With `release_next` (a success whose follow-up is only the next step), the same
-    statement makes the step after it due (`operation_release_next`'s UPDATE), and it
-    writes nothing at all when a case waits: settling it belongs in the outcome's
-    transaction. With `claim_next` too, (token, lease end), that step is claimed instead,
-    as `claim_take` would in `RELEASED` mode, and returned with its attempt's id and the
-    references of the steps before it, this one's new reference included."""
+    statement releases the step after it (`_released`), and it writes nothing at all
+    when a case waits: settling it belongs in the outcome's transaction. With
+    `claim_next` too, (token, lease end), that step is claimed for the caller, and
+    returned with its attempt's id and the references of the steps before it, this
+    one's new reference included."""
     names = tuple(sets)
     attempt_names = tuple(attempt_sets)
     waiting = [operation_id, settles_case_ids, list(ReviewCase.OPEN_STATUSES)]
@@ -140,18 +130,28 @@ def outcome_write(
         params.append(_prep(Attempt, name, attempt_sets[name]))
     params += [attempt_id]
     claiming = release_next and claim_next is not None
-    if release_next and claim_next is not None:
-        next_token, lease_until = claim_next
-        params += [next_token, lease_until, now, now, now, now]
-        params += _attempt_params(next_token, now)
-    elif release_next:
-        params += [now, now, now]
+    if release_next:
+        params += _released_params(now, claim_next)
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_outcome_sql(names, attempt_names, release_next, claiming), params)
         rows = cursor.fetchall()
     owned, cases_waiting, released = rows[0][:3]
     taken = [_taken(list(row[3:])) for row in rows if row[3] is not None] if claiming else []
     return Written(bool(owned), bool(cases_waiting), list(released), taken)
+
+
+def release_write(
+    operation_id: int, *, now: datetime, claim_next: tuple[uuid.UUID, datetime] | None = None
+) -> tuple[list[int], list[Taken]]:
+    """Releases the step after `operation_id`, whose success this transaction has
+    recorded (`_released`): the ids released, and with `claim_next`, (token, lease
+    end), those claimed for the caller, as `outcome_write` returns them."""
+    params = [operation_id, *_released_params(now, claim_next)]
+    with prepared_cursor(connection.alias) as cursor:
+        cursor.execute(_release_sql(claim_next is not None), params)
+        rows = cursor.fetchall()
+    taken = [_taken(list(row[1:])) for row in rows if len(row) > 1 and row[1] is not None]
+    return list(rows[0][0]), taken
 
 
 def _attempt_params(token: uuid.UUID, now: datetime) -> list[object]:
@@ -279,17 +279,11 @@ def _claimed_select(refs_also: str = "") -> str:
 
 
 @cache
-def _claim_sql(which: str, unless: str) -> str:
-    op = table_of(Operation)
-    also = ', "next_attempt_at" = %s, "enqueued_at" = %s' if which == RELEASED else ""
-    condition = _by_id_only(
-        '"status" = \'pending\' AND "next_attempt_at" IS NULL'
-        if which == RELEASED
-        else '"status" = ANY(%s::text[]) AND "next_attempt_at" <= %s'
-    )
+def _claim_sql(unless: str) -> str:
+    condition = _by_id_only('"status" = ANY(%s::text[]) AND "next_attempt_at" <= %s')
     screened = f"WITH screened AS (SELECT {unless} AS yes), " if unless else "WITH "
     return (
-        f"{screened}claimed AS (UPDATE {op} SET {_CLAIM_SET.format(t='')}{also} "
+        f"{screened}claimed AS (UPDATE {table_of(Operation)} SET {_CLAIM_SET.format(t='')} "
         f'WHERE "id" = %s AND {condition}'
         f"{' AND NOT (SELECT yes FROM screened)' if unless else ''} RETURNING *), "
         f"attempt AS ({_attempt_insert('claimed')}) "
@@ -311,7 +305,6 @@ def _claimed_from(source: str) -> str:
     )
 
 
-_NEXT_WAITING = 'o."status" = \'pending\' AND o."next_attempt_at" IS NULL'
 _STILL_OWNED = '"claim_token" = %s AND "status" = \'running\''
 
 
@@ -333,28 +326,11 @@ def _outcome_sql(
         return ", ".join(out)
 
     guard = "AND NOT (SELECT yes FROM waiting) " if release_next else ""
-    # The next step by its id, found by event (as in `_claimed_select`). The ids are an
-    # uncorrelated subquery, so the planner computes them once and reaches the row by
-    # the primary key; correlated with `owned` (in the UPDATE's FROM), no index could
-    # serve `o."id"` and every operation of the table was read for each success.
-    following = (
-        f'WHERE o."id" = ANY(ARRAY(SELECT n."id" FROM owned w JOIN {op} n '
-        'ON n."event_id" = w."event_id" AND n."position" = w."position" + 1)) '
-        f"AND {_by_id_only(_NEXT_WAITING)}"
+    released = (
+        _released(claiming)
+        if release_next
+        else 'released AS (SELECT NULL::bigint AS "id" WHERE false)'
     )
-    if claiming:  # claimed for the caller (claim_take's RELEASED mode), with its attempt
-        released = (
-            f"released AS (UPDATE {op} o SET {_CLAIM_SET.format(t='o.')}, "
-            f'"next_attempt_at" = %s, "enqueued_at" = %s {following} RETURNING o.*), '
-            f"attempt AS ({_attempt_insert('released')})"
-        )
-    elif release_next:
-        released = (
-            f'released AS (UPDATE {op} o SET "next_attempt_at" = %s, "enqueued_at" = %s, '
-            f'"updated_at" = %s {following} RETURNING o."id")'
-        )
-    else:
-        released = 'released AS (SELECT NULL::bigint AS "id" WHERE false)'
     result = (
         "SELECT (SELECT count(*) FROM owned), (SELECT yes FROM waiting), "
         'ARRAY(SELECT "id" FROM released)'
@@ -373,3 +349,56 @@ def _outcome_sql(
         'WHERE "id" = %s AND "outcome" IS NULL AND EXISTS (SELECT FROM owned) RETURNING 1), '
         f"{released} {result}"
     )
+
+
+def _released(claiming: bool) -> str:
+    """The release of the step after the one in CTE `owned` (its id, event, position,
+    step and reference), whose success is recorded: CTE `released`, that step made due,
+    its task left to the caller; or, `claiming`, claimed for the caller (the claim's
+    UPDATE, with CTE `attempt`, its attempt). Only a step still waiting for it (pending,
+    not yet due) is released. Parameters: `_released_params`."""
+    # The next step by its id, found by event (as in `_claimed_select`). The ids are an
+    # uncorrelated subquery, so the planner computes them once and reaches the row by
+    # the primary key; correlated with `owned` (in the UPDATE's FROM), no index could
+    # serve `o."id"` and every operation of the table was read for each success.
+    op = table_of(Operation)
+    following = (
+        f'WHERE o."id" = ANY(ARRAY(SELECT n."id" FROM owned w JOIN {op} n '
+        'ON n."event_id" = w."event_id" AND n."position" = w."position" + 1)) '
+        f"AND {_by_id_only(_NEXT_WAITING)}"
+    )
+    if claiming:
+        return (
+            f"released AS (UPDATE {op} o SET {_CLAIM_SET.format(t='o.')}, "
+            f'"next_attempt_at" = %s, "enqueued_at" = %s {following} RETURNING o.*), '
+            f"attempt AS ({_attempt_insert('released')})"
+        )
+    return (
+        f'released AS (UPDATE {op} o SET "next_attempt_at" = %s, "enqueued_at" = %s, '
+        f'"updated_at" = %s {following} RETURNING o."id")'
+    )
+
+
+def _released_params(now: datetime, claim_next: tuple[uuid.UUID, datetime] | None) -> list[object]:
+    """`_released`'s parameters: `claim_next` is (token, lease end) when claiming."""
+    if claim_next is None:
+        return [now, now, now]
+    token, lease_until = claim_next
+    return [token, lease_until, now, now, now, now, *_attempt_params(token, now)]
+
+
+_NEXT_WAITING = 'o."status" = \'pending\' AND o."next_attempt_at" IS NULL'
+
+
+@cache
+def _release_sql(claiming: bool) -> str:
+    """`_released` after operation %s, whose success this transaction has written (so
+    the earlier steps' references, this one's included, are in the snapshot)."""
+    owned = (
+        f'owned AS (SELECT "id", "event_id", "position", "step", "destination_ref" '
+        f'FROM {table_of(Operation)} WHERE "id" = %s)'
+    )
+    result = 'SELECT ARRAY(SELECT "id" FROM released)'
+    if claiming:  # one row per step claimed, or one of NULLs after the first column
+        result += f", {_claimed_select()} {_claimed_from('released')}"
+    return f"WITH {owned}, {_released(claiming)} {result}"

@@ -1,7 +1,7 @@
 """A per-process cache of what every submission reads and almost nothing writes: the
 source an API key names (with the key's end) and the destinations of a source's steps.
 
-Correct invalidation, across processes, on PostgreSQL: migration 0017's triggers
+Correct invalidation, across processes: migration 0017's triggers
 NOTIFY `onefold_config` at the commit of any write to sources, API keys or
 destinations, whoever makes it (a service, the admin, `manage.py revoke_key` in its own
 process, raw SQL). The cache LISTENs on the connection this thread already uses, and
@@ -14,7 +14,6 @@ has reached the process, a few milliseconds after the commit, in every web proce
 An entry is used only when all of this holds; otherwise the database is read, as
 before the cache existed:
 
-* the database is PostgreSQL (SQLite has no LISTEN: `make run` reads every time);
 * connections persist (DATABASE_CONN_MAX_AGE > 0; with a new connection per request
   the LISTEN would cost more than the read it saves);
 * no transaction is open (reads inside one may be uncommitted, and a test's
@@ -95,9 +94,7 @@ def config_cache_clear() -> None:
 
 
 def _usable() -> bool:
-    if connection.vendor != "postgresql" or not connection.settings_dict["CONN_MAX_AGE"]:
-        return False
-    if connection.in_atomic_block:
+    if not connection.settings_dict["CONN_MAX_AGE"] or connection.in_atomic_block:
         return False
     connection.ensure_connection()
     raw = connection.connection

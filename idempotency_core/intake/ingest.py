@@ -7,34 +7,29 @@ only then is the existing event read (under READ COMMITTED the read sees the win
 whose commit the INSERT waited for). No read comes before it.
 
 Round trips, so that none creeps back (tests/core/test_ingest_statements.py pins them):
-on PostgreSQL a new submission is one autocommit statement that inserts the event, its
-operations, its delivery and its task, or nothing when the key is known
-(ingest_statement.py); a repeat is that statement, one read of the event with its
-operations' statuses, and its delivery. An edit, and every submission on SQLite, is a
-transaction of the same rows written by the ORM. The API key's source and the
-destinations' ids come from the per-process cache (config_cache.py). The
-suspected-duplicate search runs in the first step's task, not here
-(`suspected_duplicate_flag` says why).
+a new submission is one autocommit statement that inserts the event, its operations, its
+delivery and its task, or nothing when the key is known (ingest_statement.py); a repeat
+is that statement, one read of the event with its operations' statuses, and its
+delivery. An edit is the same statement after one read, of the event it revises. The
+API key's source and the destinations' ids come from the per-process cache
+(config_cache.py). The suspected-duplicate search runs in the first step's task, not
+here (`suspected_duplicate_flag` says why).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
-from django.db.models.constants import OnConflict
 from django.utils import timezone
 from django_q.tasks import async_task
 
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import event_pair_subject
 from idempotency_core.execution.destinations import destination_for
-from idempotency_core.execution.engine import Screen, operation_enqueue
+from idempotency_core.execution.engine import Screen
 from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, pipeline_for
 from idempotency_core.intake.config_cache import config_cached
 from idempotency_core.intake.duplicate_hold import (
@@ -42,7 +37,7 @@ from idempotency_core.intake.duplicate_hold import (
     message_normalised,
     source_holds_duplicates,
 )
-from idempotency_core.intake.ingest_statement import one_statement_possible, rows_insert
+from idempotency_core.intake.ingest_statement import rows_insert
 from idempotency_core.keys import contact_digest, key_expired, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
 from idempotency_core.sql import prepared_cursor
@@ -102,6 +97,7 @@ def event_ingest(
     """
     fingerprint = payload_fingerprint(payload)
     destinations = _destination_ids(source)
+    revises = _revised_candidate(source=source, payload=payload)
     event = Event(
         source=source,
         key=key,
@@ -110,41 +106,21 @@ def event_ingest(
         form=str(payload.get("form", ""))[:100],
         contact_digest=contact_digest(str((payload.get("contact") or {}).get("email", ""))),
         submitted_at=submitted_at,
+        revises=revises,
     )
-    if payload.get("revises") or not one_statement_possible():
-        return _event_ingest_transaction(event, destinations=destinations, raw=raw)
-    operations, delivery = _event_rows(event, destinations=destinations, raw=raw)
-    if rows_insert(event=event, operations=operations, delivery=delivery):
-        return IngestResult(event=event, created=True)
+    refused = _revision_refused(event, payload)
+    if refused is None:
+        operations, delivery = _event_rows(event, destinations=destinations, raw=raw)
+        if rows_insert(event=event, operations=operations, delivery=delivery):
+            return IngestResult(event=event, created=True)
+    elif not Event.objects.filter(source=source, key=key).exists():
+        # An edit that cannot revise what it names is refused, recording nothing, only
+        # under a new key: a known key is a repeat, answered from its event whatever
+        # this payload says (`_repeat_delivery`), as for any repeat.
+        raise InvalidRevisionError(refused)
     # Autocommit: the statement that created nothing waited for a racing winner's
     # commit, so this read finds the event.
     result, matched = _repeat_delivery(source=source, key=key, fingerprint=fingerprint, raw=raw)
-    if not matched:
-        raise KeyReusedError(result.event)
-    return result
-
-
-def _event_ingest_transaction(
-    event: Event, *, destinations: dict[str, int], raw: RawDelivery | None
-) -> IngestResult:
-    """The same, as a transaction of ORM statements: an edit (whose revision is checked
-    after the INSERT, and refused by rolling it back), or a database where
-    `rows_insert`'s one statement is not possible (SQLite, the quick start)."""
-    payload = event.payload or {}
-    with transaction.atomic():
-        event.revises = _revised_candidate(source=event.source, payload=payload)
-        if _event_insert(event):
-            # Refused after the INSERT: raising rolls it back, so nothing is recorded.
-            _revision_check(event, payload)
-            operations, delivery = _event_rows(event, destinations=destinations, raw=raw)
-            Operation.objects.bulk_create(operations)
-            delivery.save()
-            # Same transaction as the rows (ORM broker): no event without its task.
-            operation_enqueue(operations[0].pk)
-            return IngestResult(event=event, created=True)
-        result, matched = _repeat_delivery(
-            source=event.source, key=event.key, fingerprint=event.fingerprint, raw=raw
-        )
     if not matched:
         raise KeyReusedError(result.event)
     return result
@@ -159,53 +135,29 @@ def _destination_ids(source: Source) -> dict[str, int]:
     )
 
 
-def _event_insert(event: Event) -> bool:
-    """INSERT ... ON CONFLICT DO NOTHING RETURNING: True when this call created the event.
-
-    The unique constraint decides between racing first deliveries, and the loser's
-    statement never fails, so the database never logs a failed INSERT with the
-    contact's details in it. `bulk_create(ignore_conflicts=True)` returns nothing, so
-    this is the manager's `_insert`, as `Model.save()` itself inserts, asked to return
-    the key (a column with no converter on any backend: nothing returned = not created).
-    """
-    meta = Event._meta
-    # Not in django-stubs: a private method (Model.save() calls it), stable since Django 4.1.
-    returned = Event.objects._insert(  # type: ignore[attr-defined]
-        [event],
-        fields=list(meta.local_concrete_fields),
-        returning_fields=[meta.get_field("key")],
-        on_conflict=OnConflict.IGNORE,
-    )
-    created = bool(returned and returned[0])
-    if created:
-        event._state.adding = False
-        event._state.db = transaction.get_connection().alias
-    return created
-
-
 def _revised_candidate(*, source: Source, payload: dict[str, Any]) -> Event | None:
-    """The earlier event an edit names (one read, for edits only); checked by
-    `_revision_check` once the INSERT has shown that this submission is new."""
+    """The earlier event an edit names (one read, for edits only), checked by
+    `_revision_refused`."""
     revises = payload.get("revises")
     if not revises:
         return None
     return Event.objects.filter(source=source, key=revises).first()
 
 
-def _revision_check(event: Event, payload: dict[str, Any]) -> None:
-    """An edit revises an earlier event (DESIGN.md, "Edits"): same source, same contact,
+def _revision_refused(event: Event, payload: dict[str, Any]) -> str | None:
+    """Why an edit cannot revise what it names, or None (not an edit, or a valid one).
+    An edit revises an earlier event (DESIGN.md, "Edits"): same source, same contact,
     and not the submission itself."""
     revises = payload.get("revises")
     if not revises:
-        return
+        return None
     if revises == event.key:
-        raise InvalidRevisionError("A submission cannot revise itself.")
+        return "A submission cannot revise itself."
     if event.revises is None:
-        raise InvalidRevisionError(f"No earlier submission {revises!r} from this source.")
+        return f"No earlier submission {revises!r} from this source."
     if event.revises.contact_digest != event.contact_digest:
-        raise InvalidRevisionError(
-            "An edit must come from the contact of the submission it revises."
-        )
+        return "An edit must come from the contact of the submission it revises."
+    return None
 
 
 def _event_rows(
@@ -247,8 +199,8 @@ def _repeat_delivery(
 ) -> tuple[IngestResult, bool]:
     """Records a repeat, answered from the stored event; True when its payload matched.
     For an expired key, a worker then checks the destination (late_repeats.py): nothing
-    is called here. Runs in event_ingest's transaction, after the INSERT that created
-    nothing: the event is committed, so this read finds it."""
+    is called here. Runs after the statement that created nothing (or the read that
+    found the key of a refused edit): the event is committed, so this read finds it."""
     operations = list(
         Operation.objects.filter(event__source=source, event__key=key)
         .select_related("event")
@@ -318,17 +270,26 @@ def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
     return case
 
 
-# Event e (of first operation o, before its first attempt) has a twin within the window.
-_TWIN_NEAR = """EXISTS (
-    SELECT FROM idempotency_core_event t
+# The submissions near event e: its contact's to its form within the window on either
+# side, edits aside. A twin is one of them with e's message too, compared in Python
+# (`_duplicate_pair`): the same contact's submissions to one form within the window are
+# few. Written once, for the claim's screen and for both reads below.
+_NEAR = """idempotency_core_event t
     WHERE t.source_id = e.source_id AND t.contact_digest = e.contact_digest
       AND t.form = e.form AND t.revises_id IS NULL AND t.id <> e.id
       AND t.received_at >= e.received_at - %s::interval
-      AND t.received_at <= e.received_at + %s::interval)"""
+      AND t.received_at <= e.received_at + %s::interval"""
+# Event e (of first operation o, before its first attempt) has a submission near it.
+_TWIN_NEAR = f"EXISTS (SELECT FROM {_NEAR})"
 _FIRST_ATTEMPT = """o.id = %s AND o.position = 0 AND o.attempt_count = 0
   AND e.revises_id IS NULL AND e.contact_digest <> ''"""
 _OPERATION_EVENT = "idempotency_core_operation o JOIN idempotency_core_event e ON e.id = o.event_id"
 _TWIN_NEAR_SQL = f"SELECT e.id, {_TWIN_NEAR} FROM {_OPERATION_EVENT} WHERE {_FIRST_ATTEMPT}"
+# The submissions near event e (by id): the earlier ones (received at the same moment
+# included) from the nearest, then the later ones from the nearest.
+_NEARBY_SQL = f"""SELECT t.* FROM idempotency_core_event e, {_NEAR} AND e.id = %s
+    ORDER BY t.received_at > e.received_at,
+      abs(extract(epoch FROM t.received_at - e.received_at)), t.id"""
 
 
 def _window_twice() -> list[object]:
@@ -349,74 +310,29 @@ SUSPECTED_DUPLICATE_SCREEN = Screen(
 def _first_event_with_twin(operation_id: int) -> Event | None:
     """The event whose first step is `operation_id`, before that step's first attempt,
     if any submission of the same contact to the same form lies within the window on
-    either side: one read, which is all the usual case costs (the messages are compared
-    by `_duplicate_pair` only when such a submission exists)."""
-    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
-    if connection.vendor == "postgresql":  # the same read, prepared: the ORM's took 2 ms
-        with prepared_cursor() as cursor:
-            cursor.execute(_TWIN_NEAR_SQL, [*_window_twice(), operation_id])
-            row = cursor.fetchone()
-        if row is None or not row[1]:
-            return None
-        return Event.objects.get(pk=row[0])
-    nearby = Event.objects.filter(
-        source_id=OuterRef("source_id"),
-        contact_digest=OuterRef("contact_digest"),
-        form=OuterRef("form"),
-        revises__isnull=True,
-        received_at__gte=OuterRef("received_at") - window,
-        received_at__lte=OuterRef("received_at") + window,
-    ).exclude(pk=OuterRef("pk"))
-    event = (
-        Event.objects.filter(
-            operations__pk=operation_id,
-            operations__position=0,
-            operations__attempt_count=0,
-            revises__isnull=True,
-        )
-        .exclude(contact_digest="")
-        .annotate(has_twin=Exists(nearby))
-        .defer("payload")
-        .first()
-    )
-    return event if event is not None and event.has_twin else None
+    either side: one prepared read, which is all the usual case costs (the messages are
+    compared by `_duplicate_pair` only when such a submission exists)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_TWIN_NEAR_SQL, [*_window_twice(), operation_id])
+        row = cursor.fetchone()
+    if row is None or not row[1]:
+        return None
+    return Event.objects.get(pk=row[0])
 
 
 def _duplicate_pair(event: Event) -> tuple[Event | None, Event | None]:
     """The event and its nearest earlier twin within the window, else its nearest later
     one (found when this task runs after the later event committed), in time order."""
-    window = timedelta(seconds=settings.ONEFOLD_DUPLICATE_WINDOW_SECONDS)
-    twins = Event.objects.filter(
-        source_id=event.source_id,
-        contact_digest=event.contact_digest,
-        form=event.form,
-        revises__isnull=True,
-    ).exclude(pk=event.pk)
-    # The message matches with case and whitespace set aside, compared here: the same
-    # contact's submissions to one form within the window are few.
+    # The message matches with case and whitespace set aside.
     message = message_normalised((event.payload or {}).get("message", ""))
-    earlier = _first_twin(
-        twins.filter(
-            received_at__gte=event.received_at - window, received_at__lte=event.received_at
-        ).order_by("-received_at"),
-        message,
-    )
-    if earlier is not None:
-        return earlier, event
-    later = _first_twin(
-        twins.filter(
-            received_at__gt=event.received_at, received_at__lte=event.received_at + window
-        ).order_by("received_at"),
-        message,
-    )
-    return (event, later) if later is not None else (None, None)
-
-
-def _first_twin(candidates: Iterable[Event], message: str) -> Event | None:
-    return next(
-        (e for e in candidates if message_normalised((e.payload or {}).get("message")) == message),
+    nearby = Event.objects.raw(_NEARBY_SQL, [*_window_twice(), event.pk])
+    twin = next(
+        (t for t in nearby if message_normalised((t.payload or {}).get("message")) == message),
         None,
     )
+    if twin is None:
+        return None, None
+    return (twin, event) if twin.received_at <= event.received_at else (event, twin)
 
 
 def delivery_refused(

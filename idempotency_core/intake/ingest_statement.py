@@ -1,4 +1,4 @@
-"""A new submission's rows in one statement, on PostgreSQL.
+"""A new submission's rows in one statement.
 
 `event_ingest` (ingest.py) used to write a new submission in a transaction of six
 statements (BEGIN, the event, its operations, its delivery, its task, COMMIT) and wait
@@ -21,7 +21,12 @@ The task is the one `operation_enqueue` queues (its message the first operation'
 rule 1), signed in Python by django-q2's own `async_task`. So the operations' ids must
 be known before the statement: they are taken from the operation table's sequence in
 blocks of `ID_BLOCK` per process (one extra round trip per block; a sequence never hands
-out a value twice, and an id that is never used leaves only a gap).
+out a value twice, and an id that is never used leaves only a gap). The task is one of
+the statement's inserts because django-q2's ORM broker keeps its queue in this database
+(Onefold's settings). With a broker elsewhere (Redis: DESIGN.md, "Scale-out") the
+statement writes the other rows and the task is queued once they are committed: a task
+lost in between is the sweeper's to queue again, as it covers that broker's
+at-most-once delivery.
 
 The values go through each field's own preparation (`pre_save`, `get_db_prep_save`),
 as Django's INSERT compiler does, but for a value the preparation would give back as it
@@ -38,12 +43,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.utils import timezone
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from idempotency_core.execution.engine import operation_task_package
+from idempotency_core.execution.engine import operation_enqueue, operation_task_package
 from idempotency_core.models import Delivery, Event, Operation
 from idempotency_core.sql import columns_of, prepared_cursor, table_of
 
@@ -51,27 +56,22 @@ from idempotency_core.sql import columns_of, prepared_cursor, table_of
 ID_BLOCK = 96
 
 
-def one_statement_possible() -> bool:
-    """PostgreSQL, with django-q2's ORM broker on the same database (the task row is
-    one of the statement's inserts)."""
-    return connection.vendor == "postgresql" and connection.alias == Conf.ORM
-
-
 def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Delivery) -> bool:
     """Inserts the event and, if it was new, its operations, its delivery and the first
-    operation's task, in one statement. True when the event was new; the operations
-    then have their ids."""
+    operation's task, in one statement (the task after it, with a broker elsewhere).
+    True when the event was new; the operations then have their ids."""
     for operation, pk in zip(operations, _operation_ids(len(operations)), strict=True):
         operation.pk = pk
-    queue, package = operation_task_package(operations[0].pk)
-    # As django-q2's ORM broker enqueues it: due at once.
-    task = OrmQ(key=queue, payload=package, lock=timezone.now())
     tables = [
         _Rows.of(Event, [event]),
         _Rows.of(Operation, operations),
         _Rows.of(Delivery, [delivery]),
-        _Rows.of(OrmQ, [task]),
     ]
+    queue_here = connection.alias == Conf.ORM
+    if queue_here:
+        queue, package = operation_task_package(operations[0].pk)
+        # As django-q2's ORM broker enqueues it: due at once.
+        tables.append(_Rows.of(OrmQ, [OrmQ(key=queue, payload=package, lock=timezone.now())]))
     sql = _statement(tuple(rows.shape for rows in tables))
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(sql, [value for rows in tables for value in rows.params])
@@ -80,6 +80,9 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
         for row in (event, *operations):
             row._state.adding = False
             row._state.db = connection.alias
+        if not queue_here:
+            first = operations[0].pk
+            transaction.on_commit(lambda: operation_enqueue(first))
     return bool(created)
 
 

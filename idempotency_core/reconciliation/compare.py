@@ -296,14 +296,6 @@ def run_summary(run: ReconciliationRun) -> dict[str, Any]:
     }
 
 
-def _when(value: str) -> datetime:
-    """A listing's timestamp; the CRM promises ISO 8601, so anything else is its error."""
-    parsed = parse_datetime(value)
-    if parsed is None:
-        raise ValueError(f"the CRM listed a record with an unreadable timestamp {value!r}")
-    return parsed
-
-
 # -- phase 1: listing -----------------------------------------------------------
 
 
@@ -344,40 +336,23 @@ def _list_and_stage(run: ReconciliationRun, progress: ProgressCallback | None) -
 def _stage(run: ReconciliationRun, page: list[dict[str, Any]]) -> None:
     if not page:
         return
-    if connection.vendor == "postgresql":
-        table = ReconciliationRecord._meta.db_table
-        with (
-            connection.cursor() as cursor,
-            cursor.cursor.copy(
-                f"COPY {table} (run_id, record_id, external_ref, created_at, updated_at) FROM STDIN"
-            ) as copy,
-        ):
-            for record in page:
-                copy.write_row(
-                    (
-                        run.pk,
-                        str(record["id"]),
-                        record.get("external_ref"),
-                        record["created_at"],
-                        record.get("updated_at"),
-                    )
+    table = ReconciliationRecord._meta.db_table
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(
+            f"COPY {table} (run_id, record_id, external_ref, created_at, updated_at) FROM STDIN"
+        ) as copy,
+    ):
+        for record in page:
+            copy.write_row(
+                (
+                    run.pk,
+                    str(record["id"]),
+                    record.get("external_ref"),
+                    record["created_at"],
+                    record.get("updated_at"),
                 )
-        return
-    ReconciliationRecord.objects.bulk_create(
-        (
-            ReconciliationRecord(
-                run=run,
-                record_id=str(record["id"]),
-                external_ref=record.get("external_ref"),
-                created_at=_when(record["created_at"]),
-                updated_at=parse_datetime(record["updated_at"])
-                if record.get("updated_at")
-                else None,
             )
-            for record in page
-        ),
-        batch_size=500,
-    )
 
 
 _DONE = object()
@@ -431,13 +406,12 @@ def _compare(run: ReconciliationRun) -> None:
         _renew(run)  # holds the lease, or raises before any work
         ReconciliationFinding.objects.filter(run=run).delete()
         with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                # The staging table went from empty to a million rows since
-                # autovacuum last looked: without fresh statistics the planner
-                # picks nested loops over it. Hash joins and aggregates over
-                # a million rows want more than the default 4 MB of work_mem.
-                cursor.execute(f"ANALYZE {ReconciliationRecord._meta.db_table}")
-                cursor.execute("SET LOCAL work_mem = '64MB'")
+            # The staging table went from empty to a million rows since autovacuum
+            # last looked: without fresh statistics the planner picks nested loops
+            # over it. Hash joins and aggregates over a million rows want more than
+            # the default 4 MB of work_mem.
+            cursor.execute(f"ANALYZE {ReconciliationRecord._meta.db_table}")
+            cursor.execute("SET LOCAL work_mem = '64MB'")
             for statement in statements:
                 cursor.execute(statement, params)
             cursor.execute(count_events, params)
@@ -473,10 +447,8 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
         "finding": ReconciliationFinding._meta.db_table,
         "case": ReviewCase._meta.db_table,
     }
-    if connection.vendor == "postgresql":
-        agg = "string_agg({col}, ',' ORDER BY {order})"
-    else:
-        agg = "group_concat({col}, ',')"
+    # A group's record ids as one comma list, in a stated order.
+    agg = "string_agg({col}, ',' ORDER BY {order})"
     params = {
         "run": run.pk,
         "destination": run.destination_id,

@@ -45,7 +45,7 @@ def test_a_destination_timeout_longer_than_the_task_is_refused():
 
 
 def test_a_cache_url_that_is_not_redis_is_refused_at_start():
-    env = {**os.environ, "DATABASE_URL": "sqlite:///:memory:", "CACHE_URL": "memcached://x:1"}
+    env = {**os.environ, "CACHE_URL": "memcached://x:1"}
     result = subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=settings.BASE_DIR,
@@ -104,7 +104,6 @@ def _check_with(env_overrides: dict[str, str]) -> subprocess.CompletedProcess[st
         cwd=settings.BASE_DIR,
         env={
             **env,
-            "DATABASE_URL": "sqlite:///:memory:",
             "DJANGO_SETTINGS_MODULE": "config.settings",
             **env_overrides,
         },

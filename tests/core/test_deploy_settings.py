@@ -111,7 +111,7 @@ def test_the_hardening_variables_set_djangos_settings_of_the_same_names() -> Non
 def test_the_quick_start_defaults_leave_hardening_off() -> None:
     # Plain HTTP on loopback: a secure cookie would never come back.
     values = settings_under(
-        {"DATABASE_URL": "sqlite:///:memory:"},
+        {},
         "SECURE_SSL_REDIRECT",
         "SESSION_COOKIE_SECURE",
         "SECURE_PROXY_SSL_HEADER",

@@ -65,3 +65,13 @@ def test_an_edit_of_something_it_cannot_revise_is_refused(api, revises, contact,
     assert message in response.json()["errors"]["revises"][0]
     assert Event.objects.count() == 1
     assert Delivery.objects.filter(outcome="invalid", event=None).count() == 1
+
+
+def test_an_edit_that_cannot_revise_under_a_known_key_is_answered_as_that_keys_repeat(api):
+    """A known key is a repeat whatever the payload says: a different payload under it
+    is refused as a reused key (422, recorded), not judged as an edit."""
+    post(api, submission(), key="first")
+    response = post(api, submission(message="x", revises="first"), key="first")
+    assert response.status_code == 422
+    assert Event.objects.count() == 1
+    assert Delivery.objects.filter(outcome="key_reused").count() == 1

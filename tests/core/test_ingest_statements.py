@@ -24,9 +24,11 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from django_q.conf import Conf
 from psycopg._queries import _query2pg
 
 from idempotency_core.execution.engine import TASK
+from idempotency_core.intake import ingest_statement
 from idempotency_core.intake.config_cache import config_cache_clear
 from idempotency_core.intake.ingest import suspected_duplicate_flag
 from idempotency_core.intake.ingest_statement import ID_BLOCK, operation_ids_forget
@@ -164,13 +166,48 @@ def test_a_repeat_is_the_statement_that_creates_nothing_one_read_and_its_deliver
     assert len(queued(TASK)) == 1
 
 
-def test_an_edit_is_a_transaction_that_checks_its_revision(api):
+def test_an_edit_is_one_read_of_what_it_revises_then_the_same_statement(api):
+    operation_ids_forget()
     assert post(api, person(1), key="first").status_code == 202
     status, sent = statements(api, {**person(1), "revises": "first"}, "edit")
     assert status == 202
-    assert sent[0] == "BEGIN" and sent[-1] == "COMMIT"
-    assert "SELECT idempotency_core_event" in sent  # the event it revises
-    assert Event.objects.get(key="edit").revises == Event.objects.get(key="first")
+    assert sent == [
+        "SELECT idempotency_core_event",  # the event it revises, checked before
+        "WITH INSERT idempotency_core_event, idempotency_core_operation, "
+        "idempotency_core_delivery, django_q_ormq",
+    ]
+    edit = Event.objects.get(key="edit")
+    assert edit.revises == Event.objects.get(key="first")
+    assert [o.step for o in edit.operations.all()] == ["update_enquiry"]
+    assert [row.task["args"] for row in queued(TASK)][-1] == (edit.operations.get().pk,)
+
+
+def test_with_the_queue_elsewhere_the_task_is_queued_after_the_rows_commit(
+    api, monkeypatch: pytest.MonkeyPatch
+):
+    """A broker outside this database (Redis: DESIGN.md, "Scale-out") cannot take the
+    task row in the statement: the rows are written without it and the task is queued
+    once they are committed, never before (a worker would find no operation)."""
+    operation_ids_forget()
+    assert post(api, person(0), key="warm-up").status_code == 202  # fills the cache
+    monkeypatch.setattr(Conf, "ORM", "elsewhere")
+    seen: list[tuple[int, bool]] = []
+
+    def enqueue(operation_id: int) -> None:
+        """The id the broker is handed, and whether another connection sees its row."""
+        committed: list[bool] = []
+        elsewhere(lambda: committed.append(Operation.objects.filter(pk=operation_id).exists()))
+        seen.append((operation_id, *committed))
+
+    monkeypatch.setattr(ingest_statement, "operation_enqueue", enqueue)
+    status, sent = statements(api, person(1), "queued-elsewhere")
+    assert status == 202
+    assert sent == [
+        "WITH INSERT idempotency_core_event, idempotency_core_operation, idempotency_core_delivery"
+    ]
+    first = Event.objects.get(key="queued-elsewhere").operations.get(position=0)
+    assert seen == [(first.pk, True)]
+    assert len(queued(TASK)) == 1  # the warm-up's only
 
 
 def test_a_cold_process_reads_the_key_and_the_destinations_once(api):

@@ -305,7 +305,6 @@ def test_log_format_chooses_the_console_format(log_format, json_lines):
         cwd=REPO,
         env={
             "PATH": "/usr/bin:/bin",
-            "DATABASE_URL": "sqlite:///:memory:",
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "LOG_FORMAT": log_format,
         },

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -26,8 +27,9 @@ from idempotency_core.execution import engine
 from idempotency_core.execution.engine import TASK, operation_execute_chain
 from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
 from idempotency_core.models import Attempt, Event, Operation
+from idempotency_core.review.replay import operation_replay
 from integrations import http
-from tests.factories import ingest, op
+from tests.factories import ingest, op, permanent_case
 from tests.support.counting_proxy import CountingProxy
 from tests.support.plans import plans_run
 from tests.support.processes import Sandbox, start_qcluster, wait_for
@@ -210,6 +212,29 @@ def _first_only(function: Any, instead: Any) -> Any:
         return function(*args, **kwargs) if calls["n"] == 1 else instead(*args, **kwargs)
 
     return first_only
+
+
+@pytest.mark.django_db
+def test_a_success_that_settles_a_case_releases_the_next_step_to_the_chain_too(sandbox):
+    """A replayed step's success settles its case in the outcome's transaction, not in
+    the one statement; the next step is released there (statements.release_write),
+    claimed for this worker as the statement would have: the chain runs on."""
+    case = permanent_case("chain-replayed")
+    replayer = User.objects.create_user("replayer", is_staff=True)
+    replayer.groups.add(Group.objects.get(name="Replay admins"))
+    event = case.operation.event
+    operation_replay(operation_id=case.operation.pk, actor=replayer, reason="fixed")
+    OrmQ.objects.all().delete()  # the replay's task, run here as a worker would
+    assert tasks.operation_run(op(event, "create_enquiry").pk) == "succeeded"
+    assert statuses(event) == ["succeeded"] * 3
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "replayed")
+    later = Attempt.objects.filter(operation__event=event).exclude(operation__step=STEPS[0])
+    assert sorted(later.values_list("operation__step", "trigger")) == sorted(
+        (step, Attempt.Trigger.WORKER) for step in STEPS[1:]
+    )
+    assert not OrmQ.objects.exists()
+    assert effects(sandbox) == (1, 1, 1)
 
 
 @pytest.mark.django_db

@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db import connections
 
 from config.env import database_url_of
 
@@ -28,10 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def database_url() -> str:
     """The URL of the database the tests are using right now (the test database)."""
-    db = settings.DATABASES["default"]
-    if connections["default"].vendor != "postgresql":
-        raise RuntimeError("process tests need PostgreSQL")
-    return database_url_of(db)
+    return database_url_of(settings.DATABASES["default"])
 
 
 @dataclass

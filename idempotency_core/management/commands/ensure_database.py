@@ -1,6 +1,6 @@
 """`manage.py ensure_database`: creates the PostgreSQL database DATABASE_URL names, if absent.
 
-For `make bench`, whose databases are throwaway; SQLite creates its file itself.
+For `make bench`, whose databases are throwaway.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.db import connections
 from psycopg import sql
 
 
@@ -21,9 +20,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         db = settings.DATABASES["default"]
-        if connections["default"].vendor != "postgresql":
-            self.stdout.write(f"{db['ENGINE']}: nothing to create")
-            return
         # psycopg leaves out the parameters given as None (libpq's defaults apply).
         with psycopg.connect(
             dbname="postgres",
