@@ -17,6 +17,7 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
+from config import embedded_postgres
 from config.env import (
     env_bool,
     env_float,
@@ -131,13 +132,18 @@ TEMPLATES = [
 # process runs one request or task at a time, so a pool adds a checkout per request and
 # background threads, and one created before django-q2 forks would be shared with the
 # children (measured and explained in the README).
+# Without DATABASE_URL: the embedded server `make run` starts (config/embedded_postgres.py),
+# on a Unix socket in <ONEFOLD_DATA_DIR>/pgdata, ONEFOLD_DATA_DIR defaulting to var/.
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'onefold.sqlite3'}"),
+        env_str("DATABASE_URL", "")
+        or f"postgres://{embedded_postgres.USER}@/{embedded_postgres.DATABASE}",
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 600, minimum=0),
         conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
+if not env_str("DATABASE_URL", ""):
+    DATABASES["default"]["HOST"] = str(embedded_postgres.pgdata_dir())
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
     "DATABASE_PREPARED_STATEMENTS", True
 ):
