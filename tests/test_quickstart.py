@@ -201,9 +201,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def first_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """`make run` on a data directory that does not exist yet."""
     assert not data_dir.exists()
-    stack = Stack.start(
-        data_dir, tmp_path_factory.mktemp("logs") / "first.log", via_make=True
-    )
+    stack = Stack.start(data_dir, tmp_path_factory.mktemp("logs") / "first.log", via_make=True)
     yield stack
     if stack.process.poll() is None:
         stack.ctrl_c()
