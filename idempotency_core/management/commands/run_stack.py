@@ -2,10 +2,11 @@
 
 Without DATABASE_URL it first starts the embedded PostgreSQL server
 (config/embedded_postgres.py; data under ONEFOLD_DATA_DIR, default var/). Then it
-migrates, creates the demo source and staff user if absent, and starts as child
-processes the sandbox destination, the web app, a django-q2 worker cluster and
-the sweeper loop. Once each answers (the web's /readyz, the sandbox's HTTP and
-SMTP ports, a probe task run by the cluster) it prints the credentials, last.
+migrates and starts as child processes the sandbox destination, the web app, a
+django-q2 worker cluster and the sweeper loop. Once each answers (the web's
+/readyz, the sandbox's HTTP and SMTP ports, a probe task run by the cluster) it
+creates the demo source and staff user if absent and prints their credentials,
+last.
 
 Ctrl-C, SIGTERM, SIGHUP or any child dying stops the children, then the database
 server: nothing is left running. Each child leads its own process group, so a
@@ -154,9 +155,13 @@ class Command(BaseCommand):
         try:
             if pgdata is not None:
                 self._database_start(pgdata)
-            credentials = self._prepare()
+            self._migrate()
             self._spawn(children, web, sandbox, embedded)
             self._await_ready(children, web, sandbox)
+            # Made only now, just before they are shown: a run stopped or failed before
+            # this point (a port in use) must not make credentials nobody saw.
+            credentials = demo_setup()
+            connections.close_all()
             self.stdout.write(self.style.SUCCESS(f"Ready in {time.monotonic() - started:.1f}s."))
             self.stdout.write(self._credentials_box(credentials, web, sandbox, embedded))
             self.stdout.flush()
@@ -191,7 +196,7 @@ class Command(BaseCommand):
             f"{time.monotonic() - began:.1f}s{fresh}."
         )
 
-    def _prepare(self) -> DemoCredentials:
+    def _migrate(self) -> None:
         if connection.vendor != "postgresql":
             raise CommandError(
                 f"DATABASE_URL names a {connection.vendor} database: Onefold runs on "
@@ -199,11 +204,9 @@ class Command(BaseCommand):
             )
         try:
             call_command("migrate", interactive=False, verbosity=0)
-            credentials = demo_setup()
         except DatabaseError as exc:
             raise CommandError(f"The database did not answer: {exc}") from exc
-        self.stdout.write("Database migrated; demo source and staff user in place.")
-        return credentials
+        self.stdout.write("Database migrated.")
 
     def _spawn(
         self,
@@ -286,8 +289,6 @@ class Command(BaseCommand):
                 next_note = time.monotonic() + 15
             time.sleep(0.2)
         Task.objects.filter(id=probe).delete()
-        # Nothing here uses the database until the stop.
-        connections.close_all()
 
     def _raise_if_exited(self, children: dict[str, subprocess.Popen[bytes]], when: str) -> None:
         for name, child in children.items():
