@@ -184,8 +184,8 @@ def server_start(pgdata: Path) -> Server:
         )
     # Should this process exit without calling server_stop, it stops the server anyway.
     _started.add(pgdata)
-    atexit.unregister(_stop_started)
-    atexit.register(_stop_started)
+    atexit.unregister(stop_started)
+    atexit.register(stop_started)
     return Server(pgdata=pgdata, pid=info.pid, adopted=running is not None)
 
 
@@ -193,7 +193,9 @@ def server_start(pgdata: Path) -> Server:
 _started: set[Path] = set()
 
 
-def _stop_started() -> None:
+def stop_started() -> None:
+    """Stops the servers this process started or adopted, and no other: not one that a
+    live run owns and `server_start` refused to share."""
     for pgdata in list(_started):
         server_stop(pgdata)
 

@@ -256,6 +256,13 @@ def test_a_second_run_reuses_the_database_and_ctrl_c_leaves_nothing_running(
         assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
         assert second.sandbox_stats() == (1, 1, 1)
 
+        # A third run on the same data while this one runs: refused, and this one's
+        # database is left running.
+        third = Stack.start(data_dir, tmp_path / "third.log", via_make=False)
+        assert third.process.wait(timeout=120) == 1
+        assert "in use by process" in third.log()
+        assert httpx.get(f"{second.url}/readyz", timeout=10).status_code == 200
+
         fresh = subprocess.run(
             [sys.executable, "manage.py", "demo_setup", "--new-credentials"],
             cwd=REPO,

@@ -176,8 +176,7 @@ class Command(BaseCommand):
             self.stdout.flush()
             connections.close_all()
             self._stop(children)
-            if pgdata is not None:
-                embedded_postgres.server_stop(pgdata)
+            embedded_postgres.stop_started()
             self.stdout.write("Stopped.")
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
