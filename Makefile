@@ -5,11 +5,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The machine's PostgreSQL unless DATABASE_URL says otherwise (tests only).
 TEST_DATABASE_URL ?= $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/onefold)
+# `make run PORT=8001 SANDBOX_PORTS=8766,8026`: the web app's port and the sandbox's HTTP,SMTP.
+PORT ?= 8000
+SANDBOX_PORTS ?= 8765,8025
 # Benchmarks empty their tables: they get databases of their own.
 BENCH_PG ?= postgres://postgres@127.0.0.1:5432
 BENCH_EVENTS ?= 1000000
 
-.PHONY: install run test test-fast lint format bench drill clean
+.PHONY: install run reset test test-fast lint format bench drill clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,11 +22,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Without DATABASE_URL, run_stack starts (and stops) the embedded PostgreSQL under var/.
 run: install
-	mkdir -p var
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py demo_setup
-	$(PY) manage.py run_stack
+	$(PY) manage.py run_stack --addr 127.0.0.1:$(PORT) --sandbox-ports $(SANDBOX_PORTS)
+
+# Start over: removes var/ (ONEFOLD_DATA_DIR if set): the embedded database, the
+# sandbox's data. Refuses while a `make run` uses it; stops a server a killed run left.
+reset:
+	@if test -x $(PY); then $(PY) -m config.embedded_postgres reset; else rm -rf $(or $(ONEFOLD_DATA_DIR),var); fi
 
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
@@ -65,5 +71,5 @@ drill: install
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py drill
 
-clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache
+clean: reset
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -115,7 +115,7 @@ def embedded_database_dir(base_dir: Path) -> Path:
     (`.s.PGSQL.5432`): `$ONEFOLD_DATA_DIR/pgdata`, the data directory defaulting to
     `var/` of the checkout (a relative one is taken from there too, not from wherever
     a command happens to run)."""
-    data_dir = base_dir / (os.environ.get("ONEFOLD_DATA_DIR") or "var")
+    data_dir = base_dir / Path(os.environ.get("ONEFOLD_DATA_DIR") or "var").expanduser()
     return (data_dir / "pgdata").resolve()
 
 

@@ -1,7 +1,10 @@
-"""The quick start: `run_stack` on a fresh SQLite file serves, processes, and stops.
+"""The quick start, as a newcomer meets it: `make run` from nothing, on the embedded
+PostgreSQL, then the README's curl, the console, a second run, and Ctrl-C.
 
-`make run` is this after installing and migrating; the README's curl is what the
-test does. SQLite here on purpose: it is the quick start's zero-setup default.
+Black box: the stack runs with a fresh ONEFOLD_DATA_DIR and no DATABASE_URL (none
+of the suite's settings either), and everything is read from what it prints and
+what it serves. "Nothing left running" is checked over every process in /proc,
+not only the ones the test started.
 """
 
 from __future__ import annotations
@@ -12,130 +15,270 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.support.leftovers import left_behind
 from tests.support.processes import REPO, free_port, wait_for
 
+pytestmark = pytest.mark.slow
 
-def manage(*args: str, env: dict[str, str]) -> str:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+# initdb, the migrations of a new database, then four processes: on a loaded 2-core
+# machine this takes far longer than on an idle one.
+BOX_TIMEOUT = 300
 
 
-def demo_setup(env: dict[str, str]) -> str:
-    """Migrates a fresh database and runs demo_setup twice; the API key it printed."""
-    manage("migrate", "--noinput", env=env)
-    printed = manage("demo_setup", env=env)
-    key = re.search(r"API key: (\S+)", printed).group(1)
-    assert re.search(r"Staff user 'demo-admin' password: \S+", printed)
-    assert "exists" in manage("demo_setup", env=env)  # credentials are printed once
-    return key
+def quickstart_env(data_dir: Path) -> dict[str, str]:
+    """The environment of a newcomer's shell: none of the suite's database or timings
+    (config/test_settings.py puts them in this process's environment)."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DATABASE_", "ONEFOLD_", "PYTEST_"))
+        and name not in {"DJANGO_SETTINGS_MODULE", "LOG_FORMAT"}
+    }
+    # LOG_FORMAT: the log goes to a file, where it would be JSON lines; a terminal gets these.
+    return env | {"ONEFOLD_DATA_DIR": str(data_dir), "LOG_FORMAT": "plain"}
 
 
-def start_stack(
-    env: dict[str, str], log_path: Path, web: int, http: int, smtp: int
-) -> subprocess.Popen:
-    """`manage.py run_stack` in its own process group, its output to `log_path`."""
-    log = log_path.open("w")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "manage.py"),
-            "run_stack",
-            "--addr",
-            f"127.0.0.1:{web}",
-            "--sandbox-ports",
-            f"{http},{smtp}",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+@dataclass(frozen=True)
+class Credentials:
+    console: str
+    username: str
+    password: str
+    api_key: str
 
 
-def stop_with_ctrl_c(stack: subprocess.Popen, log_path: Path) -> int:
-    """Stops the stack as Ctrl-C would, prints its log; its exit code."""
-    os.killpg(stack.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
-    try:
-        code = stack.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(stack.pid, signal.SIGKILL)
-        raise
-    print(log_path.read_text())
-    return code
+@dataclass
+class Stack:
+    """One `make run` (or `manage.py run_stack`), leading its own process group as a
+    shell's foreground job does."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    data_dir: Path
+    web: int
+    http: int
+    smtp: int
+
+    @classmethod
+    def start(cls, data_dir: Path, log_path: Path, *, via_make: bool) -> Stack:
+        web, http, smtp = free_port(), free_port(), free_port()
+        if via_make:
+            command = ["make", "-s", "run", f"PORT={web}", f"SANDBOX_PORTS={http},{smtp}"]
+        else:
+            command = [
+                sys.executable,
+                "manage.py",
+                "run_stack",
+                "--addr",
+                f"127.0.0.1:{web}",
+                "--sandbox-ports",
+                f"{http},{smtp}",
+            ]
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=quickstart_env(data_dir),
+            stdout=log_path.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return cls(process, log_path, data_dir, web, http, smtp)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.web}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def box(self) -> str:
+        """Waits for the credentials box, the last thing printed once all is ready."""
+
+        def printed() -> str | None:
+            found = re.search(r"^(=+)\nConsole .*?^\1$", self.log(), re.M | re.S)
+            if found:
+                return found.group(0)
+            if self.process.poll() is not None:
+                raise AssertionError(f"the stack exited before it was ready:\n{self.log()}")
+            return None
+
+        try:
+            return wait_for(printed, timeout=BOX_TIMEOUT, interval=0.5, what="the box")
+        except TimeoutError:
+            print(self.log())
+            raise
+
+    def sandbox_stats(self) -> tuple[int, int, int]:
+        stats = httpx.get(f"http://127.0.0.1:{self.http}/_sandbox/stats?detail=0").json()
+        return stats["records"], stats["tasks"], stats["messages"]
+
+    def marks(self) -> tuple[str, ...]:
+        """What the command line of this run's processes names: its ports."""
+        return (f"127.0.0.1:{self.web}", f"--http-port {self.http}", f"PORT={self.web}")
+
+    def postgres_pid(self) -> int:
+        return int((self.data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
+
+    def ctrl_c(self) -> int:
+        """SIGINT to the foreground group, as the terminal sends it; the exit status."""
+        if self.process.poll() is not None:
+            print(self.log())
+            return self.process.returncode
+        os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            return self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            raise
+        finally:
+            print(self.log())
 
 
-def serving(web: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{web}/api/schema/", timeout=2).is_success
-    except httpx.HTTPError:
-        return False
+def credentials(box: str) -> Credentials:
+    def field(label: str) -> str:
+        found = re.search(rf"^{label}\s+(\S+)", box, re.M)
+        assert found, f"no {label} in the box:\n{box}"
+        return found.group(1)
+
+    key = re.search(r"^KEY=(\S+)$", box, re.M)
+    assert key, f"no KEY= line in the box:\n{box}"
+    assert field("API key") == key.group(1)
+    return Credentials(field("Console"), field("Username"), field("Password"), key.group(1))
 
 
-def submit_as_the_readme_does(web: int, key: str) -> str:
-    """The README's curl: one submission, accepted; its status URL."""
-    response = httpx.post(
-        f"http://127.0.0.1:{web}/api/v1/submissions/",
+def submit(stack: Stack, key: str, idempotency_key: str) -> httpx.Response:
+    """The README's curl."""
+    return httpx.post(
+        f"{stack.url}/api/v1/submissions/",
         json={
             "form": "contact",
             "contact": {"name": "Ada Lovelace", "email": "ada@example.com"},
             "message": "Please quote for a kitchen refit.",
         },
-        headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": "order-form-0001"},
+        headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": idempotency_key},
+        timeout=30,
     )
-    assert response.status_code == 202
-    return response.json()["status_url"]
 
 
-def assert_console_script_is_served(web: int) -> None:
-    # The console's script is served with DEBUG off (WhiteNoise, no collectstatic).
-    login = httpx.get(f"http://127.0.0.1:{web}/accounts/login/").text
-    script = re.search(r'src="(/static/review_console/htmx[^"]+)"', login)
-    assert script, "the console pages do not load htmx"
-    served = httpx.get(f"http://127.0.0.1:{web}{script.group(1)}")
-    assert served.status_code == 200 and "htmx" in served.text[:200]
+def signed_in(stack: Stack, username: str, password: str) -> httpx.Client:
+    client = httpx.Client(base_url=stack.url, timeout=30)
+    form = client.get("/accounts/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+    assert token, form.text
+    answer = client.post(
+        "/accounts/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token.group(1)},
+    )
+    assert answer.status_code == 302 and answer.headers["location"] == "/console/", answer.text
+    return client
 
 
-@pytest.mark.slow
-def test_run_stack_serves_processes_a_submission_and_stops(tmp_path):
-    web, http, smtp = free_port(), free_port(), free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'onefold.sqlite3'}",
-    }
-    key = demo_setup(env)
-    log_path = tmp_path / "stack.log"
-    stack = start_stack(env, log_path, web, http, smtp)
+def assert_nothing_left(stack: Stack, postgres: int) -> None:
+    def remaining() -> list:
+        return left_behind(data_dir=stack.data_dir, marks=stack.marks(), postgres=postgres)
+
     try:
-        wait_for(lambda: serving(web), timeout=60, what="the web app")
-        status_url = submit_as_the_readme_does(web, key)
-
-        def completed() -> bool:
-            data = httpx.get(status_url, headers={"Authorization": f"Api-Key {key}"}).json()
-            return data["status"] == "completed"
-
-        wait_for(completed, timeout=90, interval=0.5, what="the submission to complete")
-        stats = httpx.get(f"http://127.0.0.1:{http}/_sandbox/stats").json()
-        assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 1)
-        assert_console_script_is_served(web)
-    finally:
-        code = stop_with_ctrl_c(stack, log_path)
-    assert code == 0
-    time.sleep(0.5)
-    for port in (web, http, smtp):
+        wait_for(lambda: not remaining(), timeout=10, what="every process to be gone")
+    except TimeoutError:
+        raise AssertionError("left running:\n" + "\n".join(map(str, remaining()))) from None
+    for port in (stack.web, stack.http, stack.smtp):
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("quickstart") / "var"
+
+
+@pytest.fixture(scope="module")
+def first_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """`make run` on a data directory that does not exist yet."""
+    assert not data_dir.exists()
+    stack = Stack.start(data_dir, tmp_path_factory.mktemp("logs") / "first.log", via_make=True)
+    yield stack
+    if stack.process.poll() is None:
+        stack.ctrl_c()
+
+
+def test_the_box_comes_last_with_credentials_that_work(first_run):
+    box = first_run.box()
+    assert first_run.log().rstrip().endswith(box)  # printed last: nothing after it
+    found = credentials(box)
+    assert found.console == f"{first_run.url}/console/"
+    assert "new database" in first_run.log()  # the embedded server, initialised here
+    # The README's curl, then exactly one effect of each kind at the destination.
+    accepted = submit(first_run, found.api_key, "order-form-0001")
+    assert accepted.status_code == 202, accepted.text
+    wait_for(lambda: first_run.sandbox_stats() == (1, 1, 1), timeout=60, what="three effects")
+    time.sleep(2)  # a second email or record would have arrived by now
+    assert first_run.sandbox_stats() == (1, 1, 1)
+    # The console, signed in with the printed password.
+    console = signed_in(first_run, found.username, found.password)
+    assert console.get("/console/").status_code == 200
+    assert console.get("/console/cases/").status_code == 200
+    search = console.get("/console/search/", params={"q": "Lovelace"}, follow_redirects=True)
+    assert search.status_code == 200
+    # The demo's data is the demo user's own: contact details unmasked.
+    assert "ada@example.com" in search.text
+
+
+def test_the_secret_key_warning_is_printed_once(first_run):
+    first_run.box()
+    assert first_run.log().count("onefold.W001") == 1, first_run.log()
+
+
+def test_a_second_run_reuses_the_database_and_ctrl_c_leaves_nothing_running(
+    first_run, data_dir, tmp_path
+):
+    old = credentials(first_run.box())
+    postgres = first_run.postgres_pid()
+    # make, interrupted, waits for its command and then dies of the same signal.
+    assert first_run.ctrl_c() == -signal.SIGINT
+    assert first_run.log().rstrip().endswith("Stopped.")
+    assert_nothing_left(first_run, postgres)
+
+    second = Stack.start(data_dir, tmp_path / "second.log", via_make=False)
+    try:
+        box = second.box()
+        # Nothing secret on disk, so nothing to show: the box says how to get new ones.
+        assert "KEY=" not in box and old.password not in second.log()
+        assert "manage.py demo_setup --new-credentials" in box and "make reset" in box
+        assert "new database" not in second.log()
+        # Same database, same sandbox data: the first run's submission is there.
+        replay = submit(second, old.api_key, "order-form-0001")
+        assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
+        assert second.sandbox_stats() == (1, 1, 1)
+
+        # A third run on the same data while this one runs: refused, and this one's
+        # database is left running.
+        third = Stack.start(data_dir, tmp_path / "third.log", via_make=False)
+        assert third.process.wait(timeout=120) == 1
+        assert "in use by process" in third.log()
+        assert httpx.get(f"{second.url}/readyz", timeout=10).status_code == 200
+
+        fresh = subprocess.run(
+            [sys.executable, "manage.py", "demo_setup", "--new-credentials"],
+            cwd=REPO,
+            env=quickstart_env(data_dir),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert fresh.returncode == 0, fresh.stderr
+        key = re.search(r"^KEY=(\S+)$", fresh.stdout, re.M).group(1)
+        password = re.search(r"password: (\S+)$", fresh.stdout, re.M).group(1)
+        assert submit(second, old.api_key, "order-form-0002").status_code == 401
+        assert submit(second, key, "order-form-0002").status_code == 202
+        wait_for(lambda: second.sandbox_stats() == (2, 2, 2), timeout=60, what="the second")
+        assert signed_in(second, old.username, password).get("/console/").status_code == 200
+        postgres = second.postgres_pid()
+    finally:
+        assert second.ctrl_c() == 0
+    assert_nothing_left(second, postgres)

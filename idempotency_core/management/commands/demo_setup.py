@@ -1,42 +1,45 @@
-"""`manage.py demo_setup`: the quick start's demo source and staff user, created once.
+"""`manage.py demo_setup [--new-credentials]`: the quick start's demo source and staff user.
 
-Credentials are printed only when created; later runs say they exist.
+Creates them if absent and prints their credentials then, the only time they
+exist in clear. `--new-credentials` gives existing ones a new API key and a new
+password and prints those: the way back in when the first ones are lost.
 """
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
-from idempotency_core.intake.sources import source_create_with_key
-from idempotency_core.models import Source
-
-DEMO_SOURCE = "demo-website"
-DEMO_USER = "demo-admin"
+from idempotency_core.demo import demo_setup
 
 
 class Command(BaseCommand):
-    help = "Create the demo source and a staff user if absent, printing their credentials once."
+    help = (
+        "Create the demo source and staff user if absent, printing their credentials; "
+        "--new-credentials issues new ones (the old key and password stop working)."
+    )
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        if Source.objects.filter(name=DEMO_SOURCE).exists():
-            self.stdout.write(f"Demo source {DEMO_SOURCE!r} exists (its key was printed once).")
-        else:
-            _, _, key = source_create_with_key(name=DEMO_SOURCE)
-            self.stdout.write(self.style.SUCCESS(f"Demo source {DEMO_SOURCE!r} API key: {key}"))
-        User = get_user_model()
-        if User.objects.filter(username=DEMO_USER).exists():
-            self.stdout.write(f"Staff user {DEMO_USER!r} exists (its password was printed once).")
-            return
-        password = secrets.token_urlsafe(12)
-        user = User.objects.create_user(DEMO_USER, password=password, is_staff=True)
-        user.groups.add(*Group.objects.filter(name__in=["Reviewers", "Replay admins"]))
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"Staff user {DEMO_USER!r} password: {password} (console: /console/)"
-            )
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--new-credentials",
+            action="store_true",
+            help="A new API key for the demo source and a new password for the demo user.",
         )
+
+    def handle(self, *args: Any, new_credentials: bool, **options: Any) -> None:
+        made = demo_setup(new_credentials=new_credentials)
+        if made.api_key:
+            self.stdout.write(f"Demo source {made.source!r} API key: {made.api_key}")
+        else:
+            self.stdout.write(f"Demo source {made.source!r} exists (its key was printed once).")
+        if made.password:
+            self.stdout.write(f"Staff user {made.username!r} password: {made.password}")
+        else:
+            self.stdout.write(
+                f"Staff user {made.username!r} exists (its password was printed once)."
+            )
+        if made.api_key:
+            self.stdout.write(f"KEY={made.api_key}")
+        if not (made.api_key and made.password):
+            self.stdout.write("New ones: manage.py demo_setup --new-credentials")
