@@ -64,12 +64,15 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline --submissions 1000 --rounds 3
 
-# The failure drill against the configured database (the quick start's embedded PostgreSQL by default).
+# The failure drill against DATABASE_URL, else the quick start's embedded PostgreSQL
+# (started for the drill and stopped after it, or the one a running `make run` owns).
+DRILL_STEPS := $(PY) manage.py ensure_database && $(PY) manage.py migrate --noinput -v0 && $(PY) manage.py drill
 drill: install
-	mkdir -p var
-	$(PY) manage.py ensure_database
-	$(PY) manage.py migrate --noinput -v0
-	$(PY) manage.py drill
+ifdef DATABASE_URL
+	$(DRILL_STEPS)
+else
+	$(PY) -m config.embedded_postgres exec sh -c '$(DRILL_STEPS)'
+endif
 
 clean: reset
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -273,6 +273,20 @@ def reset(base: Path) -> str:
     return f"Removed {base}{note}. The next `make run` starts afresh with new credentials."
 
 
+def _exec(pgdata: Path, command: list[str]) -> int:
+    """Runs `command` against the embedded server: the one a live `make run` owns, or
+    one started for the command and stopped after it."""
+    if not command:
+        raise EmbeddedPostgresError("exec needs a command to run")
+    if not (server_pid(pgdata) is not None and owners(pgdata)):
+        server_start(pgdata)
+        database_ensure(pgdata)
+    try:
+        return subprocess.run(command, check=False).returncode
+    finally:
+        stop_started()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m config.embedded_postgres",
@@ -280,14 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "action",
-        choices=["status", "stop", "reset"],
+        choices=["status", "stop", "reset", "exec"],
         help="status: is it running; stop: stop a server a killed run left behind; "
-        "reset: remove the data directory (make reset)",
+        "reset: remove the data directory (make reset); exec COMMAND...: run COMMAND "
+        "with the server up (`make drill`), stopping it after unless a `make run` owns it",
     )
-    action = parser.parse_args(argv).action
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="exec: the command")
+    args = parser.parse_args(argv)
+    action = args.action
     base = data_dir()
     pgdata = pgdata_dir(base)
     try:
+        if action == "exec":
+            return _exec(pgdata, args.command)
         if action == "reset":
             print(reset(base))
         elif action == "stop":

@@ -164,3 +164,30 @@ def test_a_data_dir_too_deep_for_a_unix_socket_is_refused_with_a_way_out(tmp_pat
     deep = tmp_path / ("d" * 120) / "pgdata"
     with pytest.raises(EmbeddedPostgresError, match="ONEFOLD_DATA_DIR to a shorter"):
         embedded_postgres.server_start(deep)
+
+
+def test_exec_runs_a_command_with_the_server_up_and_stops_it_after(pgdata, monkeypatch):
+    """`make drill` without DATABASE_URL: the command reaches the server, which is gone after."""
+    monkeypatch.setenv("ONEFOLD_DATA_DIR", str(pgdata.parent))
+    query = (
+        "import psycopg, sys; psycopg.connect(host=sys.argv[1], user='postgres', dbname='onefold')"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "config.embedded_postgres",
+            "exec",
+            sys.executable,
+            "-c",
+            query,
+            str(pgdata),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert embedded_postgres.server_pid(pgdata) is None
+    assert not left_behind(data_dir=pgdata.parent)
