@@ -43,6 +43,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=$(TEST_DATABASE_URL) $(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) manage.py ensure_database
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) manage.py makemigrations --check --dry-run
 
 format: install

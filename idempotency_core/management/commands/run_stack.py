@@ -37,7 +37,7 @@ import httpx
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connections
 from django_q.models import Task
 from django_q.tasks import async_task
 
@@ -196,11 +196,6 @@ class Command(BaseCommand):
         )
 
     def _migrate(self) -> None:
-        if connection.vendor != "postgresql":
-            raise CommandError(
-                f"DATABASE_URL names a {connection.vendor} database: Onefold runs on "
-                "PostgreSQL only. Unset it for the embedded server, or give a postgres:// URL."
-            )
         try:
             call_command("migrate", interactive=False, verbosity=0)
         except DatabaseError as exc:
@@ -235,7 +230,7 @@ class Command(BaseCommand):
                 # events do, and `make reset` removes both.
                 commands["sandbox"] += [
                     "--db",
-                    str(embedded_postgres.data_dir() / "sandbox.sqlite3"),
+                    str(embedded_postgres.data_dir() / "sandbox.db"),
                 ]
             env |= {
                 "DESTINATION_URL": f"http://127.0.0.1:{http}",
