@@ -38,6 +38,7 @@ CASE_KINDS: dict[str, str] = {
     "duplicate_held": "Possible duplicate, held before the CRM",
     "duplicate_rule": "The CRM matched an existing record",
     "late_replay": "Sent again after a long time",
+    "confirmation_held": "Confirmation email held, not sent",
     "recon_missing": "Check: record missing in the CRM",
     "recon_duplicate": "Check: two CRM records for one enquiry",
     "recon_orphan": "Check: CRM record with no submission",
