@@ -393,6 +393,11 @@ ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY = env_int(
 ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY = env_int(
     "ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY", 500, minimum=1
 )
+# The html profile's CAPTCHA check (intake/senders/captcha.py): every provider's
+# siteverify call is sent here instead when set (a stand-in for tests and drills;
+# empty: the provider's own documented URL), and waits this long for an answer.
+ONEFOLD_CAPTCHA_VERIFY_URL = env_str("ONEFOLD_CAPTCHA_VERIFY_URL", "")
+ONEFOLD_CAPTCHA_TIMEOUT_SECONDS = env_float("ONEFOLD_CAPTCHA_TIMEOUT_SECONDS", 5, minimum=0.1)
 # Default requests per minute per source (each source may override).
 ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 # Retention (README "Retention"). Payloads (contact details, message) are nulled

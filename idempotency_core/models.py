@@ -52,12 +52,27 @@ class Source(models.Model):
     # A near-identical submission under another key: "flag" (both processed, a
     # case offers a merge) or "hold" (waits for a person before its CRM write).
     duplicates = models.CharField(max_length=10, default="flag")
+    # The html profile's CAPTCHA (intake/senders/captcha.py): "" (none), "turnstile",
+    # "hcaptcha" or "recaptcha". A delivery without a token the provider's siteverify
+    # accepts is refused. The secret is kept in clear (siteverify needs it), as a
+    # signing secret is: shown only by its first characters, never logged.
+    captcha_provider = models.CharField(max_length=20, blank=True, default="")
+    captcha_secret = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
             models.CheckConstraint(
                 condition=Q(duplicates__in=["flag", "hold"]), name="source_duplicates_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(captcha_provider__in=["", "turnstile", "hcaptcha", "recaptcha"]),
+                name="source_captcha_provider_valid",
+            ),
+            # A provider without its secret could verify nothing.
+            models.CheckConstraint(
+                condition=Q(captcha_provider="") | ~Q(captcha_secret=""),
+                name="source_captcha_has_secret",
             ),
         ]
 
@@ -209,6 +224,7 @@ class DeliveryOutcome(models.TextChoices):
     UNAUTHORIZED = "unauthorized", "Refused: bad or stale signature, or wrong token"
     DISABLED = "disabled", "Refused: source disabled (sender told to retry)"
     HONEYPOT = "honeypot", "Ignored: a bot filled the hidden field"
+    CAPTCHA_FAILED = "captcha_failed", "Refused: CAPTCHA token missing or rejected"
 
 
 class Delivery(models.Model):

@@ -136,6 +136,7 @@ ACTIONS: dict[str, str] = {
     "source_disabled": "Source disabled",
     "source_secret_added": "Signing secret added",
     "source_secret_removed": "Signing secret removed",
+    "source_captcha_set": "CAPTCHA setting changed",
     "api_key_rotated": "API key replaced",
     "api_key_revoked": "API key revoked",
 }
@@ -151,6 +152,7 @@ DELIVERY_OUTCOMES: dict[str, str] = {
     "unauthorized": "Refused: signature or token wrong",
     "disabled": "Refused for now: source switched off",
     "honeypot": "Ignored: filled in by a bot",
+    "captcha_failed": "Refused: CAPTCHA missing or failed",
 }
 
 # The evidence a case carries, by key: the labelled table of the case page.
