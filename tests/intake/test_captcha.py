@@ -12,8 +12,11 @@ from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
+from django.db import IntegrityError, transaction
 from django.test import Client
+from django.urls import reverse
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.senders.captcha import PROVIDERS
@@ -22,7 +25,7 @@ from idempotency_core.intake.sources import (
     source_get_or_create,
     source_hook_configure,
 )
-from idempotency_core.models import Delivery, Event, ReviewCase, Source
+from idempotency_core.models import AuditEntry, Delivery, Event, ReviewCase, Source
 from tests.support.siteverify import SECRET, SiteverifyStandIn
 
 pytestmark = pytest.mark.django_db
@@ -263,8 +266,6 @@ def test_create_source_refuses_a_captcha_it_could_not_check(arguments):
 
 def test_the_database_refuses_a_provider_without_its_secret():
     source, _ = source_get_or_create(name="no-secret")
-    from django.db import IntegrityError, transaction
-
     with pytest.raises(IntegrityError), transaction.atomic():
         Source.objects.filter(pk=source.pk).update(captcha_provider="turnstile")
 
@@ -275,3 +276,58 @@ def test_a_captcha_is_refused_for_other_profiles():
         source_hook_configure(
             source=source, profile="typeform", captcha="turnstile", captcha_secret=SECRET
         )
+
+
+# -- the console's source page --------------------------------------------------------
+
+
+def test_the_source_page_sets_the_captcha_behind_a_confirmation_and_audits_it():
+    admin = User.objects.create_superuser("sue", password="x")
+    client = Client()
+    client.force_login(admin)
+    source, _ = source_get_or_create(name="plain-form")
+    source_hook_configure(source=source, profile="html")
+    detail = reverse("console:source-detail", args=[source.pk])
+    action = reverse("console:source-captcha", args=[source.pk])
+    assert "Change the CAPTCHA…" in client.get(detail).content.decode()
+    assert client.get(action).status_code == 405  # actions are POST only
+
+    asked = client.post(action)  # the confirmation page, nothing changed yet
+    assert asked.status_code == 200 and "Secret key" in asked.content.decode()
+    refused = client.post(action, {"confirm": "yes", "provider": "turnstile", "reason": "spam"})
+    assert "secret key is needed" in refused.content.decode()
+    done = client.post(
+        action,
+        {"confirm": "yes", "provider": "turnstile", "secret": SECRET, "reason": "spam wave"},
+    )
+
+    assert (done.status_code, done["Location"]) == (302, detail)
+    source.refresh_from_db()
+    assert (source.captcha_provider, source.captcha_secret) == ("turnstile", SECRET)
+    entry = AuditEntry.objects.get(action="source_captcha_set")
+    assert entry.reason == "spam wave"
+    assert entry.details["provider"] == "turnstile"
+    assert entry.details["secret_prefix"] == SECRET[:6]
+    assert SECRET not in str(entry.details)
+    page = client.get(detail).content.decode()
+    assert "Cloudflare Turnstile" in page and f"{SECRET[:6]}…" in page
+    assert SECRET not in page
+
+    # Switched off again; the secret goes with it.
+    client.post(action, {"confirm": "yes", "provider": "", "reason": "widget removed"})
+    source.refresh_from_db()
+    assert (source.captcha_provider, source.captcha_secret) == ("", "")
+
+
+def test_only_those_who_may_change_a_source_see_or_use_the_captcha_action():
+    reviewer = User.objects.create_user("rita", is_staff=True)
+    reviewer.groups.add(Group.objects.get(name="Reviewers"))
+    source, _ = captcha_source()
+    client = Client()
+    client.force_login(reviewer)
+    page = client.get(reverse("console:source-detail", args=[source.pk])).content.decode()
+    assert "Cloudflare Turnstile" in page and "Change the CAPTCHA…" not in page
+    action = reverse("console:source-captcha", args=[source.pk])
+    refused = client.post(action, {"confirm": "yes", "provider": "", "reason": "x"})
+    assert refused.status_code == 403
+    assert Source.objects.get(pk=source.pk).captcha_provider == "turnstile"
