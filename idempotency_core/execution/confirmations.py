@@ -108,7 +108,7 @@ def confirmation_allow(
 
     Call before the send, outside any transaction: the allowance commits before the
     mail service is called. Two statements in one transaction: the recipient's
-    advisory lock, then the decision (`_DECIDE`), so that workers deciding for one
+    advisory lock, then the decision (`_decide_sql`), so that workers deciding for one
     address at the same moment decide one after the other, each counting what the
     one before it committed: six concurrent confirmations to one address send
     exactly three. (The lock must come in a statement of its own: a statement reads
