@@ -378,6 +378,20 @@ ONEFOLD_STUCK_AFTER_SECONDS = env_int("ONEFOLD_STUCK_AFTER_SECONDS", 3600, minim
 # follows: `flag` writes both and opens a case that offers a merge; `hold` keeps
 # the later one unwritten until a reviewer decides (intake/duplicate_hold.py).
 ONEFOLD_DUPLICATE_WINDOW_SECONDS = env_int("ONEFOLD_DUPLICATE_WINDOW_SECONDS", 600, minimum=0)
+# Confirmations allowed in any 24 hours to one address (normalised: case aside) and
+# from one source (execution/confirmations.py). Beyond either, a confirmation is held
+# for a person, not sent: a form that writes back to any address is a spam relay.
+ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY = env_int(
+    "ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY", 3, minimum=1
+)
+ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY = env_int(
+    "ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY", 500, minimum=1
+)
+# The html profile's CAPTCHA check (intake/senders/captcha.py): every provider's
+# siteverify call is sent here instead when set (a stand-in for tests and drills;
+# empty: the provider's own documented URL), and waits this long for an answer.
+ONEFOLD_CAPTCHA_VERIFY_URL = env_str("ONEFOLD_CAPTCHA_VERIFY_URL", "")
+ONEFOLD_CAPTCHA_TIMEOUT_SECONDS = env_float("ONEFOLD_CAPTCHA_TIMEOUT_SECONDS", 5, minimum=0.1)
 # Default requests per minute per source (each source may override).
 ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 # Retention (README "Retention"). Payloads (contact details, message) are nulled

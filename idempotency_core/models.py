@@ -52,12 +52,27 @@ class Source(models.Model):
     # A near-identical submission under another key: "flag" (both processed, a
     # case offers a merge) or "hold" (waits for a person before its CRM write).
     duplicates = models.CharField(max_length=10, default="flag")
+    # The html profile's CAPTCHA (intake/senders/captcha.py): "" (none), "turnstile",
+    # "hcaptcha" or "recaptcha". A delivery without a token the provider's siteverify
+    # accepts is refused. The secret is kept in clear (siteverify needs it), as a
+    # signing secret is: shown only by its first characters, never logged.
+    captcha_provider = models.CharField(max_length=20, blank=True, default="")
+    captcha_secret = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
             models.CheckConstraint(
                 condition=Q(duplicates__in=["flag", "hold"]), name="source_duplicates_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(captcha_provider__in=["", "turnstile", "hcaptcha", "recaptcha"]),
+                name="source_captcha_provider_valid",
+            ),
+            # A provider without its secret could verify nothing.
+            models.CheckConstraint(
+                condition=Q(captcha_provider="") | ~Q(captcha_secret=""),
+                name="source_captcha_has_secret",
             ),
         ]
 
@@ -209,6 +224,7 @@ class DeliveryOutcome(models.TextChoices):
     UNAUTHORIZED = "unauthorized", "Refused: bad or stale signature, or wrong token"
     DISABLED = "disabled", "Refused: source disabled (sender told to retry)"
     HONEYPOT = "honeypot", "Ignored: a bot filled the hidden field"
+    CAPTCHA_FAILED = "captcha_failed", "Refused: CAPTCHA token missing or rejected"
 
 
 class Delivery(models.Model):
@@ -506,6 +522,9 @@ class CaseKind(models.TextChoices):
     # The CRM's own duplicate rule refused the create and named the records it matched.
     DUPLICATE_RULE = "duplicate_rule", "The CRM matched an existing record"
     LATE_REPLAY = "late_replay", "Late replay"
+    # A confirmation Onefold did not send: over a sending limit, or its submission's
+    # CAPTCHA could not be checked (execution/confirmations.py). A person decides.
+    CONFIRMATION_HELD = "confirmation_held", "Confirmation held, not sent"
     RECON_MISSING = "recon_missing", "Reconciliation: missing in destination"
     RECON_DUPLICATE = "recon_duplicate", "Reconciliation: duplicate external reference"
     RECON_ORPHAN = "recon_orphan", "Reconciliation: orphan destination record"
@@ -629,6 +648,34 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action}"
+
+
+class ConfirmationAllowance(models.Model):
+    """A confirmation allowed to go out: what the per-recipient and per-source limits
+    count (execution/confirmations.py). Written before the send, under the
+    recipient's advisory lock, so that concurrent workers take an address's last
+    places one at a time; one per operation, so a retry is counted once."""
+
+    operation = models.OneToOneField(Operation, on_delete=models.PROTECT, related_name="+")
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="+", db_index=False)
+    # contact_digest of the address: the limit is per person, without keeping the address.
+    recipient_digest = models.CharField(max_length=64)
+    granted_at = models.DateTimeField()
+    # A reviewer's replay or send-again: counted, but never refused by the limit.
+    by_person = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [
+            # Sends to one address in the last 24 hours.
+            models.Index(
+                fields=["recipient_digest", "granted_at"], name="confirmation_recipient_idx"
+            ),
+            # Sends of one source in the last 24 hours.
+            models.Index(fields=["source", "granted_at"], name="confirmation_source_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"confirmation of operation {self.operation_id} at {self.granted_at:%Y-%m-%d %H:%M}"
 
 
 # --- Reconciliation (issue 5) ------------------------------------------------

@@ -88,6 +88,10 @@ DRILL_TIMINGS = {
     "ONEFOLD_RETRY_MAX_SECONDS": 0.1,
     "ONEFOLD_MAX_ATTEMPTS": 5,
     "ONEFOLD_HTTP_TIMEOUT_SECONDS": 5.0,
+    # The drill proves exactly-once, not the spam limits: each run writes to its one
+    # address far more than three times (execution/confirmations.py).
+    "ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY": 1_000_000,
+    "ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY": 1_000_000,
 }
 # The recognition window the "old replay" case outlives.
 SHORT_WINDOW_SECONDS = 0.3

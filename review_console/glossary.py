@@ -38,6 +38,7 @@ CASE_KINDS: dict[str, str] = {
     "duplicate_held": "Possible duplicate, held before the CRM",
     "duplicate_rule": "The CRM matched an existing record",
     "late_replay": "Sent again after a long time",
+    "confirmation_held": "Confirmation email held, not sent",
     "recon_missing": "Check: record missing in the CRM",
     "recon_duplicate": "Check: two CRM records for one enquiry",
     "recon_orphan": "Check: CRM record with no submission",
@@ -135,6 +136,7 @@ ACTIONS: dict[str, str] = {
     "source_disabled": "Source disabled",
     "source_secret_added": "Signing secret added",
     "source_secret_removed": "Signing secret removed",
+    "source_captcha_set": "CAPTCHA setting changed",
     "api_key_rotated": "API key replaced",
     "api_key_revoked": "API key revoked",
 }
@@ -150,6 +152,7 @@ DELIVERY_OUTCOMES: dict[str, str] = {
     "unauthorized": "Refused: signature or token wrong",
     "disabled": "Refused for now: source switched off",
     "honeypot": "Ignored: filled in by a bot",
+    "captcha_failed": "Refused: CAPTCHA missing or failed",
 }
 
 # The evidence a case carries, by key: the labelled table of the case page.

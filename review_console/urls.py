@@ -77,6 +77,11 @@ urlpatterns = [
         views_sources.source_secret_remove_view,
         name="source-secret-remove",
     ),
+    path(
+        "sources/<int:source_id>/captcha/",
+        views_sources.source_captcha_view,
+        name="source-captcha",
+    ),
     path("api/", include(api.router.urls)),
     path(
         "reconciliation/",

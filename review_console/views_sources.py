@@ -24,9 +24,13 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 
+from idempotency_core.intake.senders.captcha import PROVIDERS as CAPTCHA_PROVIDERS
 from idempotency_core.intake.senders.profiles import API, PRESETS, Profile, profile_resolve
 from idempotency_core.intake.sources import (
+    CAPTCHA_PROFILE,
+    CAPTCHA_SECRET_SHOWN,
     InvalidProfileError,
+    source_captcha_set,
     source_enable,
     source_secret_issue,
     source_secret_revoke,
@@ -213,6 +217,8 @@ def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
             "deliveries": recent_deliveries(source),
             "recent": RECENT_DELIVERIES,
             "can_change": request.user.has_perm(CHANGE_SOURCE),
+            "captcha_possible": source.profile == CAPTCHA_PROFILE,
+            "captcha": captcha_of(source),
         },
     )
 
@@ -361,4 +367,81 @@ def source_secret_remove_view(request: HttpRequest, source_id: int) -> HttpRespo
         action=reverse("console:source-secret-remove", args=[source.pk]),
         submit="Remove the secret",
         explanation=explanation,
+    )
+
+
+# -- The html profile's CAPTCHA (intake/senders/captcha.py) ----------------------------
+
+
+class CaptchaForm(ReasonForm):
+    field_order = ("provider", "secret", "reason")
+    provider = forms.ChoiceField(
+        required=False,
+        label="CAPTCHA",
+        choices=[("", "None")]
+        + [(name, provider.label) for name, provider in CAPTCHA_PROVIDERS.items()],
+    )
+    secret = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        label="Secret key",
+        help_text="The secret key from the provider's dashboard (not the site key). Leave "
+        "empty to keep the stored one while the provider stays the same.",
+    )
+
+
+def captcha_of(source: Source) -> dict[str, str] | None:
+    """What the page shows of the source's CAPTCHA: never its secret, only a prefix."""
+    provider = CAPTCHA_PROVIDERS.get(source.captcha_provider)
+    if provider is None:
+        return None
+    return {
+        "label": provider.label,
+        "field": provider.field,
+        "prefix": source.captcha_secret[:CAPTCHA_SECRET_SHOWN],
+    }
+
+
+@require_POST
+@console_permission(CHANGE_SOURCE)
+def source_captcha_view(request: HttpRequest, source_id: int) -> HttpResponse:
+    source = get_object_or_404(Source, pk=source_id)
+    form = CaptchaForm(
+        request.POST if _confirmed(request) else None,
+        initial={"provider": source.captcha_provider},
+    )
+    done = _confirm_action(
+        request,
+        form,
+        act=_refusing(
+            lambda data: source_captcha_set(
+                source=source,
+                actor=acting_user(request),
+                provider=data["provider"],
+                secret=data["secret"],
+                reason=data["reason"],
+            )
+        ),
+        success=lambda data: (
+            f"{source.name} now requires {CAPTCHA_PROVIDERS[data['provider']].label}."
+            if data["provider"]
+            else f"{source.name} no longer requires a CAPTCHA."
+        ),
+        done_url=_source_url(source),
+    )
+    if done is not None:
+        return done
+    return _source_confirm_page(
+        request,
+        source,
+        form,
+        title=f"The CAPTCHA of {source.name}",
+        action=reverse("console:source-captcha", args=[source.pk]),
+        submit="Save",
+        explanation="With a CAPTCHA, a submission without a token the provider accepts is "
+        "refused before anything is kept (the visitor sees why and can try again); when the "
+        "provider cannot answer, the submission is kept and its confirmation email waits for "
+        "a person. Put the provider's widget inside the form on the website first, or every "
+        "visitor is refused.",
     )

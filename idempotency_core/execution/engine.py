@@ -136,6 +136,8 @@ class AttemptResult:
     # A duplicate rule's refusal: the records matched, and whether a create may insist.
     matches: tuple[str, ...] = ()
     create_anyway: bool = False
+    # Onefold held the step before calling anyone (a confirmation over its limits).
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -321,6 +323,7 @@ def operation_perform(claim: Claim) -> AttemptResult:
             retry_after=exc.retry_after,
             matches=tuple(getattr(exc, "matches", ())),
             create_anyway=getattr(exc, "create_anyway", False),
+            held=getattr(exc, "held", False),
         )
     except Exception as exc:
         # A bug of ours after the call may have started: treat as may-have-happened.
@@ -396,6 +399,7 @@ def operation_record_outcome(
             absence_unproven=result.absence_unproven,
             matches=result.matches,
             create_anyway=result.create_anyway,
+            held=result.held,
         ),
         capabilities=partial(capabilities_of, operation.destination),
         now=now,

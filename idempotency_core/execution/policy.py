@@ -88,6 +88,8 @@ class AttemptReport:
     matches: tuple[str, ...] = ()
     # The destination would accept the create if told to allow a duplicate.
     create_anyway: bool = False
+    # Onefold itself held the step before any call (confirmations.py): not sent.
+    held: bool = False
 
 
 def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at: datetime) -> str:
@@ -170,6 +172,8 @@ def decide(
 
 
 def _refused(state: OperationState, report: AttemptReport) -> Decision:
+    if report.held:
+        return _held(state, report)
     if report.matches:
         return _duplicate_rule(state, report)
     return Decision(
@@ -180,6 +184,20 @@ def _refused(state: OperationState, report: AttemptReport) -> Decision:
             f"{state.step} was refused: {report.message}. It is not retried automatically "
             "because the same request would be refused again. A reviewer should correct the "
             "cause (data, credentials, configuration) and replay, or close the case."
+        ),
+    )
+
+
+def _held(state: OperationState, report: AttemptReport) -> Decision:
+    """Onefold's own rule held the step before it called anyone: a person decides."""
+    return Decision(
+        status=Operation.Status.NEEDS_REVIEW,
+        recovery=state.current_recovery,
+        case_kind=ReviewCase.Kind.CONFIRMATION_HELD,
+        summary=(
+            f"{state.step} was held by Onefold, {report.message}. Nothing reached the mail "
+            "service. A reviewer decides: a replay sends it (a person's decision is counted "
+            "but not limited); closing the case means it is never sent."
         ),
     )
 

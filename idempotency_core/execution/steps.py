@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from idempotency_core.audit.cases import review_case_settle
+from idempotency_core.execution.confirmations import confirmation_allow, confirmation_greeting
 from idempotency_core.execution.destinations import adapter_for
 from idempotency_core.models import Event, Operation, ReviewCase, Source
 from integrations.base import (
@@ -172,15 +173,17 @@ def _find_task(ctx: StepContext) -> str | None:
 
 def _send_confirmation(ctx: StepContext) -> Effect:
     contact = ctx.contact
-    name = contact.get("name") or "there"
+    to = contact.get("email", "")
     body = (
-        f"Hello {name},\n\n"
+        f"{confirmation_greeting(contact.get('name'))}\n\n"
         "Thank you for your enquiry. We have received it and someone will be in touch.\n\n"
         f"Your reference: {ctx.ref_of('create_enquiry')}\n"
     )
+    # Counted, or held for a person, before anything reaches the mail service.
+    confirmation_allow(operation=ctx.operation, recipient=to)
     return ctx.mail.send(
         operation_key=ctx.operation.key,
-        to=contact.get("email", ""),
+        to=to,
         subject="We received your enquiry",
         body=body,
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from idempotency_core.intake.ingest import (
     delivery_refused,
     event_ingest,
 )
+from idempotency_core.intake.senders.captcha import CaptchaVerdict, captcha_check
 from idempotency_core.intake.senders.mapping import Mapped, document_map, evaluate, text
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
 from idempotency_core.intake.senders.profiles import Profile, profile_resolve
@@ -39,10 +40,11 @@ from idempotency_core.intake.senders.verifying import (
     signature_verify,
     token_verify,
 )
-from idempotency_core.keys import canonical_json
-from idempotency_core.models import Delivery, Source
+from idempotency_core.keys import canonical_json, payload_fingerprint
+from idempotency_core.models import Delivery, Event, Source
 
 DISABLED_RETRY_AFTER_SECONDS = 300
+CAPTCHA_FAILED_PAGE = "intake/captcha_failed.html"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class HookRequest:
     url: str
     path_token: str = ""
     wants_html: bool = False
+    # The client's address as this server sees it (a proxy's, behind one).
+    client_address: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class HookAnswer:
     headers: dict[str, str] = field(default_factory=dict)
     # The html profile's browser answer: 303 to this URL.
     redirect_to: str = ""
+    # Or a page (a template, `body` its context): the CAPTCHA failed.
+    page: str = ""
 
 
 def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
@@ -102,7 +108,53 @@ def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
         # A bot filled the field no person sees: answered like a success, not kept.
         delivery_refused(source=source, outcome=Delivery.Outcome.HONEYPOT, status_code=200)
         return _accepted(source, profile, request, event_id="")
+    if _captcha_required(source, profile, document, request):
+        captcha = captcha_check(
+            provider_name=source.captcha_provider,
+            secret=source.captcha_secret,
+            document=document,
+            client_address=request.client_address,
+        )
+        if captcha.refused:
+            return _captcha_refused(source, profile, request, captcha)
+        verification = replace(verification, detail=f"{verification.detail}; {captcha.detail}")
     return _ingest(source, profile, request, document, verification)
+
+
+def _captcha_required(
+    source: Source, profile: Profile, document: Mapping[str, Any], request: HookRequest
+) -> bool:
+    """A source with a CAPTCHA needs a good token for a new event. An exact repeat of a
+    stored one (the browser's re-post, whose single-use token the provider now refuses)
+    creates nothing, so it is answered as the repeat it is."""
+    if not source.captcha_provider:
+        return False
+    key, payload, errors = submission_from(source, profile, document, request.headers)
+    if errors:
+        return True
+    fingerprint = payload_fingerprint(payload)
+    return not Event.objects.filter(source=source, key=key, fingerprint=fingerprint).exists()
+
+
+def _captcha_refused(
+    source: Source, profile: Profile, request: HookRequest, captcha: CaptchaVerdict
+) -> HookAnswer:
+    """Nothing kept but a content-free row; the sender is told why. 400, not 401: the
+    hook's credential was good (401 stays the one answer for a wrong or unknown one)
+    and the sender must change the request (a fresh token) before sending it again."""
+    delivery_refused(
+        source=source,
+        outcome=Delivery.Outcome.CAPTCHA_FAILED,
+        status_code=400,
+        detail=captcha.detail,
+    )
+    body = {
+        "code": "captcha_failed",
+        "detail": f"The CAPTCHA check failed: {captcha.detail}. Nothing was kept; "
+        "solve the CAPTCHA again and resend.",
+    }
+    browser = profile.answer == "html" and request.wants_html
+    return HookAnswer(400, body, page=CAPTCHA_FAILED_PAGE if browser else "")
 
 
 def submission_from(

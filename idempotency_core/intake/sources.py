@@ -14,6 +14,7 @@ from django.utils import timezone
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.steps import pipeline_validate
 from idempotency_core.intake.config_cache import config_cached
+from idempotency_core.intake.senders.captcha import PROVIDERS as CAPTCHA_PROVIDERS
 from idempotency_core.intake.senders.profiles import API, PRESETS, profile_resolve
 from idempotency_core.intake.senders.verifying import token_digest
 from idempotency_core.keys import api_key_digest, new_api_key, new_source_salt
@@ -77,16 +78,23 @@ def source_hook_configure(
     form: str = "",
     thank_you_url: str = "",
     duplicates: str = "flag",
+    captcha: str = "",
+    captcha_secret: str = "",
 ) -> HookSetup:
     """Gives a source a sender's profile. A signing profile gets the given secrets (or a
     new random one); a token profile gets a new path token. Returns them in clear:
-    the only time they are seen."""
+    the only time they are seen. An `html` source may require a CAPTCHA (`captcha`:
+    turnstile, hcaptcha or recaptcha, with the site's `captcha_secret`)."""
     if profile != API and profile not in PRESETS:
         raise InvalidProfileError(
             f"Unknown profile {profile!r}; choose from {', '.join((API, *PRESETS))}."
         )
     if duplicates not in ("flag", "hold"):
         raise InvalidProfileError("--duplicates is flag or hold.")
+    if captcha or captcha_secret:
+        source.captcha_provider, source.captcha_secret = _captcha_checked(
+            profile, captcha, captcha_secret
+        )
     source.profile = profile
     source.default_form = form or source.default_form
     source.thank_you_url = thank_you_url or source.thank_you_url
@@ -399,3 +407,71 @@ def api_key_revoke(*, prefix: str) -> KeyRevocation:
     return KeyRevocation(
         prefix=key.prefix, source_name=key.source.name, revoked_at=now, was_working=True
     )
+
+
+# -- The html profile's CAPTCHA (intake/senders/captcha.py) ----------------------------
+# Appended as a section of its own, clear of concurrent edits above.
+
+CAPTCHA_PROFILE = "html"
+
+
+def _captcha_checked(profile: str, provider: str, secret: str) -> tuple[str, str]:
+    """(provider, secret) as a source stores them, or InvalidProfileError. "" and ""
+    remove the CAPTCHA."""
+    provider, secret = provider.strip(), secret.strip()
+    if not provider:
+        if secret:
+            raise InvalidProfileError("A CAPTCHA secret needs its provider (--captcha).")
+        return "", ""
+    if provider not in CAPTCHA_PROVIDERS:
+        raise InvalidProfileError(
+            f"Unknown CAPTCHA {provider!r}; choose from {', '.join(CAPTCHA_PROVIDERS)}."
+        )
+    if profile != CAPTCHA_PROFILE:
+        raise InvalidProfileError(
+            "Only the html profile (a form in a visitor's browser) takes a CAPTCHA; a form "
+            "provider checks its own before it sends."
+        )
+    if len(secret) < 8:
+        raise InvalidProfileError(
+            f"The {CAPTCHA_PROVIDERS[provider].label} secret key is needed (at least 8 "
+            "characters): siteverify checks each token with it."
+        )
+    return provider, secret
+
+
+def source_captcha_set(
+    *, source: Source, actor: User, provider: str, secret: str, reason: str
+) -> Source:
+    """Requires (or, with provider "", no longer requires) a CAPTCHA on the source's form.
+    A blank `secret` keeps the stored one when the provider stays the same. Audited as
+    `source_captcha_set`, naming the providers and the secret's first characters only."""
+    with transaction.atomic():
+        locked = _source_locked(source, reason)
+        if not secret.strip() and provider.strip() == locked.captcha_provider:
+            secret = locked.captcha_secret
+        chosen, kept = _captcha_checked(locked.profile, provider, secret)
+        if (chosen, kept) == (locked.captcha_provider, locked.captcha_secret):
+            raise InvalidProfileError("Nothing to change: that is the source's CAPTCHA already.")
+        before = locked.captcha_provider
+        locked.captcha_provider, locked.captcha_secret = chosen, kept
+        locked.save(update_fields=["captcha_provider", "captcha_secret"])
+        audit_record(
+            action="source_captcha_set",
+            actor=actor,
+            reason=reason,
+            details={
+                "source": locked.name,
+                "source_id": locked.pk,
+                "provider": chosen,
+                "previous_provider": before,
+                "secret_prefix": kept[:CAPTCHA_SECRET_SHOWN],
+            },
+        )
+    source.captcha_provider, source.captcha_secret = chosen, kept
+    return locked
+
+
+# The first characters of a CAPTCHA secret shown on the console and in the audit, to
+# recognise it, as a signing secret's prefix.
+CAPTCHA_SECRET_SHOWN = 6

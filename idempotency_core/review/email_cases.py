@@ -49,8 +49,12 @@ def is_email_case(case: ReviewCase) -> bool:
 
 def email_may_have_gone(case: ReviewCase) -> bool:
     """An email case where only the customer can say whether it arrived. A refused
-    send (permanent failure) certainly did not go: a plain replay is the answer."""
-    return is_email_case(case) and case.kind != ReviewCase.Kind.PERMANENT
+    send (permanent failure) and a held one (Onefold never called the mail service)
+    certainly did not go: a plain replay is the answer."""
+    return is_email_case(case) and case.kind not in (
+        ReviewCase.Kind.PERMANENT,
+        ReviewCase.Kind.CONFIRMATION_HELD,
+    )
 
 
 def _locked_email_case(case_id: int, reason: str) -> tuple[ReviewCase, Operation, str]:

@@ -8,6 +8,8 @@ the hook decides is in `intake.hooks.hook_receive`.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.contrib.staticfiles import finders
 from django.http import (
     Http404,
@@ -16,7 +18,7 @@ from django.http import (
     HttpResponseRedirect,
     JsonResponse,
 )
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -56,14 +58,29 @@ def hook(request: HttpRequest, source_name: str, token: str = "") -> HttpRespons
             url=request.build_absolute_uri(),
             path_token=token,
             wants_html="text/html" in request.headers.get("Accept", ""),
+            client_address=request.META.get("REMOTE_ADDR", ""),
         ),
     )
     if answer.redirect_to:
         return HttpResponseRedirect(answer.redirect_to, status=303)
+    if answer.page:
+        context = {**answer.body, "back": _form_page(request)}
+        return render(request, answer.page, context, status=answer.status)
     response = JsonResponse(answer.body, status=answer.status)
     for name, value in answer.headers.items():
         response[name] = value
     return response
+
+
+def _form_page(request: HttpRequest) -> str:
+    """Where the browser came from (the form), for a link back; "" when it is not an
+    http(s) URL (a browser may send only the site's origin, or nothing)."""
+    referer = request.headers.get("Referer", "")
+    try:
+        parts = urlsplit(referer)
+    except ValueError:
+        return ""
+    return referer if parts.scheme in ("http", "https") and parts.netloc else ""
 
 
 @require_GET

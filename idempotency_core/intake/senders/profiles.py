@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from idempotency_core.intake.senders.captcha import TOKEN_FIELDS
 from idempotency_core.intake.senders.mapping import Expression, FieldMap
 from idempotency_core.intake.senders.verifying import SignatureRecipe
 
@@ -76,6 +77,8 @@ _PLAIN_FORM_MAP = FieldMap(
         "submission_id",
         "website",
         "csrfmiddlewaretoken",
+        # A CAPTCHA widget's token (captcha.py): proof for the hook, not a field.
+        *TOKEN_FIELDS,
     ),
 )
 

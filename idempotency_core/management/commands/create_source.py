@@ -9,6 +9,9 @@ signing secret (or the token inside the path) is printed once, before it.
 
 `--duplicates hold` makes a suspected duplicate wait, unwritten, for a reviewer
 (intake/duplicate_hold.py); the default `flag` writes both and opens a case.
+
+`--captcha turnstile|hcaptcha|recaptcha --captcha-secret S` (html profile only) makes
+the hook refuse a submission without a token the provider's siteverify accepts.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from idempotency_core.execution.steps import InvalidPipelineError, pipeline_validate
+from idempotency_core.intake.senders.captcha import PROVIDERS as CAPTCHA_PROVIDERS
 from idempotency_core.intake.senders.profiles import API, PROFILE_NAMES
 from idempotency_core.intake.sources import (
     HookSetup,
@@ -59,6 +63,18 @@ class Command(BaseCommand):
         parser.add_argument("--form", default="", help="Form name when a delivery names none.")
         parser.add_argument("--thank-you", default="", help="Where html forms land (303).")
         parser.add_argument(
+            "--captcha",
+            default="",
+            choices=("", *CAPTCHA_PROVIDERS),
+            help="html profile only: require this CAPTCHA's token in every submission, "
+            "checked by the provider's siteverify before anything is stored.",
+        )
+        parser.add_argument(
+            "--captcha-secret",
+            default="",
+            help="The CAPTCHA's secret key (from the provider's dashboard), for siteverify.",
+        )
+        parser.add_argument(
             "--duplicates",
             default="flag",
             choices=("flag", "hold"),
@@ -68,6 +84,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, name: str, pipeline: str | None, **options: Any) -> None:
+        if (options["captcha"] or options["captcha_secret"]) and options["profile"] != "html":
+            raise CommandError("--captcha is for the html profile (a form in a browser).")
         steps = [s.strip() for s in (pipeline or "").split(",") if s.strip()]
         if pipeline:
             try:
@@ -99,6 +117,12 @@ class Command(BaseCommand):
             self.stdout.write(key)
             return
         self.stdout.write(f"Created source {source.name!r} with profile {options['profile']}.")
+        if source.captcha_provider:
+            provider = CAPTCHA_PROVIDERS[source.captcha_provider]
+            self.stdout.write(
+                f"CAPTCHA required: {provider.label}, its token in the form field "
+                f"{provider.field}, checked by siteverify before anything is stored."
+            )
         for number, secret in enumerate(setup.secrets, 1):
             self.stdout.write(f"Signing secret {number} (shown once): {secret}")
         if setup.token:
@@ -116,4 +140,6 @@ def _configure(source: Source, options: dict[str, Any]) -> HookSetup:
         form=options["form"],
         thank_you_url=options["thank_you"],
         duplicates=options["duplicates"],
+        captcha=options["captcha"],
+        captcha_secret=options["captcha_secret"],
     )

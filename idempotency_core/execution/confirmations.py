@@ -1,0 +1,202 @@
+"""Confirmations: the greeting they may carry, and the limits on sending them.
+
+A contact form that writes back is a known spam relay: whoever posts the form makes
+Onefold email any address, with their own text in the greeting ("Hello Claim your
+prize at https://…"). So:
+
+- a confirmation greets by the submitted name only when the name is short plain text
+  (`greeting_name`); otherwise it says "Hello," and nothing of the submission;
+- each confirmation allowed to go out is recorded (`ConfirmationAllowance`) and
+  counted per recipient address and per source over the last 24 hours; over either
+  limit (ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY, ..._PER_SOURCE_PER_DAY) it is
+  held, not sent;
+- a submission whose CAPTCHA could not be checked when it arrived (the provider's
+  siteverify did not answer: intake/senders/captcha.py) is processed, but its
+  confirmation is held too.
+
+Held means the engine's usual review: the step ends in `needs_review` with a
+`confirmation_held` case (policy.py), and a person replays it (it is sent: a
+person's decision is counted but never refused) or closes the case (never sent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from datetime import datetime, timedelta
+from functools import cache
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from idempotency_core.keys import contact_digest
+from idempotency_core.models import Attempt, ConfirmationAllowance, Delivery, Operation
+from idempotency_core.sql import prepared_cursor, table_of
+from integrations.base import Classification, DestinationError
+
+# Longest name a greeting shows; a longer one is a message, not a name.
+GREETING_NAME_MAX = 60
+NEUTRAL_GREETING = "Hello,"
+# Besides letters (any script, with their combining marks) and spaces: hyphens,
+# apostrophes and dots ("Jean-Luc", "O'Brien", "N\u2019Dour", "J. R. R. Tolkien");
+# U+2010 and U+2019 are the typographic hyphen and apostrophe.
+_NAME_PUNCTUATION = frozenset("-\u2010'\u2019.")
+# The limits count the confirmations allowed in the last this long.
+LIMIT_WINDOW = timedelta(hours=24)
+# Written on a delivery's `verification` when its CAPTCHA could not be checked.
+CAPTCHA_UNCHECKED = "CAPTCHA not checked"
+# Attempts a person asked for: a replay, a send-again. Counted, never refused.
+_BY_PERSON = (Attempt.Trigger.REPLAY, Attempt.Trigger.REVIEWER)
+
+
+def greeting_name(name: object) -> str:
+    """The submitted name as a greeting may show it, or "" when it may not.
+
+    Only short plain text: letters, spaces, hyphens, apostrophes and dots, at most
+    GREETING_NAME_MAX characters, with at least one letter and nothing that reads as
+    a link: no "www", and no dot followed by two letters ("evil.com", "bit.ly"), so
+    an initial ("J. Smith", "J.R.R.") passes and a domain does not. Digits, "@", "/",
+    ":", markup, line breaks and invisible or direction-changing characters are
+    refused by the character rule itself."""
+    if not isinstance(name, str):
+        return ""
+    # Runs of plain spaces collapse; any other space (a line break, a tab) is refused.
+    shown = " ".join(part for part in name.split(" ") if part)
+    if not shown or len(shown) > GREETING_NAME_MAX:
+        return ""
+    if not all(_name_character(c) for c in shown) or not any(c.isalpha() for c in shown):
+        return ""
+    folded = shown.casefold()
+    if "www" in folded:
+        return ""
+    for position, character in enumerate(folded[:-2]):
+        if character == "." and folded[position + 1].isalpha() and folded[position + 2].isalpha():
+            return ""
+    return shown
+
+
+def _name_character(character: str) -> bool:
+    if character == " " or character in _NAME_PUNCTUATION or character.isalpha():
+        return True
+    # A combining accent (a decomposed "é"), never a control, format or bidi mark.
+    return unicodedata.category(character) in ("Mn", "Mc")
+
+
+def confirmation_greeting(name: object) -> str:
+    """The confirmation's first line: "Hello <name>," or, for anything else, "Hello,"."""
+    shown = greeting_name(name)
+    return f"Hello {shown}," if shown else NEUTRAL_GREETING
+
+
+class ConfirmationHeldError(DestinationError):
+    """Onefold did not send the confirmation, by its own rule: a person decides. Nothing
+    reached the mail service, and the same attempt would be held again (permanent)."""
+
+    held = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, classification=Classification.PERMANENT)
+
+
+def confirmation_allow(
+    *, operation: Operation, recipient: str, now: datetime | None = None
+) -> bool:
+    """Records that this confirmation may go out now, or raises ConfirmationHeldError.
+    Returns whether it was recorded now (False: an earlier attempt of the operation
+    was allowed, and a retry is not counted again).
+
+    Call before the send, outside any transaction: the allowance commits before the
+    mail service is called. Two statements in one transaction: the recipient's
+    advisory lock, then the decision (`_decide_sql`), so that workers deciding for one
+    address at the same moment decide one after the other, each counting what the
+    one before it committed: six concurrent confirmations to one address send
+    exactly three. (The lock must come in a statement of its own: a statement reads
+    the snapshot taken when it started, before a lock taken inside it was granted.)
+
+    The source's count is not under a lock: at the same moment, a source may pass its
+    limit by the confirmations being decided for other addresses, a few at most, and
+    its confirmations are not made to wait for one another."""
+    digest = contact_digest(recipient)
+    limits = (
+        settings.ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY,
+        settings.ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY,
+    )
+    source_id = operation.event.source_id
+    now = now or timezone.now()
+    by_person = operation.next_trigger in _BY_PERSON
+    with transaction.atomic(), prepared_cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s::bigint)", [_lock_key(digest)])
+        cursor.execute(
+            _decide_sql(),
+            [
+                operation.pk,
+                *(digest, now - LIMIT_WINDOW, limits[0]),
+                *(source_id, now - LIMIT_WINDOW, limits[1]),
+                *(operation.event_id, CAPTCHA_UNCHECKED),
+                *(operation.pk, source_id, digest, now, by_person),
+                *(by_person, digest, limits[0], limits[1]),
+            ],
+        )
+        earlier, granted, to_recipient, from_source, unchecked = cursor.fetchone()
+    if earlier or granted:
+        return bool(granted)
+    if unchecked:
+        raise ConfirmationHeldError(
+            "not sent: the submission's CAPTCHA could not be checked when it arrived (the "
+            "provider did not answer), so nothing proves a person sent it; look at the "
+            "submission, then replay to send the confirmation or close the case"
+        )
+    if digest and to_recipient >= limits[0]:
+        raise ConfirmationHeldError(
+            f"not sent: {to_recipient} confirmations went to this address in the last 24 "
+            f"hours, the limit (ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY) is {limits[0]}; "
+            "a form that writes to any address is a spam relay. Replay to send it anyway, "
+            "or close the case"
+        )
+    raise ConfirmationHeldError(
+        f"not sent: this source sent {from_source} confirmations in the last 24 hours, the "
+        f"limit (ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY) is {limits[1]}. Replay to send "
+        "it anyway, or close the case"
+    )
+
+
+@cache
+def _decide_sql() -> str:
+    """The decision, in one statement: an allowance the operation already has (a
+    retry), the counts (bounded by their limits: an index range of at most that many
+    entries), whether the submission's CAPTCHA went unchecked, and the new allowance,
+    inserted only where everything permits it (or a person asked)."""
+    allowance, delivery = table_of(ConfirmationAllowance), table_of(Delivery)
+    return f"""
+WITH earlier AS (
+    SELECT 1 FROM {allowance} WHERE operation_id = %s::bigint
+), seen AS (
+    SELECT
+        (SELECT count(*) FROM (
+            SELECT 1 FROM {allowance} WHERE recipient_digest = %s::varchar
+            AND granted_at >= %s::timestamptz LIMIT %s::integer) r) AS to_recipient,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM {allowance} WHERE source_id = %s::bigint
+            AND granted_at >= %s::timestamptz LIMIT %s::integer) s) AS from_source,
+        EXISTS (
+            SELECT 1 FROM {delivery} WHERE event_id = %s::uuid AND outcome = 'accepted'
+            AND strpos(verification, %s::text) > 0) AS unchecked
+), granted AS (
+    INSERT INTO {allowance} (operation_id, source_id, recipient_digest, granted_at, by_person)
+    SELECT %s::bigint, %s::bigint, %s::varchar, %s::timestamptz, %s::boolean FROM seen
+    WHERE NOT EXISTS (SELECT 1 FROM earlier)
+    AND (%s::boolean OR (NOT seen.unchecked
+        AND (%s::varchar = '' OR seen.to_recipient < %s::integer)
+        AND seen.from_source < %s::integer))
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM earlier), EXISTS (SELECT 1 FROM granted),
+    to_recipient, from_source, unchecked
+FROM seen"""
+
+
+def _lock_key(digest: str) -> int:
+    """The recipient's advisory lock: a 64-bit key derived from its contact digest."""
+    hashed = hashlib.sha256(f"onefold:confirmation:recipient:{digest}".encode()).digest()
+    return int.from_bytes(hashed[:8], "big", signed=True)

@@ -1,0 +1,178 @@
+"""The html profile's CAPTCHA: a token the browser's widget adds, checked by the provider.
+
+A public form that Onefold answers with an email is a spam relay unless something
+proves a person filled it in. A source may require one of three CAPTCHAs; the
+widget on the page puts its token in a form field, and the hook asks the provider's
+siteverify API whether the token is good, before anything is stored.
+
+Each provider documents the same exchange: a POST, form-encoded, of `secret` (the
+site's secret key), `response` (the token) and optionally `remoteip` (the visitor's
+address), answered with JSON holding `success` (a boolean), `error-codes` (a list)
+and, on success, `hostname` and `challenge_ts`:
+
+- Cloudflare Turnstile, field `cf-turnstile-response`:
+  https://developers.cloudflare.com/turnstile/get-started/server-side-validation/
+  (tokens are single-use and valid 300 s; `internal-error` may be retried);
+- hCaptcha, field `h-captcha-response`:
+  https://docs.hcaptcha.com/#verify-the-user-response-server-side
+  (form-encoded only: a JSON body is refused);
+- Google reCAPTCHA, field `g-recaptcha-response`:
+  https://developers.google.com/recaptcha/docs/verify (tokens valid two minutes,
+  verified once).
+
+Three verdicts. PASSED: the provider said `success: true`. FAILED: the token is
+missing, or the provider refused it (invalid, expired, used before): the person
+(or the bot) must solve the CAPTCHA again, and nothing is stored. UNCHECKED: the
+provider could not say, through no fault of the sender: no answer in time, a 5xx or
+429, an answer that is not its JSON, or an error code that names Onefold's own
+request (a wrong secret, `internal-error`). An unchecked submission is not refused:
+refusing would turn a provider's outage, or our own misconfiguration, into lost
+enquiries. It is processed, and its confirmation is held for a person
+(execution/confirmations.py), so no email goes to an unproven address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from django.conf import settings
+
+from idempotency_core.execution.confirmations import CAPTCHA_UNCHECKED
+from idempotency_core.intake.senders.mapping import text
+
+
+@dataclass(frozen=True)
+class CaptchaProvider:
+    name: str
+    label: str
+    verify_url: str
+    # The form field the provider's widget fills with its token.
+    field: str
+    docs: str
+
+
+PROVIDERS: dict[str, CaptchaProvider] = {
+    provider.name: provider
+    for provider in (
+        CaptchaProvider(
+            "turnstile",
+            "Cloudflare Turnstile",
+            "https://challenges.cloudflare.com/turnstile/v0/siteverify",
+            "cf-turnstile-response",
+            "https://developers.cloudflare.com/turnstile/get-started/server-side-validation/",
+        ),
+        CaptchaProvider(
+            "hcaptcha",
+            "hCaptcha",
+            "https://api.hcaptcha.com/siteverify",
+            "h-captcha-response",
+            "https://docs.hcaptcha.com/#verify-the-user-response-server-side",
+        ),
+        CaptchaProvider(
+            "recaptcha",
+            "Google reCAPTCHA",
+            "https://www.google.com/recaptcha/api/siteverify",
+            "g-recaptcha-response",
+            "https://developers.google.com/recaptcha/docs/verify",
+        ),
+    )
+}
+# Every provider's token field: none of them is a field of the submission.
+TOKEN_FIELDS = tuple(provider.field for provider in PROVIDERS.values())
+
+# Error codes that say Onefold's request was wrong or the provider failed, not the
+# token: the sender is not to blame. The others (missing-input-response,
+# invalid-input-response, timeout-or-duplicate, hCaptcha's
+# invalid-or-already-seen-response, ...) refuse the token.
+_NOT_THE_SENDERS = frozenset(
+    {
+        "missing-input-secret",
+        "invalid-input-secret",
+        "bad-request",
+        "internal-error",
+        # hCaptcha's names for a wrong secret or site key.
+        "invalid-keys",
+        "sitekey-secret-mismatch",
+        "not-using-dummy-secret",
+    }
+)
+
+Outcome = Literal["passed", "failed", "unchecked"]
+
+
+@dataclass(frozen=True)
+class CaptchaVerdict:
+    outcome: Outcome
+    # What the check found, for the delivery's record and the sender's answer: never
+    # the token or the secret.
+    detail: str
+
+    @property
+    def refused(self) -> bool:
+        return self.outcome == "failed"
+
+
+def captcha_check(
+    *, provider_name: str, secret: str, document: Mapping[str, Any], client_address: str = ""
+) -> CaptchaVerdict:
+    """Asks the provider about the token in `document` (the parsed form).
+
+    A network call: never inside a transaction (the hook calls it before anything is
+    stored, so a slow provider holds no lock and no connection's transaction)."""
+    provider = PROVIDERS[provider_name]
+    token = text(document.get(provider.field))
+    if not token:
+        return CaptchaVerdict("failed", f"no {provider.label} token ({provider.field})")
+    form = {"secret": secret, "response": token}
+    if _public(client_address):
+        # Optional for every provider; a private address is a proxy's, not the visitor's.
+        form["remoteip"] = client_address
+    try:
+        answer = httpx.post(
+            settings.ONEFOLD_CAPTCHA_VERIFY_URL or provider.verify_url,
+            data=form,
+            timeout=settings.ONEFOLD_CAPTCHA_TIMEOUT_SECONDS,
+            follow_redirects=False,
+        )
+    except httpx.HTTPError as exc:
+        return _unchecked(provider, f"no answer ({type(exc).__name__})")
+    return _verdict(provider, answer)
+
+
+def _verdict(provider: CaptchaProvider, answer: httpx.Response) -> CaptchaVerdict:
+    if answer.status_code != 200:
+        return _unchecked(provider, f"HTTP {answer.status_code}")
+    try:
+        body = answer.json()
+    except ValueError:
+        return _unchecked(provider, "an answer that is not JSON")
+    if not isinstance(body, dict) or not isinstance(body.get("success"), bool):
+        return _unchecked(provider, "an answer without its success field")
+    codes = body.get("error-codes") or []
+    codes = [str(code)[:60] for code in codes] if isinstance(codes, list) else []
+    if body["success"]:
+        hostname = str(body.get("hostname") or "")[:100]
+        return CaptchaVerdict(
+            "passed", f"{provider.label} passed" + (f" on {hostname}" if hostname else "")
+        )
+    if _NOT_THE_SENDERS.intersection(codes):
+        return _unchecked(provider, ", ".join(codes))
+    return CaptchaVerdict(
+        "failed", f"{provider.label} refused the token ({', '.join(codes) or 'no reason given'})"
+    )
+
+
+def _unchecked(provider: CaptchaProvider, why: str) -> CaptchaVerdict:
+    # The marker the confirmation rule reads back from the delivery's record.
+    return CaptchaVerdict("unchecked", f"{CAPTCHA_UNCHECKED}: {provider.label} siteverify, {why}")
+
+
+def _public(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_global
+    except ValueError:
+        return False
