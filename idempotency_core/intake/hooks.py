@@ -187,12 +187,20 @@ def _payload(source: Source, profile: Profile, mapped: Mapped) -> dict[str, Any]
 
 def _when(value: str) -> str:
     """The sender's submission time as ISO 8601, or "" when it gives none we can read
-    (HubSpot writes epoch milliseconds; most write ISO 8601)."""
+    (HubSpot writes epoch milliseconds; most write ISO 8601). A time that is no time
+    (an all-digit overflow, year 99999) is left out like any other unreadable one: the
+    submission is still taken, without the sender's time."""
     if not value:
         return ""
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
+        # Beyond 20 digits it is no time in any unit (and int() of a long one is slow).
+        if len(value) > 20:
+            return ""
         seconds = int(value) / 1000 if len(value) > 11 else int(value)
-        return datetime.fromtimestamp(seconds, tz=UTC).isoformat()
+        try:
+            return datetime.fromtimestamp(seconds, tz=UTC).isoformat()
+        except (OverflowError, OSError, ValueError):  # past year 9999, or the C library's range
+            return ""
     try:
         parsed = parse_datetime(value)
     except ValueError:
@@ -200,7 +208,12 @@ def _when(value: str) -> str:
     if parsed is None:
         return ""
     # A sender that writes no offset writes UTC (Gravity Forms' date_created is UTC).
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).isoformat()
+    aware = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        aware.astimezone(UTC)  # 9999-12-31T23:59-23:59 is no instant a database can store
+    except OverflowError:
+        return ""
+    return aware.isoformat()
 
 
 def _event_key(

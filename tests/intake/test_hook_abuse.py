@@ -14,6 +14,10 @@ view (Django's test client) to the real database:
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,8 +26,10 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from tests.intake.test_hooks import deliver, hook_source
-from tests.support.senders import SAMPLES
+from idempotency_core.intake.senders.profiles import PRESETS
+from idempotency_core.models import Event
+from tests.intake.test_hooks import SECRET, deliver, hook_source
+from tests.support.senders import SAMPLES, Sample
 
 pytestmark = pytest.mark.django_db
 
@@ -144,3 +150,120 @@ def test_a_jotform_delivery_still_parses_with_its_file_parts_as_names():
 
     document = parse_body(body, content_type=content_type, parser="multipart_json")
     assert document["upload"] == "cv.pdf" and document["q3_name"] == "Ada"
+
+
+# -- F5, F6: timestamps ----------------------------------------------------------------
+
+
+def _hex(secret: str, message: bytes) -> str:
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def _b64(secret: str, message: bytes) -> str:
+    return base64.b64encode(hmac.new(secret.encode(), message, hashlib.sha256).digest()).decode()
+
+
+def _signed_with(profile: str, timestamp: str, body: bytes, url: str) -> dict[str, str]:
+    """A correct signature over `timestamp` as the sender wrote it: only the time is odd."""
+    if profile in ("generic", "formspree", "googleforms"):
+        header = PRESETS[profile].signature.header  # type: ignore[union-attr]
+        return {header: f"t={timestamp},v1={_hex(SECRET, f'{timestamp}.'.encode() + body)}"}
+    if profile == "webflow":
+        return {
+            "x-webflow-timestamp": timestamp,
+            "x-webflow-signature": _hex(SECRET, f"{timestamp}:".encode() + body),
+        }
+    assert profile == "hubspot"
+    return {
+        "X-HubSpot-Request-Timestamp": timestamp,
+        "X-HubSpot-Signature-v3": _b64(SECRET, b"POST" + url.encode() + body + timestamp.encode()),
+    }
+
+
+@pytest.mark.parametrize("profile", ["generic", "webflow", "hubspot", "formspree", "googleforms"])
+@pytest.mark.parametrize(
+    "timestamp",
+    [
+        "nan",
+        "NaN",
+        "-nan",
+        "inf",
+        "-Infinity",
+        "1e400",
+        "99999999999999999999",
+        "-1",
+        "0x10",
+        "1_700_000_000",
+        " 1700000000",
+        "\u0661\u0667\u0660\u0660",
+    ],
+)
+def test_a_signed_timestamp_that_is_no_time_is_stale(profile, timestamp):
+    source, path = hook_source(profile)
+    sample = SAMPLES[profile]
+    url = f"http://testserver{path}"
+    headers = {**dict(sample.extra_headers), **_signed_with(profile, timestamp, sample.body, url)}
+    response = Client().post(path, sample.body, content_type=sample.content_type, headers=headers)
+    assert response.status_code == 401, response.content
+    assert not Event.objects.filter(source=source).exists()
+
+
+def test_a_fresh_signed_timestamp_still_verifies():
+    _, path = hook_source("generic")
+    sample = SAMPLES["generic"]
+    headers = {
+        **dict(sample.extra_headers),
+        **_signed_with("generic", str(int(time.time())), sample.body, ""),
+    }
+    response = Client().post(path, sample.body, content_type=sample.content_type, headers=headers)
+    assert response.status_code == 200, response.content
+
+
+def _with(sample: Sample, **changes: Any) -> Sample:
+    document = json.loads(sample.body)
+    for dotted, value in changes.items():
+        target = document
+        *parents, last = dotted.split("__")
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    return Sample(
+        sample.profile,
+        json.dumps(document).encode(),
+        sample.content_type,
+        sample.expected,
+        sign=sample.sign,
+        signs_timestamp=sample.signs_timestamp,
+        extra_headers=sample.extra_headers,
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "99999999999999999",
+        "9" * 40,
+        "00000000000000000000001",
+        "-99999999999999999",
+        "9999-99-99 99:99:99",
+        "nan",
+        "9999-12-31T23:59:59-23:59",
+        "0001-01-01T00:00:00+23:59",
+        "\u0661\u0667\u0660\u0660",
+    ],
+)
+@pytest.mark.parametrize(
+    "profile, field",
+    [
+        ("gravityforms", "date_created"),
+        ("generic", "submitted_at"),
+        ("hubspot", "properties__recent_conversion_date"),
+        ("formspree", "submission___date"),
+    ],
+)
+def test_a_sender_time_that_is_no_time_is_never_a_server_error(profile, field, value):
+    source, path = hook_source(profile)
+    response = deliver(Client(), path, _with(SAMPLES[profile], **{field: value}))
+    # Taken without the sender's time, or refused as unreadable: never a 500.
+    assert response.status_code in (200, 202, 400), response.content
+    assert Event.objects.filter(source=source).count() == (response.status_code != 400)
