@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
-from django.db.models import Count
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -125,7 +125,8 @@ def recent_outcomes(*, since: datetime) -> dict[int, list[dict[str, Any]]]:
     rows = (
         Delivery.objects.filter(received_at__gte=since)
         .values("source_id", "outcome")
-        .annotate(n=Count("id"))
+        # Receipts, not rows: a minute's failed verifications share one row.
+        .annotate(n=Sum("receipts"))
         .order_by("source_id", "outcome")
     )
     counts: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -147,7 +148,9 @@ def recent_deliveries(source: Source) -> list[Delivery]:
     Only what the page shows is read: never `raw_body`, never the event's payload."""
     deliveries = list(
         Delivery.objects.filter(source=source)
-        .only("received_at", "outcome", "status_code", "verification", "event", "source")
+        .only(
+            "received_at", "outcome", "status_code", "verification", "receipts", "event", "source"
+        )
         .order_by("-received_at", "-id")[:RECENT_DELIVERIES]
     )
     event_ids = {d.event_id for d in deliveries if d.event_id is not None}
@@ -162,6 +165,19 @@ def recent_deliveries(source: Source) -> list[Delivery]:
         delivery.cases = cases.get(delivery.event_id, [])  # type: ignore[attr-defined]
         delivery.badge = outcome_badge(delivery.outcome)  # type: ignore[attr-defined]
     return deliveries
+
+
+def latest_refusal(source: Source) -> Delivery | None:
+    """The source's latest failed verification, however long ago: why its sender is
+    refused ("no Typeform-Signature header"), which the sender's own answer never says
+    (every refusal, and an unknown source, get the same 401)."""
+    # delivery_source_refused_idx: the newest row of a partial index, one probe.
+    return (
+        Delivery.objects.filter(source=source, outcome=Delivery.Outcome.UNAUTHORIZED)
+        .only("received_at", "verification", "receipts", "source")
+        .order_by("-received_at")
+        .first()
+    )
 
 
 def hook_of(request: HttpRequest, source: Source, profile: Profile | None) -> dict[str, Any]:
@@ -211,6 +227,7 @@ def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
             "secrets": list(source.secrets.order_by("created_at").only("prefix", "created_at")),
             "duplicates": DUPLICATE_POLICIES.get(source.duplicates, source.duplicates),
             "deliveries": recent_deliveries(source),
+            "refusal": latest_refusal(source) if profile is not None else None,
             "recent": RECENT_DELIVERIES,
             "can_change": request.user.has_perm(CHANGE_SOURCE),
         },

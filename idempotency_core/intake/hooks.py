@@ -2,11 +2,15 @@
 
 `hook_receive` is the service behind `POST /hooks/<source>/` (CONTRACT.md,
 "Senders"). It verifies first (signature or token, over the raw body as
-received), then reads the body with the source's profile, takes the sender's
-submission id (or, for senders without one, a fingerprint of the content with
-the sender's own timestamp) and hands the mapped submission to `event_ingest`,
-the same service and the same unique constraint as the JSON API: a repeat, or
-a provider's retry, never makes a second event. The raw delivery is kept on the
+received); a delivery that does not verify gets the one answer an unknown source
+gets too (`hook_refused`) and is counted, not stored (`refusal_count`). Only then
+are the source's state (disabled: 503) and rate (429) told, so that no one without
+its credential can spend its rate or learn about it. It then reads the body with
+the source's profile, takes the sender's submission id (or, for senders without
+one, a fingerprint of the content with the sender's own timestamp) and hands the
+mapped submission to `event_ingest`, the same service and the same unique
+constraint as the JSON API: a repeat, or a provider's retry, never makes a second
+event. The raw delivery is kept on the
 delivery row (until payload retention) so a field map can be corrected and the
 mapping re-run (`remap`).
 """
@@ -21,6 +25,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db.models import F
 from django.utils.dateparse import parse_datetime
 
 from idempotency_core.intake.api.serializers import KEY_REGEX, SubmissionSerializer
@@ -30,6 +36,7 @@ from idempotency_core.intake.ingest import (
     delivery_refused,
     event_ingest,
 )
+from idempotency_core.intake.rate import WINDOW_SECONDS, source_rate_wait
 from idempotency_core.intake.senders.mapping import Mapped, document_map, evaluate, text
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
 from idempotency_core.intake.senders.profiles import Profile, profile_resolve
@@ -43,6 +50,11 @@ from idempotency_core.keys import canonical_json
 from idempotency_core.models import Delivery, Source
 
 DISABLED_RETRY_AFTER_SECONDS = 300
+UNVERIFIED = {
+    "code": "unauthorized",
+    "detail": "The delivery could not be verified: no such hook, or a wrong or missing "
+    "signature or token.",
+}
 
 
 @dataclass(frozen=True)
@@ -67,8 +79,24 @@ class HookAnswer:
     redirect_to: str = ""
 
 
+def hook_refused() -> HookAnswer:
+    """The one answer to a delivery that did not verify, and to one for a source that
+    does not exist or has no hook: the same status and body, so that no one learns
+    which sources exist or which provider one uses. Why it was refused is on the
+    console's source page (the refusal's row), never in the answer."""
+    return HookAnswer(401, dict(UNVERIFIED))
+
+
 def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
-    """Verifies, maps and ingests one delivery; the answer the sender should get."""
+    """Verifies, maps and ingests one delivery; the answer the sender should get.
+
+    The credential is checked before anything else about the source is told: a
+    disabled source answers 503 and an exhausted rate 429 only to its own sender."""
+    profile = profile_resolve(source.profile, source.profile_overrides)
+    verification = _authenticate(source, profile, request)
+    if not verification.ok:
+        refusal_count(source=source, detail=verification.detail)
+        return hook_refused()
     if not source.is_active:
         delivery_refused(source=source, outcome=Delivery.Outcome.DISABLED, status_code=503)
         return HookAnswer(
@@ -76,16 +104,13 @@ def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
             {"code": "source_disabled", "detail": "This source is disabled; retry later."},
             {"Retry-After": str(DISABLED_RETRY_AFTER_SECONDS)},
         )
-    profile = profile_resolve(source.profile, source.profile_overrides)
-    verification = _authenticate(source, profile, request)
-    if not verification.ok:
-        delivery_refused(
-            source=source,
-            outcome=Delivery.Outcome.UNAUTHORIZED,
-            status_code=401,
-            detail=verification.detail,
+    wait = source_rate_wait(source)
+    if wait is not None:
+        return HookAnswer(
+            429,
+            {"code": "throttled", "detail": "Too many deliveries; retry later."},
+            {"Retry-After": str(max(1, round(wait)))},
         )
-        return HookAnswer(401, {"code": "unauthorized", "detail": verification.detail})
     if len(request.body) > settings.ONEFOLD_MAX_BODY_BYTES:
         delivery_refused(source=source, outcome=Delivery.Outcome.TOO_LARGE, status_code=413)
         return HookAnswer(413, {"code": "body_too_large", "detail": "The body is too large."})
@@ -165,6 +190,27 @@ def _authenticate(source: Source, profile: Profile, request: HookRequest) -> Ver
         return signature_verify(profile.signature, signed, secrets)
     presented = request.headers.get(profile.token_header, "") if profile.token_header else ""
     return token_verify(presented or request.path_token, digest=source.hook_token_digest)
+
+
+def refusal_count(*, source: Source, detail: str, now: float | None = None) -> None:
+    """Counts a failed verification into the source's refusal row of this minute (the
+    latest reason kept), creating it for the first one: a flood of wrong credentials
+    writes one row a minute, not one per post. Each web process finds its row through
+    the cache, so with several processes a minute may have one row for each; the
+    rows' `receipts` still add up to every refusal."""
+    moment = time.time() if now is None else now
+    key = f"hook-refusals:{source.pk}:{int(moment // WINDOW_SECONDS)}"
+    row_id = cache.get(key)
+    if row_id is not None:
+        counted = Delivery.objects.filter(pk=row_id).update(
+            receipts=F("receipts") + 1, verification=detail[:200]
+        )
+        if counted:
+            return
+    row = delivery_refused(
+        source=source, outcome=Delivery.Outcome.UNAUTHORIZED, status_code=401, detail=detail
+    )
+    cache.set(key, row.pk, timeout=WINDOW_SECONDS + 5)
 
 
 def _payload(source: Source, profile: Profile, mapped: Mapped) -> dict[str, Any]:

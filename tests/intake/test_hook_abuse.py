@@ -24,12 +24,14 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db.models import Sum
 from django.test import Client
 
 from idempotency_core.intake.senders.profiles import PRESETS
-from idempotency_core.models import Event
+from idempotency_core.intake.sources import source_get_or_create
+from idempotency_core.models import Delivery, Event, Source
 from tests.intake.test_hooks import SECRET, deliver, hook_source
-from tests.support.senders import SAMPLES, Sample
+from tests.support.senders import SAMPLES, Sample, signed_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -267,3 +269,169 @@ def test_a_sender_time_that_is_no_time_is_never_a_server_error(profile, field, v
     # Taken without the sender's time, or refused as unreadable: never a 500.
     assert response.status_code in (200, 202, 400), response.content
     assert Event.objects.filter(source=source).count() == (response.status_code != 400)
+
+
+# -- F2: verification first, then the source's rate --------------------------------------
+
+
+def deliver_from(client: Client, path: str, sample: Sample, address: str) -> Any:
+    """The sample, rightly signed, from the client address `address`."""
+    headers = signed_headers(sample, SECRET, f"http://testserver{path}")
+    content_type = headers.pop("Content-Type")
+    return client.post(
+        path, sample.body, content_type=content_type, headers=headers, REMOTE_ADDR=address
+    )
+
+
+def wrong_credentials(profile: str, path: str) -> tuple[str, dict[str, str]]:
+    """The path and headers of a delivery whose token or signature is wrong."""
+    if SAMPLES[profile].sign is None:
+        return path.rstrip("/").rsplit("/", 1)[0] + "/not-the-token/", {}
+    sample = SAMPLES[profile]
+    return path, {"Typeform-Signature": "sha256=" + _b64("not-the-secret", sample.body)}
+
+
+@pytest.mark.parametrize("profile", ["jotform", "typeform"])
+def test_the_real_sender_is_not_blocked_by_1000_wrong_credential_posts(profile):
+    source, path = hook_source(profile)
+    Source.objects.filter(pk=source.pk).update(rate_per_minute=20)
+    sample = SAMPLES[profile]
+    wrong_path, wrong_headers = wrong_credentials(profile, path)
+    client = Client()
+    started = time.perf_counter()
+    for n in range(1000):
+        refused = client.post(
+            wrong_path,
+            sample.body,
+            content_type=sample.content_type,
+            headers=wrong_headers,
+            REMOTE_ADDR=f"198.51.{n // 250}.{n % 250 + 1}",  # from many places at once
+        )
+        assert refused.status_code == 401
+    flood = time.perf_counter() - started
+    print(f"\n1,000 wrong {profile} posts in {flood:.2f} s")
+    real = deliver_from(client, path, sample, "203.0.113.7")
+    assert real.status_code == 200, real.content
+    assert Event.objects.filter(source=source).count() == 1
+    # Counted, not stored one by one: one row a minute (two if the flood straddled one).
+    refusals = Delivery.objects.filter(source=source, outcome="unauthorized")
+    assert refusals.count() <= 2
+    assert refusals.aggregate(n=Sum("receipts"))["n"] == 1000
+    assert all(row.raw_body is None and row.event_id is None for row in refusals)
+
+
+def test_one_address_is_limited_before_verification(settings):
+    settings.ONEFOLD_HOOK_RATE_PER_ADDRESS_PER_MINUTE = 30
+    _, path = hook_source("jotform")
+    sample = SAMPLES["jotform"]
+    wrong_path, _ = wrong_credentials("jotform", path)
+    client = Client()
+    for _ in range(30):
+        refused = client.post(
+            wrong_path, sample.body, content_type=sample.content_type, REMOTE_ADDR="198.51.100.9"
+        )
+        assert refused.status_code == 401
+    # Over its limit, the address is answered before anything is verified or read,
+    # even with the right token.
+    throttled = deliver_from(client, path, sample, "198.51.100.9")
+    assert throttled.status_code == 429 and int(throttled["Retry-After"]) >= 1
+    assert not Event.objects.exists()
+    assert deliver_from(client, path, sample, "203.0.113.7").status_code == 200
+
+
+def test_the_client_address_is_read_as_the_proxy_settings_say(settings):
+    settings.ONEFOLD_HOOK_RATE_PER_ADDRESS_PER_MINUTE = 5
+    _, path = hook_source("jotform")
+    sample = SAMPLES["jotform"]
+    wrong_path, _ = wrong_credentials("jotform", path)
+    client = Client()
+
+    def throttled_after(addresses: Callable[[int], dict[str, str]]) -> int:
+        cache.clear()
+        for n in range(1, 12):
+            answer = client.post(
+                wrong_path, sample.body, content_type=sample.content_type, **addresses(n)
+            )
+            if answer.status_code == 429:
+                return n
+        return 0
+
+    # No proxy trusted (the default): X-Forwarded-For is the client's to write, so a
+    # new value per request must not make a new client.
+    spoofed = throttled_after(
+        lambda n: {"REMOTE_ADDR": "198.51.100.9", "HTTP_X_FORWARDED_FOR": f"192.0.2.{n}"}
+    )
+    assert spoofed == 6
+    # One proxy in front: the address it appended is the client, whatever the client
+    # wrote before it.
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    behind_proxy = throttled_after(
+        lambda n: {"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": f"192.0.2.{n}"}
+    )
+    assert behind_proxy == 0, "each client counted for itself"
+    forged = throttled_after(
+        lambda n: {
+            "REMOTE_ADDR": "10.0.0.1",
+            "HTTP_X_FORWARDED_FOR": f"192.0.2.{n}, 198.51.100.9",
+        }
+    )
+    assert forged == 6
+
+
+# -- F7: nothing tells which sources exist ------------------------------------------------
+
+
+def answer_of(response: Any) -> tuple[int, bytes, dict[str, str]]:
+    return response.status_code, response.content, dict(response.headers)
+
+
+def test_an_unknown_source_and_every_wrong_credential_get_the_very_same_answer():
+    sample = SAMPLES["typeform"]
+    client = Client()
+
+    def post(path: str, **headers: str) -> tuple[int, bytes, dict[str, str]]:
+        return answer_of(
+            client.post(path, sample.body, content_type="application/json", headers=headers)
+        )
+
+    typeform, typeform_path = hook_source("typeform")
+    _, jotform_path = hook_source("jotform")
+    disabled, disabled_path = hook_source("generic", name="disabled-site")
+    Source.objects.filter(pk=disabled.pk).update(is_active=False)
+    source_get_or_create(name="api-only")
+    unknown = post("/hooks/nobody-here/")
+    assert unknown[0] == 401
+    answers = {
+        "unknown, token path": post("/hooks/nobody-here/t/abcdefgh/"),
+        "api profile": post("/hooks/api-only/"),
+        "no signature": post(typeform_path),
+        "wrong signature": post(typeform_path, **{"Typeform-Signature": "sha256=AAAA"}),
+        "wrong token": post(jotform_path.rstrip("/").rsplit("/", 1)[0] + "/wrong/"),
+        "no token": post(f"/hooks/{jotform_path.split('/')[2]}/"),
+        "disabled, wrong signature": post(disabled_path),
+    }
+    for what, answer in answers.items():
+        assert answer == unknown, what
+    # The precise reason is kept for the console, not told to the sender.
+    assert b"Typeform-Signature" not in unknown[1]
+    refusals = Delivery.objects.get(source=typeform)  # both counted in one row
+    assert refusals.receipts == 2
+    assert refusals.verification == "the signature matches none of the configured secrets"
+
+
+def test_form_js_answers_only_for_an_html_sources_own_hook():
+    client = Client()
+    _, html_path = hook_source("html")
+    _, jotform_path = hook_source("jotform")
+    served = client.get(f"{html_path}form.js")
+    assert served.status_code == 200 and b"submission_id" in served.content
+    refused = [
+        client.get("/hooks/nobody-here/t/abcdefgh/form.js"),
+        client.get(f"{jotform_path}form.js"),
+        client.get(html_path.rstrip("/").rsplit("/", 1)[0] + "/wrong/form.js"),
+    ]
+    assert all(answer_of(r) == answer_of(refused[0]) for r in refused)
+    assert refused[0].status_code == 404
+    bare = [client.get("/hooks/nobody-here/form.js"), client.get("/hooks/html-site/form.js")]
+    assert bare[0].status_code == bare[1].status_code == 404
+    assert bare[0].content == bare[1].content

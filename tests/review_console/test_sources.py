@@ -252,3 +252,14 @@ def test_the_admin_lists_deliveries_without_their_body(users):
     assert detail.status_code == 200
     text = detail.content.decode()
     assert "accepted" in text and "Mary Jackson" not in text and "raw_body" not in text
+
+
+def test_the_page_names_the_latest_refusal_which_the_sender_is_not_told(users):
+    source = signed_source()
+    Client().post(f"/hooks/{source.name}/", SAMPLE.body, content_type="application/json")
+    for _ in range(3):  # counted in the same row
+        deliver(source, secret="not-the-secret-at-all")
+    text = page(logged_in(users["reviewer"]), source)
+    assert "Last refused delivery" in text
+    assert "the signature matches none of the configured secrets" in text
+    assert "3 in that minute" in text or "4 in that minute" in text
