@@ -30,6 +30,8 @@ from idempotency_core.intake.sources import (
     source_enable,
     source_secret_issue,
     source_secret_revoke,
+    source_settings_change,
+    thank_you_url_check,
 )
 from idempotency_core.models import Delivery, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
@@ -80,6 +82,25 @@ class SecretAddForm(ReasonForm):
         help_text="Type the provider's own secret when it issues one (Webflow, Formspree, "
         "HubSpot); otherwise Onefold generates 32 random bytes. At least 8 characters.",
     )
+
+
+class SourceSettingsForm(ReasonForm):
+    field_order = ("thank_you_url", "duplicates", "reason")
+    thank_you_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Thank-you URL",
+        help_text="Where a browser posting an html form lands (303): an absolute https:// "
+        "URL (http:// only on localhost). Empty: the sender gets the JSON answer.",
+    )
+    duplicates = forms.ChoiceField(choices=list(DUPLICATE_POLICIES.items()))
+
+    def clean_thank_you_url(self) -> str:
+        # The one rule create_source and the admin apply too.
+        try:
+            return thank_you_url_check(self.cleaned_data.get("thank_you_url") or "")
+        except InvalidProfileError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
 
 class SecretRemoveForm(ReasonForm):
@@ -297,6 +318,45 @@ def source_disable(request: HttpRequest, source_id: int) -> HttpResponse:
 @console_permission(CHANGE_SOURCE)
 def source_enable_view(request: HttpRequest, source_id: int) -> HttpResponse:
     return _source_switch(request, source_id, enabled=True)
+
+
+@require_POST
+@console_permission(CHANGE_SOURCE)
+def source_settings_view(request: HttpRequest, source_id: int) -> HttpResponse:
+    source = get_object_or_404(Source, pk=source_id)
+    if _confirmed(request):
+        form = SourceSettingsForm(request.POST)
+    else:
+        form = SourceSettingsForm(
+            initial={"thank_you_url": source.thank_you_url, "duplicates": source.duplicates}
+        )
+    done = _confirm_action(
+        request,
+        form,
+        act=_refusing(
+            lambda data: source_settings_change(
+                source=source,
+                actor=acting_user(request),
+                thank_you_url=data["thank_you_url"],
+                duplicates=data["duplicates"],
+                reason=data["reason"],
+            )
+        ),
+        success=f"The settings of {source.name} were saved.",
+        done_url=_source_url(source),
+    )
+    if done is not None:
+        return done
+    return _source_confirm_page(
+        request,
+        source,
+        form,
+        title=f"Settings of {source.name}",
+        action=reverse("console:source-settings", args=[source.pk]),
+        submit="Save the settings",
+        explanation="The change applies to the next delivery and is written to the audit "
+        "trail with its reason.",
+    )
 
 
 @require_POST

@@ -46,6 +46,7 @@ from idempotency_core.intake.senders.verifying import (
     signature_verify,
     token_verify,
 )
+from idempotency_core.intake.sources import InvalidProfileError, thank_you_url_check
 from idempotency_core.keys import canonical_json
 from idempotency_core.models import Delivery, Source
 
@@ -299,9 +300,19 @@ def _bounded(key: str) -> str:
 def _accepted(
     source: Source, profile: Profile, request: HookRequest, *, event_id: str
 ) -> HookAnswer:
-    if profile.answer == "html" and request.wants_html and source.thank_you_url:
+    if profile.answer == "html" and request.wants_html and _safe_page(source.thank_you_url):
         return HookAnswer(303, redirect_to=source.thank_you_url)
     return HookAnswer(200, {"event_id": event_id} if event_id else {"status": "ok"})
+
+
+def _safe_page(url: str) -> bool:
+    """Whether a browser may be sent to `url`: a value stored before the rule of
+    `thank_you_url_check` (say `//evil.example/x`) is not followed, the JSON answer is
+    given instead."""
+    try:
+        return bool(thank_you_url_check(url))
+    except InvalidProfileError:
+        return False
 
 
 def _malformed(source: Source, detail: str, errors: dict[str, Any] | None = None) -> HookAnswer:

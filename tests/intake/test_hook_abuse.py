@@ -9,7 +9,8 @@ view (Django's test client) to the real database:
 - a timestamp that is NaN, infinite, absurd or an all-digit overflow is a 4xx,
   never a 500, and a signature never stays fresh for ever;
 - an unknown source and a wrong credential get the very same answer; `form.js`
-  answers only for an `html` source's own hook.
+  answers only for an `html` source's own hook;
+- a browser is sent only to an https thank-you page (or http on this machine).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Iterator
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.core.management import CommandError, call_command
 from django.db.models import Sum
 from django.test import Client
 
@@ -435,3 +438,51 @@ def test_form_js_answers_only_for_an_html_sources_own_hook():
     bare = [client.get("/hooks/nobody-here/form.js"), client.get("/hooks/html-site/form.js")]
     assert bare[0].status_code == bare[1].status_code == 404
     assert bare[0].content == bare[1].content
+
+
+# -- --thank-you: where a browser may be sent ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "//evil.example/x",
+        "http://www.example.com/thanks/",
+        "javascript:alert(1)",
+        "https:///thanks",
+        "https://www.example.com@evil.example/",
+        "https://www.example.com/thanks now",
+        "https://www.exam\u0440le.com/",
+        "/thanks/",
+        "https://www.example.com:port/",
+        "ftp://www.example.com/",
+    ],
+)
+def test_create_source_refuses_a_thank_you_url_a_browser_must_not_be_sent_to(url):
+    with pytest.raises(CommandError, match="must be an absolute https:// URL"):
+        call_command("create_source", "site", "--profile", "html", "--thank-you", url)
+    assert not Source.objects.filter(name="site").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://www.example.com/thanks/?from=form#top",
+        "HTTPS://WWW.EXAMPLE.COM/thanks",
+        "http://127.0.0.1:8000/thanks.html",
+        "http://localhost/thanks",
+        "http://[::1]:8080/thanks",
+    ],
+)
+def test_create_source_takes_an_https_thank_you_url_or_http_on_this_machine(url):
+    out = StringIO()
+    call_command("create_source", "site", "--profile", "html", "--thank-you", url, stdout=out)
+    assert Source.objects.get(name="site").thank_you_url == url
+
+
+def test_a_stored_thank_you_url_that_breaks_the_rule_is_not_followed():
+    source, path = hook_source("html", thank_you_url="https://www.example.com/thanks/")
+    Source.objects.filter(pk=source.pk).update(thank_you_url="//evil.example/x")
+    response = deliver(Client(), path, SAMPLES["html"], Accept="text/html")
+    assert response.status_code == 200 and "Location" not in response
+    assert Event.objects.filter(source=source).count() == 1
