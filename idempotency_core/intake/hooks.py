@@ -10,9 +10,8 @@ the source's profile, takes the sender's submission id (or, for senders without
 one, a fingerprint of the content with the sender's own timestamp) and hands the
 mapped submission to `event_ingest`, the same service and the same unique
 constraint as the JSON API: a repeat, or a provider's retry, never makes a second
-event. The raw delivery is kept on the
-delivery row (until payload retention) so a field map can be corrected and the
-mapping re-run (`remap`).
+event. The raw delivery is kept on the delivery row (until payload retention) so a
+field map can be corrected and the mapping re-run (`remap`).
 """
 
 from __future__ import annotations
@@ -196,9 +195,10 @@ def _authenticate(source: Source, profile: Profile, request: HookRequest) -> Ver
 def refusal_count(*, source: Source, detail: str, now: float | None = None) -> None:
     """Counts a failed verification into the source's refusal row of this minute (the
     latest reason kept), creating it for the first one: a flood of wrong credentials
-    writes one row a minute, not one per post. Each web process finds its row through
-    the cache, so with several processes a minute may have one row for each; the
-    rows' `receipts` still add up to every refusal."""
+    writes one row a minute, not one per post. A process finds the row through the
+    cache: with the default local-memory cache each web process keeps its own row of
+    the minute (with CACHE_URL, all share one); the rows' `receipts` add up to every
+    refusal either way."""
     moment = time.time() if now is None else now
     key = f"hook-refusals:{source.pk}:{int(moment // WINDOW_SECONDS)}"
     row_id = cache.get(key)

@@ -7,8 +7,8 @@ the hook decides is in `intake.hooks.hook_receive`; the view counts the client's
 address first (`intake.rate`), before any query, and answers a source that does not
 exist, or has no hook, exactly as it answers a wrong credential.
 
-The public schema (/api/schema/) documents these routes through `hook_schema`
-(`intake.api.hook_schema`), since drf-spectacular sees only DRF views.
+drf-spectacular sees only DRF views: the public schema (/api/schema/) gets these
+routes from `intake.api.hook_schema`.
 """
 
 from __future__ import annotations
