@@ -318,6 +318,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "EXCEPTION_HANDLER": "idempotency_core.intake.api.errors.exception_handler",
+    # How many proxies in front append to X-Forwarded-For (DRF's rule for a client's
+    # address, which the hooks' per-address limit reads too). 0: REMOTE_ADDR alone,
+    # since a client can write any X-Forwarded-For it likes. DRF's own default (None)
+    # would believe that header from anyone.
+    "NUM_PROXIES": env_int("ONEFOLD_TRUSTED_PROXIES", 0, minimum=0),
 }
 
 SPECTACULAR_SETTINGS = {
@@ -394,6 +399,13 @@ ONEFOLD_CAPTCHA_VERIFY_URL = env_str("ONEFOLD_CAPTCHA_VERIFY_URL", "")
 ONEFOLD_CAPTCHA_TIMEOUT_SECONDS = env_float("ONEFOLD_CAPTCHA_TIMEOUT_SECONDS", 5, minimum=0.1)
 # Default requests per minute per source (each source may override).
 ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
+# Hook posts per client address per minute, counted before anything is verified (429
+# beyond): a flood of wrong credentials, or of posts to a public `html` hook, from one
+# address is turned away before it costs a query. The address is REMOTE_ADDR, or with
+# ONEFOLD_TRUSTED_PROXIES the one the nearest trusted proxy saw (IPv6 by /64).
+ONEFOLD_HOOK_RATE_PER_ADDRESS_PER_MINUTE = env_int(
+    "ONEFOLD_HOOK_RATE_PER_ADDRESS_PER_MINUTE", 600, minimum=1
+)
 # Retention (README "Retention"). Payloads (contact details, message) are nulled
 # this many days after the event arrived, once no operation is still in flight;
 # key and fingerprint stay.

@@ -2,7 +2,8 @@
 docs, console, auth, admin.
 
 Two schemas. /api/schema/ is public and documents what senders call: the routes
-in `public_api`. /console/api/schema/ documents the staff API and, like the
+in `public_api`, the hooks among them (written from the presets, since they are
+not DRF views). /console/api/schema/ documents the staff API and, like the
 console, needs a staff sign-in. Each is drf-spectacular's view over its own list
 of routes (its `urlconf`) rather than one schema filtered afterwards, so a new
 staff endpoint cannot appear in the public schema by accident. Swagger UI for
@@ -22,7 +23,7 @@ from django.urls import URLPattern, include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from idempotency_core.intake.api import hooks
+from idempotency_core.intake.api import hook_schema, hooks
 from idempotency_core.observability import health, metrics
 from review_console.permissions import VIEW_CASES, console_permission
 
@@ -77,7 +78,19 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),
-    path("api/schema/", SpectacularAPIView.as_view(urlconf=public_api), name="schema"),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(
+            urlconf=public_api,
+            # The hooks are plain Django views, which drf-spectacular does not see:
+            # their paths are written from the presets (intake/api/hook_schema.py).
+            custom_settings={
+                "APPEND_PATHS": hook_schema.hook_paths(),
+                "APPEND_COMPONENTS": hook_schema.hook_components(),
+            },
+        ),
+        name="schema",
+    ),
     path(
         "api/docs/",
         swagger_csp(SpectacularSwaggerSplitView.as_view(url_name="schema")),

@@ -21,7 +21,11 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.intake.sources import source_secret_add
+from idempotency_core.intake.sources import (
+    InvalidProfileError,
+    source_secret_add,
+    thank_you_url_check,
+)
 from idempotency_core.models import Delivery, Source, SourceSecret
 
 if TYPE_CHECKING:
@@ -116,11 +120,13 @@ class SourceSecretInline(SecretInlineBase):
 
 
 class SourceForm(SourceFormBase):
-    thank_you_url = forms.URLField(
+    # Not a URLField: it would complete `//evil.example/x` with a scheme, where the
+    # one rule of `thank_you_url_check` refuses it.
+    thank_you_url = forms.CharField(
         required=False,
         max_length=500,
-        assume_scheme="https",
-        help_text="Where the html profile sends the browser after a submission (303).",
+        help_text="Where the html profile sends the browser after a submission (303): an "
+        "absolute https:// URL (http:// only on localhost).",
     )
     duplicates = forms.ChoiceField(
         choices=[
@@ -128,6 +134,12 @@ class SourceForm(SourceFormBase):
             ("hold", "hold: the later one waits for a person before its CRM write"),
         ]
     )
+
+    def clean_thank_you_url(self) -> str:
+        try:
+            return thank_you_url_check(self.cleaned_data.get("thank_you_url") or "")
+        except InvalidProfileError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     class Meta:
         model = Source
@@ -197,7 +209,15 @@ class SourceAdmin(SourceAdminBase):
 class DeliveryAdmin(DeliveryAdminBase):
     """Read-only: what each receipt was, never what it carried."""
 
-    list_display = ("received_at", "source", "outcome", "status_code", "verification", "event_ref")
+    list_display = (
+        "received_at",
+        "source",
+        "outcome",
+        "status_code",
+        "verification",
+        "receipts",
+        "event_ref",
+    )
     list_filter = ("outcome", "source")
     list_select_related = ("source",)
     date_hierarchy = "received_at"
@@ -209,6 +229,7 @@ class DeliveryAdmin(DeliveryAdminBase):
         "outcome",
         "status_code",
         "verification",
+        "receipts",
         "content_type",
         "fingerprint",
         "payload_matched",

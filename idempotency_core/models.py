@@ -255,8 +255,12 @@ class Delivery(models.Model):
     raw_body = models.BinaryField(null=True, blank=True)
     content_type = models.CharField(max_length=200, blank=True)
     # How the sender was authenticated ("signature verified with secret 1", "token
-    # verified"): never the signature or the secret themselves.
+    # verified"), or why it was not: never the signature or the secret themselves.
     verification = models.CharField(max_length=200, blank=True)
+    # How many HTTP receipts the row stands for: 1, except a hook's failed
+    # verifications, counted into one row per source a minute (the latest reason
+    # kept), so that a flood of wrong credentials cannot flood the table.
+    receipts = models.PositiveIntegerField(default=1)
 
     class Meta:
         verbose_name_plural = "deliveries"
@@ -271,6 +275,12 @@ class Delivery(models.Model):
             models.Index(fields=["event", "received_at"], name="delivery_event_idx"),
             # A source's page: its recent deliveries and the last day's counts.
             models.Index(fields=["source", "received_at"], name="delivery_source_recent_idx"),
+            # A source's page: its latest refused verification, however long ago.
+            models.Index(
+                fields=["source", "-received_at"],
+                condition=Q(outcome="unauthorized"),
+                name="delivery_source_refused_idx",
+            ),
         ]
 
     def __str__(self) -> str:

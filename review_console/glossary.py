@@ -137,6 +137,7 @@ ACTIONS: dict[str, str] = {
     "source_secret_added": "Signing secret added",
     "source_secret_removed": "Signing secret removed",
     "source_captcha_set": "CAPTCHA setting changed",
+    "source_settings_changed": "Source settings changed",
     "api_key_rotated": "API key replaced",
     "api_key_revoked": "API key revoked",
 }

@@ -68,6 +68,11 @@ urlpatterns = [
     path("sources/<int:source_id>/disable/", views_sources.source_disable, name="source-disable"),
     path("sources/<int:source_id>/enable/", views_sources.source_enable_view, name="source-enable"),
     path(
+        "sources/<int:source_id>/settings/",
+        views_sources.source_settings_view,
+        name="source-settings",
+    ),
+    path(
         "sources/<int:source_id>/secrets/add/",
         views_sources.source_secret_add_view,
         name="source-secret-add",

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
-from django.db.models import Count
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -34,6 +34,8 @@ from idempotency_core.intake.sources import (
     source_enable,
     source_secret_issue,
     source_secret_revoke,
+    source_settings_change,
+    thank_you_url_check,
 )
 from idempotency_core.models import Delivery, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
@@ -86,6 +88,25 @@ class SecretAddForm(ReasonForm):
     )
 
 
+class SourceSettingsForm(ReasonForm):
+    field_order = ("thank_you_url", "duplicates", "reason")
+    thank_you_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Thank-you URL",
+        help_text="Where a browser posting an html form lands (303): an absolute https:// "
+        "URL (http:// only on localhost). Empty: the sender gets the JSON answer.",
+    )
+    duplicates = forms.ChoiceField(choices=list(DUPLICATE_POLICIES.items()))
+
+    def clean_thank_you_url(self) -> str:
+        # The one rule create_source and the admin apply too.
+        try:
+            return thank_you_url_check(self.cleaned_data.get("thank_you_url") or "")
+        except InvalidProfileError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+
 class SecretRemoveForm(ReasonForm):
     field_order = ("secret_prefix", "reason")
     # Not `prefix`: a form's `prefix` is its HTML name prefix.
@@ -129,7 +150,8 @@ def recent_outcomes(*, since: datetime) -> dict[int, list[dict[str, Any]]]:
     rows = (
         Delivery.objects.filter(received_at__gte=since)
         .values("source_id", "outcome")
-        .annotate(n=Count("id"))
+        # Receipts, not rows: a minute's failed verifications share one row.
+        .annotate(n=Sum("receipts"))
         .order_by("source_id", "outcome")
     )
     counts: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -151,7 +173,9 @@ def recent_deliveries(source: Source) -> list[Delivery]:
     Only what the page shows is read: never `raw_body`, never the event's payload."""
     deliveries = list(
         Delivery.objects.filter(source=source)
-        .only("received_at", "outcome", "status_code", "verification", "event", "source")
+        .only(
+            "received_at", "outcome", "status_code", "verification", "receipts", "event", "source"
+        )
         .order_by("-received_at", "-id")[:RECENT_DELIVERIES]
     )
     event_ids = {d.event_id for d in deliveries if d.event_id is not None}
@@ -166,6 +190,19 @@ def recent_deliveries(source: Source) -> list[Delivery]:
         delivery.cases = cases.get(delivery.event_id, [])  # type: ignore[attr-defined]
         delivery.badge = outcome_badge(delivery.outcome)  # type: ignore[attr-defined]
     return deliveries
+
+
+def latest_refusal(source: Source) -> Delivery | None:
+    """The source's latest failed verification, however long ago: why its sender is
+    refused ("no Typeform-Signature header"), which the sender's own answer never says
+    (every refusal, and an unknown source, get the same 401)."""
+    # delivery_source_refused_idx: the newest row of a partial index, one probe.
+    return (
+        Delivery.objects.filter(source=source, outcome=Delivery.Outcome.UNAUTHORIZED)
+        .only("received_at", "verification", "receipts", "source")
+        .order_by("-received_at")
+        .first()
+    )
 
 
 def hook_of(request: HttpRequest, source: Source, profile: Profile | None) -> dict[str, Any]:
@@ -215,6 +252,7 @@ def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
             "secrets": list(source.secrets.order_by("created_at").only("prefix", "created_at")),
             "duplicates": DUPLICATE_POLICIES.get(source.duplicates, source.duplicates),
             "deliveries": recent_deliveries(source),
+            "refusal": latest_refusal(source) if profile is not None else None,
             "recent": RECENT_DELIVERIES,
             "can_change": request.user.has_perm(CHANGE_SOURCE),
             "captcha_possible": source.profile == CAPTCHA_PROFILE,
@@ -286,6 +324,45 @@ def source_disable(request: HttpRequest, source_id: int) -> HttpResponse:
 @console_permission(CHANGE_SOURCE)
 def source_enable_view(request: HttpRequest, source_id: int) -> HttpResponse:
     return _source_switch(request, source_id, enabled=True)
+
+
+@require_POST
+@console_permission(CHANGE_SOURCE)
+def source_settings_view(request: HttpRequest, source_id: int) -> HttpResponse:
+    source = get_object_or_404(Source, pk=source_id)
+    if _confirmed(request):
+        form = SourceSettingsForm(request.POST)
+    else:
+        form = SourceSettingsForm(
+            initial={"thank_you_url": source.thank_you_url, "duplicates": source.duplicates}
+        )
+    done = _confirm_action(
+        request,
+        form,
+        act=_refusing(
+            lambda data: source_settings_change(
+                source=source,
+                actor=acting_user(request),
+                thank_you_url=data["thank_you_url"],
+                duplicates=data["duplicates"],
+                reason=data["reason"],
+            )
+        ),
+        success=f"The settings of {source.name} were saved.",
+        done_url=_source_url(source),
+    )
+    if done is not None:
+        return done
+    return _source_confirm_page(
+        request,
+        source,
+        form,
+        title=f"Settings of {source.name}",
+        action=reverse("console:source-settings", args=[source.pk]),
+        submit="Save the settings",
+        explanation="The change applies to the next delivery and is written to the audit "
+        "trail with its reason.",
+    )
 
 
 @require_POST

@@ -2,13 +2,16 @@
 
 `hook_receive` is the service behind `POST /hooks/<source>/` (CONTRACT.md,
 "Senders"). It verifies first (signature or token, over the raw body as
-received), then reads the body with the source's profile, takes the sender's
-submission id (or, for senders without one, a fingerprint of the content with
-the sender's own timestamp) and hands the mapped submission to `event_ingest`,
-the same service and the same unique constraint as the JSON API: a repeat, or
-a provider's retry, never makes a second event. The raw delivery is kept on the
-delivery row (until payload retention) so a field map can be corrected and the
-mapping re-run (`remap`).
+received); a delivery that does not verify gets the one answer an unknown source
+gets too (`hook_refused`) and is counted, not stored (`refusal_count`). Only then
+are the source's state (disabled: 503) and rate (429) told, so that no one without
+its credential can spend its rate or learn about it. It then reads the body with
+the source's profile, takes the sender's submission id (or, for senders without
+one, a fingerprint of the content with the sender's own timestamp) and hands the
+mapped submission to `event_ingest`, the same service and the same unique
+constraint as the JSON API: a repeat, or a provider's retry, never makes a second
+event. The raw delivery is kept on the delivery row (until payload retention) so a
+field map can be corrected and the mapping re-run (`remap`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db.models import F
 from django.utils.dateparse import parse_datetime
 
 from idempotency_core.intake.api.serializers import KEY_REGEX, SubmissionSerializer
@@ -30,6 +35,7 @@ from idempotency_core.intake.ingest import (
     delivery_refused,
     event_ingest,
 )
+from idempotency_core.intake.rate import WINDOW_SECONDS, source_rate_wait
 from idempotency_core.intake.senders.captcha import CaptchaVerdict, captcha_check
 from idempotency_core.intake.senders.mapping import Mapped, document_map, evaluate, text
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
@@ -40,11 +46,17 @@ from idempotency_core.intake.senders.verifying import (
     signature_verify,
     token_verify,
 )
+from idempotency_core.intake.sources import InvalidProfileError, thank_you_url_check
 from idempotency_core.keys import canonical_json, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Source
 
 DISABLED_RETRY_AFTER_SECONDS = 300
 CAPTCHA_FAILED_PAGE = "intake/captcha_failed.html"
+UNVERIFIED = {
+    "code": "unauthorized",
+    "detail": "The delivery could not be verified: no such hook, or a wrong or missing "
+    "signature or token.",
+}
 
 
 @dataclass(frozen=True)
@@ -73,8 +85,24 @@ class HookAnswer:
     page: str = ""
 
 
+def hook_refused() -> HookAnswer:
+    """The one answer to a delivery that did not verify, and to one for a source that
+    does not exist or has no hook: the same status and body, so that no one learns
+    which sources exist or which provider one uses. Why it was refused is on the
+    console's source page (the refusal's row), never in the answer."""
+    return HookAnswer(401, dict(UNVERIFIED))
+
+
 def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
-    """Verifies, maps and ingests one delivery; the answer the sender should get."""
+    """Verifies, maps and ingests one delivery; the answer the sender should get.
+
+    The credential is checked before anything else about the source is told: a
+    disabled source answers 503 and an exhausted rate 429 only to its own sender."""
+    profile = profile_resolve(source.profile, source.profile_overrides)
+    verification = _authenticate(source, profile, request)
+    if not verification.ok:
+        refusal_count(source=source, detail=verification.detail)
+        return hook_refused()
     if not source.is_active:
         delivery_refused(source=source, outcome=Delivery.Outcome.DISABLED, status_code=503)
         return HookAnswer(
@@ -82,16 +110,13 @@ def hook_receive(*, source: Source, request: HookRequest) -> HookAnswer:
             {"code": "source_disabled", "detail": "This source is disabled; retry later."},
             {"Retry-After": str(DISABLED_RETRY_AFTER_SECONDS)},
         )
-    profile = profile_resolve(source.profile, source.profile_overrides)
-    verification = _authenticate(source, profile, request)
-    if not verification.ok:
-        delivery_refused(
-            source=source,
-            outcome=Delivery.Outcome.UNAUTHORIZED,
-            status_code=401,
-            detail=verification.detail,
+    wait = source_rate_wait(source)
+    if wait is not None:
+        return HookAnswer(
+            429,
+            {"code": "throttled", "detail": "Too many deliveries; retry later."},
+            {"Retry-After": str(max(1, round(wait)))},
         )
-        return HookAnswer(401, {"code": "unauthorized", "detail": verification.detail})
     if len(request.body) > settings.ONEFOLD_MAX_BODY_BYTES:
         delivery_refused(source=source, outcome=Delivery.Outcome.TOO_LARGE, status_code=413)
         return HookAnswer(413, {"code": "body_too_large", "detail": "The body is too large."})
@@ -219,6 +244,28 @@ def _authenticate(source: Source, profile: Profile, request: HookRequest) -> Ver
     return token_verify(presented or request.path_token, digest=source.hook_token_digest)
 
 
+def refusal_count(*, source: Source, detail: str, now: float | None = None) -> None:
+    """Counts a failed verification into the source's refusal row of this minute (the
+    latest reason kept), creating it for the first one: a flood of wrong credentials
+    writes one row a minute, not one per post. A process finds the row through the
+    cache: with the default local-memory cache each web process keeps its own row of
+    the minute (with CACHE_URL, all share one); the rows' `receipts` add up to every
+    refusal either way."""
+    moment = time.time() if now is None else now
+    key = f"hook-refusals:{source.pk}:{int(moment // WINDOW_SECONDS)}"
+    row_id = cache.get(key)
+    if row_id is not None:
+        counted = Delivery.objects.filter(pk=row_id).update(
+            receipts=F("receipts") + 1, verification=detail[:200]
+        )
+        if counted:
+            return
+    row = delivery_refused(
+        source=source, outcome=Delivery.Outcome.UNAUTHORIZED, status_code=401, detail=detail
+    )
+    cache.set(key, row.pk, timeout=WINDOW_SECONDS + 5)
+
+
 def _payload(source: Source, profile: Profile, mapped: Mapped) -> dict[str, Any]:
     """The submission in the JSON API's shape, so it reaches the CRM exactly as one."""
     contact = {"name": mapped.name, "email": mapped.email}
@@ -239,12 +286,20 @@ def _payload(source: Source, profile: Profile, mapped: Mapped) -> dict[str, Any]
 
 def _when(value: str) -> str:
     """The sender's submission time as ISO 8601, or "" when it gives none we can read
-    (HubSpot writes epoch milliseconds; most write ISO 8601)."""
+    (HubSpot writes epoch milliseconds; most write ISO 8601). A time that is no time
+    (an all-digit overflow, year 99999) is left out like any other unreadable one: the
+    submission is still taken, without the sender's time."""
     if not value:
         return ""
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
+        # Beyond 20 digits it is no time in any unit (and int() of a long one is slow).
+        if len(value) > 20:
+            return ""
         seconds = int(value) / 1000 if len(value) > 11 else int(value)
-        return datetime.fromtimestamp(seconds, tz=UTC).isoformat()
+        try:
+            return datetime.fromtimestamp(seconds, tz=UTC).isoformat()
+        except (OverflowError, OSError, ValueError):  # past year 9999, or the C library's range
+            return ""
     try:
         parsed = parse_datetime(value)
     except ValueError:
@@ -252,7 +307,12 @@ def _when(value: str) -> str:
     if parsed is None:
         return ""
     # A sender that writes no offset writes UTC (Gravity Forms' date_created is UTC).
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).isoformat()
+    aware = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        aware.astimezone(UTC)  # 9999-12-31T23:59-23:59 is no instant a database can store
+    except OverflowError:
+        return ""
+    return aware.isoformat()
 
 
 def _event_key(
@@ -292,9 +352,19 @@ def _bounded(key: str) -> str:
 def _accepted(
     source: Source, profile: Profile, request: HookRequest, *, event_id: str
 ) -> HookAnswer:
-    if profile.answer == "html" and request.wants_html and source.thank_you_url:
+    if profile.answer == "html" and request.wants_html and _safe_page(source.thank_you_url):
         return HookAnswer(303, redirect_to=source.thank_you_url)
     return HookAnswer(200, {"event_id": event_id} if event_id else {"status": "ok"})
+
+
+def _safe_page(url: str) -> bool:
+    """Whether a browser may be sent to `url`: a value stored before the rule of
+    `thank_you_url_check` (say `//evil.example/x`) is not followed, the JSON answer is
+    given instead."""
+    try:
+        return bool(thank_you_url_check(url))
+    except InvalidProfileError:
+        return False
 
 
 def _malformed(source: Source, detail: str, errors: dict[str, Any] | None = None) -> HookAnswer:

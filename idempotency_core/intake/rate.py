@@ -1,13 +1,19 @@
-"""Per-source request rate: a fixed one-minute window per source, counted with the
-cache's atomic increment, so no request is admitted over the limit even when many
-arrive at once. With the default local-memory cache each web process counts for
-itself; with `CACHE_URL=redis://…` every process shares one count per source. It
-protects the service from a runaway sender; nothing else relies on it. The JSON
-API's throttle and the hooks share it.
+"""Request rates: per source, and for the hooks per client address.
+
+A fixed one-minute window per source (or address), counted with the cache's atomic
+increment, so no request is admitted over the limit even when many arrive at once.
+With the default local-memory cache each web process counts for itself; with
+`CACHE_URL=redis://…` every process shares one count. It protects the service from a
+runaway sender; nothing else relies on it. The JSON API's throttle and the hooks share
+the source's count; a hook counts it only after the delivery verified, so that no one
+without the source's credential can spend it. The address's count comes first, before
+anything is verified: it is what turns away a flood from one place.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import time
 from collections.abc import Callable
 
@@ -26,9 +32,35 @@ def source_rate_key(source_id: int, window: int) -> str:
 def source_rate_wait(source: Source, *, clock: Callable[[], float] = time.time) -> float | None:
     """Counts one request; None when it is admitted, else seconds until the next window."""
     limit = source.rate_per_minute or settings.ONEFOLD_DEFAULT_RATE_PER_MINUTE
-    now = clock()
+    return _counted_wait(lambda window: source_rate_key(source.pk, window), limit, clock())
+
+
+def address_rate_wait(address: str, *, clock: Callable[[], float] = time.time) -> float | None:
+    """Counts one hook request from a client address (see `address_bucket`); None
+    when it is admitted, else seconds until the next window."""
+    bucket = address_bucket(address)
+    limit = settings.ONEFOLD_HOOK_RATE_PER_ADDRESS_PER_MINUTE
+    return _counted_wait(lambda window: f"rate:address:{bucket}:{window}", limit, clock())
+
+
+def address_bucket(address: str) -> str:
+    """What one client is counted as: its IPv4 address, or its IPv6 /64 (one host is
+    given a whole /64 and could post from a new address each time). Anything else (a
+    proxy that writes a name) is counted by its digest, so the cache key stays short."""
+    try:
+        ip = ipaddress.ip_address(address.strip())
+    except ValueError:
+        return "h" + hashlib.sha256(address.encode("utf-8", "replace")).hexdigest()[:32]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def _counted_wait(key_of: Callable[[int], str], limit: int, now: float) -> float | None:
     window = int(now // WINDOW_SECONDS)
-    key = source_rate_key(source.pk, window)
+    key = key_of(window)
     # The key outlives its window a little, so it never expires while counted.
     cache.add(key, 0, timeout=WINDOW_SECONDS + 5)
     try:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import secrets as random_secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -61,6 +63,51 @@ def source_duplicates_set(*, source: Source, policy: str) -> Source:
     return source
 
 
+# Hosts a plain-http thank-you page may be on: a site tried out on this machine.
+_LOOPBACK_NAMES = ("localhost", "localhost.")
+
+
+def thank_you_url_check(url: str) -> str:
+    """The thank-you URL as given, if a browser may be sent there (303) after an `html`
+    form: an absolute https URL, or http on this machine (localhost, 127.0.0.0/8, ::1)
+    for a site being tried out. "" (no page) is allowed. Refused: a scheme-relative
+    `//evil.example/x` (a browser completes it to any host), another scheme
+    (`javascript:`), no host, a user name in it (`https://bank.example@evil.example/`
+    reads as the bank), spaces, control characters and other than ASCII (a domain in
+    another script is written in its xn-- form: no look-alike letters)."""
+    url = url.strip()
+    if not url:
+        return ""
+    refusal = InvalidProfileError(
+        f"The thank-you URL {url[:100]!r} must be an absolute https:// URL "
+        "(or http:// on localhost), e.g. https://www.example.com/thanks/."
+    )
+    if len(url) > 500 or not url.isascii() or any(c <= " " or c == "\x7f" for c in url):
+        raise refusal
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        _ = parts.port  # a port that is no number raises ValueError
+    except ValueError:
+        raise refusal from None
+    if not host or "@" in parts.netloc:
+        raise refusal
+    if parts.scheme == "https":
+        return url
+    if parts.scheme == "http" and _loopback(host):
+        return url
+    raise refusal
+
+
+def _loopback(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class HookSetup:
     """What a sender needs, shown once: the hook's path, and the secrets or token."""
@@ -91,6 +138,7 @@ def source_hook_configure(
         )
     if duplicates not in ("flag", "hold"):
         raise InvalidProfileError("--duplicates is flag or hold.")
+    thank_you_url = thank_you_url_check(thank_you_url)
     if captcha or captcha_secret:
         source.captcha_provider, source.captcha_secret = _captcha_checked(
             profile, captcha, captcha_secret
@@ -163,6 +211,35 @@ def source_enable(*, source: Source, actor: User, enabled: bool, reason: str) ->
             details={"source": locked.name, "source_id": locked.pk},
         )
     source.is_active = enabled
+    return locked
+
+
+def source_settings_change(
+    *, source: Source, actor: User, thank_you_url: str, duplicates: str, reason: str
+) -> Source:
+    """Sets the thank-you URL (checked by `thank_you_url_check`) and the duplicates
+    policy, audited as `source_settings_changed` with what changed, old and new."""
+    thank_you_url = thank_you_url_check(thank_you_url)
+    if duplicates not in ("flag", "hold"):
+        raise InvalidProfileError("Duplicates is flag or hold.")
+    with transaction.atomic():
+        locked = _source_locked(source, reason)
+        changes = {
+            name: {"from": getattr(locked, name), "to": value}
+            for name, value in (("thank_you_url", thank_you_url), ("duplicates", duplicates))
+            if getattr(locked, name) != value
+        }
+        if not changes:
+            raise InvalidProfileError(f"{locked.name} already has these settings.")
+        for name, change in changes.items():
+            setattr(locked, name, change["to"])
+        locked.save(update_fields=list(changes))
+        audit_record(
+            action="source_settings_changed",
+            actor=actor,
+            reason=reason,
+            details={"source": locked.name, "source_id": locked.pk, "changes": changes},
+        )
     return locked
 
 

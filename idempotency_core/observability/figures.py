@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Min, OuterRef, Subquery
+from django.db.models import Count, Min, OuterRef, Subquery, Sum
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -87,8 +87,9 @@ def figures_read(*, now: datetime | None = None) -> list[Figure]:
 
 
 def submissions_recent(*, since: datetime) -> Figure:
-    """Deliveries by source and answer. Every answer to a known source writes one
-    (accepted, replayed and each refusal); an unknown key or source has no row."""
+    """Deliveries by source and answer. Every answer to a known source is counted
+    (accepted, replayed and each refusal; a hook's failed verifications share one row
+    a minute, whose `receipts` counts them); an unknown key or source has no row."""
     figure = Figure(
         "onefold_submissions_recent",
         "Submissions answered in the window, by source, outcome and HTTP status "
@@ -101,7 +102,8 @@ def submissions_recent(*, since: datetime) -> Figure:
     rows = (
         Delivery.objects.filter(source_id__in=list(sources), received_at__gte=since)
         .values_list("source_id", "outcome", "status_code")
-        .annotate(count=Count("id"))
+        # Receipts, not rows: a minute's failed verifications share one row.
+        .annotate(count=Sum("receipts"))
         .order_by("source_id", "outcome", "status_code")
     )
     for source_id, outcome, code, count in rows:

@@ -252,3 +252,75 @@ def test_the_admin_lists_deliveries_without_their_body(users):
     assert detail.status_code == 200
     text = detail.content.decode()
     assert "accepted" in text and "Mary Jackson" not in text and "raw_body" not in text
+
+
+def test_the_page_names_the_latest_refusal_which_the_sender_is_not_told(users):
+    source = signed_source()
+    Client().post(f"/hooks/{source.name}/", SAMPLE.body, content_type="application/json")
+    for _ in range(3):  # counted in the same row
+        deliver(source, secret="not-the-secret-at-all")
+    text = page(logged_in(users["reviewer"]), source)
+    assert "Last refused delivery" in text
+    assert "the signature matches none of the configured secrets" in text
+    assert "3 in that minute" in text or "4 in that minute" in text
+
+
+def test_settings_are_changed_on_the_page_with_the_thank_you_rule_and_audited(users):
+    source, _ = source_get_or_create(name="site-form")
+    source_hook_configure(source=source, profile="html", thank_you_url="https://x.test/ok")
+    client = logged_in(users["superuser"])
+    url = reverse("console:source-settings", args=[source.pk])
+    assert client.get(url).status_code == 405
+    opened = client.post(url)
+    assert opened.status_code == 200 and "https://x.test/ok" in opened.content.decode()
+    refused = confirmed(
+        client,
+        "console:source-settings",
+        source,
+        thank_you_url="//evil.example/x",
+        duplicates="flag",
+    )
+    assert refused.status_code == 200
+    assert "must be an absolute https:// URL" in refused.content.decode()
+    source.refresh_from_db()
+    assert source.thank_you_url == "https://x.test/ok"
+    saved = confirmed(
+        client,
+        "console:source-settings",
+        source,
+        thank_you_url="https://x.test/thanks",
+        duplicates="hold",
+    )
+    assert saved.status_code == 302
+    source.refresh_from_db()
+    assert (source.thank_you_url, source.duplicates) == ("https://x.test/thanks", "hold")
+    entry = AuditEntry.objects.get(action="source_settings_changed")
+    assert entry.details["changes"]["thank_you_url"] == {
+        "from": "https://x.test/ok",
+        "to": "https://x.test/thanks",
+    }
+    reviewer = logged_in(users["reviewer"])
+    assert reviewer.post(url).status_code == 403
+
+
+def test_the_admin_refuses_a_scheme_relative_thank_you_url(users):
+    source = signed_source()
+    client = logged_in(users["superuser"])
+    url = reverse("admin:idempotency_core_source_change", args=[source.pk])
+    data = {
+        "is_active": "on",
+        "default_form": "leads",
+        "thank_you_url": "//evil.example/x",
+        "duplicates": "flag",
+        "rate_per_minute": "",
+        "task_assignee": "sales",
+        "secrets-TOTAL_FORMS": "1",
+        "secrets-INITIAL_FORMS": "1",
+        "secrets-0-id": str(source.secrets.get().pk),
+        "secrets-0-source": str(source.pk),
+    }
+    answer = client.post(url, data)
+    assert answer.status_code == 200
+    assert "must be an absolute https:// URL" in answer.content.decode()
+    source.refresh_from_db()
+    assert source.thank_you_url == ""

@@ -16,8 +16,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+# A signed time as providers write it: Unix seconds or milliseconds, ASCII digits
+# (a fraction allowed). float() would also read "nan", "inf", "1e400", "1_7" and other
+# scripts' digits; NaN compares false with everything, so `abs(now - nan) > tolerance`
+# would call a NaN timestamp fresh for ever.
+_TIMESTAMP = re.compile(r"[0-9]{1,20}(?:\.[0-9]{1,9})?")
 
 
 @dataclass(frozen=True)
@@ -114,12 +122,13 @@ def _parse_header(
 
 def _stale(recipe: SignatureRecipe, timestamp: str, *, now: float) -> str:
     """Why the signed timestamp is refused, or "" when it is fresh."""
-    try:
-        value = float(timestamp)
-    except ValueError:
+    if not _TIMESTAMP.fullmatch(timestamp):
         return "the signed timestamp is not a number"
+    value = float(timestamp)
     seconds = value / 1000 if recipe.timestamp_unit == "ms" else value
-    if recipe.tolerance_seconds is not None and abs(now - seconds) > recipe.tolerance_seconds:
+    if not math.isfinite(seconds):  # the pattern admits none; this guards the comparison
+        return "the signed timestamp is not a number"
+    if recipe.tolerance_seconds is not None and not abs(now - seconds) <= recipe.tolerance_seconds:
         return (
             f"the signed timestamp is {abs(now - seconds):.0f} s from now "
             f"(tolerance {recipe.tolerance_seconds} s)"

@@ -33,6 +33,7 @@ from idempotency_core.intake.sources import (
     source_duplicates_set,
     source_hook_configure,
     source_pipeline_set,
+    thank_you_url_check,
 )
 from idempotency_core.models import Source
 
@@ -61,7 +62,12 @@ class Command(BaseCommand):
             "A signing profile without one gets a new random secret.",
         )
         parser.add_argument("--form", default="", help="Form name when a delivery names none.")
-        parser.add_argument("--thank-you", default="", help="Where html forms land (303).")
+        parser.add_argument(
+            "--thank-you",
+            default="",
+            help="Where html forms land (303): an absolute https:// URL (http:// only on "
+            "localhost).",
+        )
         parser.add_argument(
             "--captcha",
             default="",
@@ -87,11 +93,13 @@ class Command(BaseCommand):
         if (options["captcha"] or options["captcha_secret"]) and options["profile"] != "html":
             raise CommandError("--captcha is for the html profile (a form in a browser).")
         steps = [s.strip() for s in (pipeline or "").split(",") if s.strip()]
-        if pipeline:
-            try:
-                pipeline_validate(steps)  # before anything is created
-            except InvalidPipelineError as exc:
-                raise CommandError(str(exc)) from exc
+        # Both checked before anything is created.
+        try:
+            if pipeline:
+                pipeline_validate(steps)
+            thank_you_url_check(options["thank_you"])
+        except (InvalidPipelineError, InvalidProfileError) as exc:
+            raise CommandError(str(exc)) from exc
         try:
             # One transaction: a refused secret leaves no half-made source behind, which
             # a second run would then refuse as existing.
