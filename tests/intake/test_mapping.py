@@ -110,3 +110,10 @@ def test_malformed_bodies_are_refused(body, content_type, parser):
 def test_form_bodies_keep_repeated_fields():
     document = parse_body(b"a=1&b%5B%5D=x&b%5B%5D=y&c=", content_type="", parser="form")
     assert document == {"a": "1", "b": ["x", "y"], "c": ""}
+
+
+def test_a_plain_form_s_other_fields_become_extra_fields():
+    # `extras=[]` names the document itself: CF7's subject is kept, its ids are not.
+    document = json.loads((FIXTURES / "cf7.body").read_bytes())
+    mapped = document_map(PRESETS["cf7"].field_map, document)
+    assert mapped.fields == {"your-subject": "Quote request"}

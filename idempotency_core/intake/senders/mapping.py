@@ -110,7 +110,8 @@ def phone_normalise(value: str) -> str:
 
 def document_map(field_map: FieldMap, document: Mapping[str, Any]) -> Mapped:
     """Applies the field map to a parsed document."""
-    extras_source = evaluate(field_map.extras, document) if field_map.extras else None
+    # `[]` (the document itself) is a path too: only "" and None mean "no extras".
+    extras_source = evaluate(field_map.extras, document)
     extras: dict[str, Any] = {}
     if isinstance(extras_source, dict):
         extras = {
