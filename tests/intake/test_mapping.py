@@ -1,8 +1,9 @@
-"""Field maps: the expressions, and each preset on its provider's sample."""
+"""Field maps: the expressions, and each preset on every sample of its provider."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -15,7 +16,7 @@ from idempotency_core.intake.senders.mapping import (
 )
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
 from idempotency_core.intake.senders.profiles import PRESETS, profile_resolve
-from tests.support.senders import FIXTURES, SAMPLES
+from tests.support.senders import ADA_MESSAGE, FIXTURES, SAMPLES, SHARED
 
 DOC = {
     "a": {"b": "x", "First Name": "Ada", "Last Name": "Lovelace"},
@@ -110,3 +111,350 @@ def test_malformed_bodies_are_refused(body, content_type, parser):
 def test_form_bodies_keep_repeated_fields():
     document = parse_body(b"a=1&b%5B%5D=x&b%5B%5D=y&c=", content_type="", parser="form")
     assert document == {"a": "1", "b": ["x", "y"], "c": ""}
+
+
+def test_a_plain_form_s_other_fields_become_extra_fields():
+    # `extras=[]` names the document itself: CF7's subject is kept, its ids are not.
+    document = json.loads((FIXTURES / "cf7.body").read_bytes())
+    mapped = document_map(PRESETS["cf7"].field_map, document)
+    assert mapped.fields == {"your-subject": "Quote request"}
+
+
+# Every sample under ../shared/form-providers/ and tests/fixtures/senders/, and the
+# contact and message its notes (the sibling .md) say it carries: (profile, name,
+# email, phone as normalised, message). "" where the sample has none.
+TYPEFORM_MESSAGE = json.loads((SHARED / "typeform.json").read_text())["form_response"]["answers"][
+    0
+]["text"]
+CRLF_MESSAGE = ADA_MESSAGE.replace("\n", "\r\n")
+EXPECTED: dict[str, tuple[str, str, str, str, str]] = {
+    "shared/typeform.json": ("typeform", "Laura", "laura@example.com", "", TYPEFORM_MESSAGE),
+    "shared/formspree.json": (
+        "formspree",
+        "Sarah Nguyen",
+        "sarah@example.com",
+        "",
+        "I sat the GAMSAT before and need help urgently with essays before September.",
+    ),
+    # The docs' entry of a form that is not a contact form: a choice in 1, text in 2.
+    "shared/gravityforms.json": ("gravityforms", "", "", "", ""),
+    # A Webhooks API event: ids only, the contact must be fetched (hubspot.md).
+    "shared/hubspot.json": ("hubspot", "", "", "", ""),
+    "shared/webflow.json": (
+        "webflow",
+        "Zaphod Beeblebrox",
+        "zaphod@heartofgold.ai",
+        "15550000000",
+        "",
+    ),
+    "fixtures/tally.body": (
+        "tally",
+        "Ada Lovelace",
+        "ada@example.com",
+        "+442079460958",
+        ADA_MESSAGE,
+    ),
+    "fixtures/jotform.body": (
+        "jotform",
+        "Ada Lovelace",
+        "ada@example.com",
+        "2025550147",
+        "Hello, I'd like a quote for 20 units. Please call me back.",
+    ),
+    "fixtures/jotform-tutoring.body": ("jotform", "Niloth P", "", "", ""),
+    "fixtures/jotform-feedback.body": (
+        "jotform",
+        "",
+        "",
+        "",
+        "The new personalized recommendations feature is great!",
+    ),
+    "fixtures/jotform-colon-comma.body": ("jotform", "", "", "", ""),
+    "fixtures/cf7.body": ("cf7", "Ada Lovelace", "ada@example.com", "+442079460958", CRLF_MESSAGE),
+    "fixtures/wpforms.body": (
+        "wpforms",
+        "Ada Lovelace",
+        "ada@example.com",
+        "2025550147",
+        CRLF_MESSAGE,
+    ),
+    "fixtures/googleforms.body": (
+        "googleforms",
+        "Ada Lovelace",
+        "ada@example.com",
+        "+442079460958",
+        ADA_MESSAGE,
+    ),
+    "fixtures/html.body": (
+        "html",
+        "Ada Lovelace",
+        "ada@example.com",
+        "+442079460958",
+        CRLF_MESSAGE,
+    ),
+    "fixtures/gravityforms-contact.json": (
+        "gravityforms",
+        "Grace Hopper",
+        "grace@example.com",
+        "5550102030",
+        "Could you quote for a new office network?",
+    ),
+    "fixtures/hubspot-workflow.json": (
+        "hubspot",
+        "Katherine Johnson",
+        "katherine@example.com",
+        "+15550100",
+        "Please call me about a maintenance contract.",
+    ),
+}
+
+
+def sample_files() -> set[str]:
+    shared = {f"shared/{p.name}" for p in SHARED.glob("*.json")}
+    fixtures = {f"fixtures/{p.name}" for p in FIXTURES.iterdir() if p.suffix in (".body", ".json")}
+    return shared | fixtures
+
+
+def sample_document(name: str, profile: str) -> dict:
+    folder, file = name.split("/")
+    body = ((SHARED if folder == "shared" else FIXTURES) / file).read_bytes()
+    content_type = "application/json"
+    if body.startswith(b"--"):  # multipart: the boundary is the first line's
+        content_type = "multipart/form-data; boundary=" + body.split(b"\r\n", 1)[0][2:].decode()
+    preset = PRESETS[profile]
+    return parse_body(
+        body, content_type=content_type, parser=preset.parser, json_field=preset.json_field
+    )
+
+
+def test_every_sample_has_its_expected_mapping():
+    assert sample_files() == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_sample_maps_to_what_its_notes_say(name):
+    profile, *expected = EXPECTED[name]
+    mapped = document_map(PRESETS[profile].field_map, sample_document(name, profile))
+    assert [mapped.name, mapped.email, mapped.phone, mapped.message] == expected
+
+
+def jotform(answers: dict, pretty: str = "") -> dict:
+    """A Jotform delivery's document: the multipart parts and rawRequest's answers."""
+    return {
+        "formID": "243615086540051",
+        "submissionID": "6114090137116205381",
+        **answers,
+        "pretty": pretty,
+    }
+
+
+def test_jotform_widgets_posted_as_form_fields_are_found_by_shape():
+    # Jotform's own form markup posts composites as q3_name[first], q6_phoneNumber[area],
+    # q7_address[addr_line1]: one answer each, whatever the question's name.
+    document = jotform(
+        {
+            "q3_name[first]": "Ada",
+            "q3_name[last]": "Lovelace",
+            "q4_email4": "Ada@Example.COM",
+            "q6_phoneNumber[area]": "202",
+            "q6_phoneNumber[phone]": "555-0147",
+            "q7_address[addr_line1]": "12 St James's Square",
+            "q7_address[addr_line2]": "",
+            "q7_address[city]": "London",
+            "q7_address[postal]": "SW1Y 4LB",
+            "q7_address[country]": "United Kingdom",
+            "q8_typeA": "Sales",
+        }
+    )
+    mapped = document_map(PRESETS["jotform"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == (
+        "Ada Lovelace",
+        "Ada@example.com",
+        "2025550147",
+    )
+    assert mapped.fields == {
+        "q7_address": "12 St James's Square, London, SW1Y 4LB, United Kingdom",
+        "q8_typeA": "Sales",
+    }
+
+
+def test_jotform_labels_in_pretty_name_the_answers():
+    document = jotform(
+        {
+            "q3_studentsName": {"first": "Ada", "middle": "", "last": "Lovelace"},
+            "q4_email4": "ada@example.com",
+            "q5_input5": "Please call after five.",
+            "q6_phoneNumber": {"full": "(202) 555-0147"},
+            "q9_name": "Analytical Engines Ltd",
+        },
+        "Student's Name:Ada Lovelace, E-mail:ada@example.com, Anything else?:Please call "
+        "after five., Phone Number:(202) 555-0147, Company Name:Analytical Engines Ltd",
+    )
+    mapped = document_map(PRESETS["jotform"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone, mapped.message) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        "2025550147",
+        "Please call after five.",
+    )
+    # q9_name's key says "name", its label a company's: the form's label decides.
+    assert mapped.fields == {"Company Name": "Analytical Engines Ltd"}
+
+
+def test_without_pretty_a_jotform_key_s_own_words_are_its_label():
+    document = jotform({"q3_yourName": "Ada Lovelace", "q5_comments": "Hello"})
+    mapped = document_map(PRESETS["jotform"].field_map, document)
+    assert (mapped.name, mapped.message, mapped.fields) == ("Ada Lovelace", "Hello", {})
+
+
+def test_an_email_address_is_found_by_its_value_when_only_one_is_sent():
+    field_map = PRESETS["jotform"].field_map
+    one = jotform({"q3_contact": "ada@example.com", "q4_notes": "hi"})
+    assert document_map(field_map, one).email == "ada@example.com"
+    same_twice = jotform({"q3_contact": "ada@example.com", "q4_again": "ADA@example.com"})
+    assert document_map(field_map, same_twice).email == "ada@example.com"
+    two = jotform({"q3_contact": "ada@example.com", "q4_friend": "grace@example.com"})
+    assert document_map(field_map, two).email == ""  # not ours to choose
+    # Outside the answers (the account's e-mail in a top-level part) is not the contact's.
+    outside = {**jotform({"q3_a": "x"}), "username": "owner@example.com"}
+    assert document_map(field_map, outside).email == ""
+
+
+def tally(*fields: tuple[str, str, object]) -> dict:
+    return {
+        "eventId": "e",
+        "data": {
+            "responseId": "r",
+            "formId": "f",
+            "fields": [
+                {"key": f"question_{n}", "label": label, "type": kind, "value": value}
+                for n, (label, kind, value) in enumerate(fields)
+            ],
+        },
+    }
+
+
+def test_tally_fields_are_found_by_type_then_label_never_by_position():
+    document = tally(
+        ("Company", "INPUT_TEXT", "Analytical Engines Ltd"),
+        ("Full name", "INPUT_TEXT", "Ada Lovelace"),
+        ("referrer", "HIDDEN_FIELDS", "partner@example.com"),
+        ("Work e-mail", "INPUT_TEXT", "ada@example.com"),
+        ("Mobile", "INPUT_PHONE_NUMBER", "+442079460958"),
+        ("Anything else?", "TEXTAREA", "Hello"),
+    )
+    mapped = document_map(PRESETS["tally"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone, mapped.message) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        "+442079460958",
+        "Hello",
+    )
+    # A hidden field's address is the page's, never the respondent's: not taken by value.
+    only_hidden = tally(("referrer", "HIDDEN_FIELDS", "partner@example.com"))
+    assert document_map(PRESETS["tally"].field_map, only_hidden).email == ""
+
+
+def test_typeform_finds_the_name_by_its_question_and_an_untyped_email_by_value():
+    document = {
+        "event_id": "e",
+        "form_response": {
+            "form_id": "f",
+            "token": "t",
+            "definition": {
+                "fields": [
+                    {"id": "a1", "title": "Which city?", "type": "short_text", "ref": "r1"},
+                    {"id": "a2", "title": "And your name?", "type": "short_text", "ref": "r2"},
+                    {"id": "a3", "title": "Where can we write?", "type": "short_text"},
+                    {"id": "a4", "title": "Phone", "type": "phone_number", "ref": "r4"},
+                ]
+            },
+            "answers": [
+                {"type": "text", "text": "London", "field": {"id": "a1", "type": "short_text"}},
+                {"type": "text", "text": "Ada", "field": {"id": "a2", "type": "short_text"}},
+                {
+                    "type": "text",
+                    "text": "ada@example.com",
+                    "field": {"id": "a3", "type": "short_text"},
+                },
+                {
+                    "type": "phone_number",
+                    "phone_number": "+442079460958",
+                    "field": {"id": "a4", "type": "phone_number"},
+                },
+            ],
+        },
+    }
+    mapped = document_map(PRESETS["typeform"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == ("Ada", "ada@example.com", "+442079460958")
+
+
+def test_gravity_forms_name_fields_are_found_by_their_inputs_anywhere():
+    entry = {
+        "id": "9",
+        "form_id": "4",
+        "created_by": "1",
+        "2": "Which plan suits a team of five?",  # id 2 holds no address on this form
+        "5.3": "Grace",
+        "5.6": "Hopper",
+        "7.1": "1 Navy Yard",
+        "7.3": "Arlington",
+        "7.5": "22202",
+        "7.6": "United States",
+        "9": "grace@example.com",
+    }
+    mapped = document_map(PRESETS["gravityforms"].field_map, entry)
+    assert (mapped.name, mapped.email) == ("Grace Hopper", "grace@example.com")
+    # An address also has inputs 3 and 6 (city, country), but an input 1 as well.
+    no_name = {k: v for k, v in entry.items() if not k.startswith("5.")}
+    assert document_map(PRESETS["gravityforms"].field_map, no_name).name == ""
+
+
+def test_a_plain_form_with_its_own_field_names():
+    document = parse_body(
+        b"full_name=Ada+Lovelace&your_email=ada%40example.com&telephone=020+7946+0958"
+        b"&how_can_we_help=A+quote&website=&cf-turnstile-response=tok",
+        content_type="application/x-www-form-urlencoded",
+        parser="form",
+    )
+    mapped = document_map(PRESETS["html"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone, mapped.message) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        "02079460958",
+        "A quote",
+    )
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ({"is": "email", "of": "a.b"}, None),
+        ({"is": "email", "of": ["items", 0, "email"]}, "ada@example.com"),
+        ({"is": "phone", "of": "a.First Name"}, None),
+    ],
+)
+def test_is_keeps_a_value_only_when_it_is_what_it_should_be(expression, value):
+    assert evaluate(expression, DOC) == value
+
+
+def test_an_unknown_kind_or_check_is_the_map_s_fault():
+    with pytest.raises(MappingError):
+        evaluate({"detect": "address"}, DOC)
+    with pytest.raises(MappingError):
+        evaluate({"is": "url", "of": "a.b"}, DOC)
+
+
+def test_finding_stays_linear_on_a_hostile_delivery():
+    # 3,000 answers and a 60 KB pretty that matches everywhere and nowhere: a
+    # quadratic search would take many seconds here.
+    answers = {f"q{n}_a": "x" for n in range(3000)}
+    documents = [
+        jotform(answers, ", ".join("A:x" for _ in range(3000))),
+        jotform(answers, ":x" * 30_000),
+        jotform({f"q{n}_email": f"a{n}@example.com" for n in range(3000)}, ":" * 60_000),
+    ]
+    for document in documents:
+        started = time.perf_counter()
+        document_map(PRESETS["jotform"].field_map, document)
+        assert time.perf_counter() - started < 2.0

@@ -20,7 +20,24 @@ target (`name`, `email`, `phone`, `message`, ...) gets an *expression*:
   turned into their labels through the options list (Tally's choices);
 - `{"suffix": "_email", "in": path}`: the first key of the object at `in` (the
   document itself when absent) that ends with the suffix (Jotform's `q4_email`);
-- `{"const": value}`.
+- `{"const": value}`;
+- `{"is": "email" | "phone", "of": expr}`: the value only if it is an email
+  address (or a phone number), else nothing (a preset's guessed field id);
+- `{"detect": "name" | "email" | "phone" | "message", ...answers}`: the contact
+  found by the answers' structure, types and labels (`finding`), where a form's
+  field names cannot be known in advance;
+- `{"answers": true, ...answers, "omit": ["name", ...]}`: every filled answer by
+  its label, widgets written as text, without those `omit` finds (extra fields).
+
+`...answers` says where a delivery's answers are: `"in"` a path to an object
+(key to value; the document when absent) or to an array of items; `"keys"` a
+pattern (a regular expression) the object's answer keys match (Jotform's
+`q<id>_` keys) and `"skip"` keys never answers; for items, the paths `"id"`,
+`"title"` (label), `"type"` and `"value"` in each (`"value": "@type"`: the
+item's key that its type names, Typeform's answers), and `"titles"` to name
+items by another list (`{"in": path, "id": "id", "text": "title", "match":
+"field.id"}`, Typeform's question titles); and `"labels"` an expression for a
+"Label:value, ..." text that names the answers (Jotform's `pretty`).
 
 Email addresses are trimmed and their domain lower-cased; phone numbers keep
 their digits and a leading `+`. Missing values are "", never an error: the
@@ -32,8 +49,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
+
+from idempotency_core.intake.senders import finding
 
 Expression = Any  # str | list[str | int] | dict[str, Any]: plain data, see above
 
@@ -108,9 +128,25 @@ def phone_normalise(value: str) -> str:
     return f"+{digits}" if value.startswith("+") and digits else digits
 
 
+# The answers each `detect` and `answers` expression reads, built once per document
+# while one map is applied (five expressions usually read the same answers).
+_ANSWER_VIEWS: ContextVar[dict[tuple[int, str], list[finding.Answer]] | None] = ContextVar(
+    "answer_views", default=None
+)
+
+
 def document_map(field_map: FieldMap, document: Mapping[str, Any]) -> Mapped:
     """Applies the field map to a parsed document."""
-    extras_source = evaluate(field_map.extras, document) if field_map.extras else None
+    views = _ANSWER_VIEWS.set({})
+    try:
+        return _document_map(field_map, document)
+    finally:
+        _ANSWER_VIEWS.reset(views)
+
+
+def _document_map(field_map: FieldMap, document: Mapping[str, Any]) -> Mapped:
+    # `[]` (the document itself) is a path too: only "" and None mean "no extras".
+    extras_source = evaluate(field_map.extras, document)
     extras: dict[str, Any] = {}
     if isinstance(extras_source, dict):
         extras = {
@@ -239,6 +275,103 @@ def _suffix(expression: dict[str, Any], document: Any) -> Any:
     return None
 
 
+def _is(expression: dict[str, Any], document: Any) -> Any:
+    value = evaluate(expression["of"], document)
+    check = {"email": finding.is_email, "phone": finding.is_phone}.get(expression["is"])
+    if check is None:
+        raise MappingError(f"'is' checks email or phone, not {expression['is']!r}")
+    written = text(value)
+    return written if check(written) else None
+
+
+def _detect(expression: dict[str, Any], document: Any) -> Any:
+    try:
+        found = finding.find(expression["detect"], _answers_in(expression, document))
+    except ValueError as exc:
+        raise MappingError(str(exc)) from exc
+    return found.value if found is not None else None
+
+
+def _readable_answers(expression: dict[str, Any], document: Any) -> Any:
+    answers = _answers_in(expression, document)
+    omit: list[str] = []
+    for kind in expression.get("omit") or ():
+        try:
+            found = finding.find(kind, answers)
+        except ValueError as exc:
+            raise MappingError(str(exc)) from exc
+        if found is not None:
+            omit.extend(found.keys)
+    return finding.readable(answers, omit=omit)
+
+
+def _answers_in(expression: dict[str, Any], document: Any) -> list[finding.Answer]:
+    """The answers `expression` says where to find (see the module's docstring)."""
+    views = _ANSWER_VIEWS.get()
+    if views is None:
+        return _answers_read(expression, document)
+    where = {k: v for k, v in expression.items() if k not in ("detect", "answers", "omit")}
+    # The document outlives the map's application, so its id names it meanwhile.
+    view = (id(document), json.dumps(where, sort_keys=True, default=str))
+    if view not in views:
+        views[view] = _answers_read(expression, document)
+    return views[view]
+
+
+def _answers_read(expression: dict[str, Any], document: Any) -> list[finding.Answer]:
+    place = expression.get("in")
+    container = document if place in ("", None) else evaluate(place, document)
+    answers: list[finding.Answer] = []
+    if isinstance(container, dict):
+        only = re.compile(expression["keys"]) if expression.get("keys") else None
+        skip = set(expression.get("skip") or ())
+        entries = finding.fold_composites((str(k), v) for k, v in container.items())
+        for key, value in entries:
+            if key in skip or key.startswith("_") or (only and not only.search(key)):
+                continue
+            # HubSpot's older contact properties wrap each value: {"value": ...}.
+            if isinstance(value, dict) and "value" in value and finding.widget_text(value) is None:
+                value = value["value"]
+            answers.append(finding.Answer(key=key, value=value))
+    elif isinstance(container, list):
+        answers = _items(expression, document, container)
+    labels = expression.get("labels")
+    if labels:
+        answers = finding.answers_labelled(answers, text(evaluate(labels, document)))
+    return answers
+
+
+def _items(expression: dict[str, Any], document: Any, items: list[Any]) -> list[finding.Answer]:
+    key_path = expression.get("id", "key")
+    title_path = expression.get("title", "label")
+    type_path = expression.get("type", "type")
+    value_path = expression.get("value", "value")
+    titles: dict[Any, str] = {}
+    spec = expression.get("titles")
+    if isinstance(spec, dict):
+        for named in evaluate(spec.get("in", ""), document) or ():
+            if isinstance(named, dict):
+                titles[named.get(spec.get("id", "id"))] = text(named.get(spec.get("text", "title")))
+    answers: list[finding.Answer] = []
+    for number, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        kind = text(evaluate(type_path, item))
+        if value_path == "@type":
+            value = item.get(str(item.get("type", "")))
+            # Typeform's choice answers: {"label": ...} and {"labels": [...]}.
+            if isinstance(value, dict) and ("label" in value or "labels" in value):
+                value = value.get("label", value.get("labels"))
+        else:
+            value = evaluate(value_path, item)
+        label = text(evaluate(title_path, item))
+        if isinstance(spec, dict):
+            label = titles.get(evaluate(spec.get("match", "id"), item)) or label
+        key = text(evaluate(key_path, item)) or label or str(number)
+        answers.append(finding.Answer(key=key, value=value, type=kind, label=label))
+    return answers
+
+
 _OPERATORS = {
     "concat": _concat,
     "first": _first,
@@ -248,4 +381,7 @@ _OPERATORS = {
     "const": _const,
     "suffix": _suffix,
     "pairs": _pairs,
+    "is": _is,
+    "detect": _detect,
+    "answers": _readable_answers,
 }

@@ -2,6 +2,10 @@
 
 Each preset cites where its facts come from (the provider's documentation; the
 notes beside the samples in tests/fixtures/senders/ and ../shared/form-providers/).
+A preset names the fields a provider always sends where it can; the contact
+itself (name, email, phone, message) is found by the delivery's structure (the
+provider's field types, a widget's shape, the form's own labels, an address by
+its value: `finding`), since each form's field names are its author's.
 A source's `profile_overrides` (JSON) may replace any part of its preset: a form
 with other field names, a proxy that changes the public URL, another tolerance.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from idempotency_core.intake.senders import finding
 from idempotency_core.intake.senders.captcha import TOKEN_FIELDS
 from idempotency_core.intake.senders.mapping import Expression, FieldMap
 from idempotency_core.intake.senders.verifying import SignatureRecipe
@@ -57,11 +62,31 @@ _ONEFOLD_SIGNATURE = SignatureRecipe(
     tolerance_seconds=300,
 )
 
+
+def _detected(explicit: Expression, kind: str, answers: dict[str, Any]) -> dict[str, Any]:
+    """The field a preset names where the delivery has it, else the contact's `kind`
+    found among `answers` (mapping's `detect`) by type, shape, label or value."""
+    return {"first": [explicit, {"detect": kind, **answers}]}
+
+
+# Never the contact, in a plain form's post: the form's own machinery.
+_PLAIN_FORM_MACHINERY = (
+    "form",
+    "submission_id",
+    "website",
+    "csrfmiddlewaretoken",
+    # A CAPTCHA widget's token (captcha.py): proof for the hook, not a field.
+    *TOKEN_FIELDS,
+)
+_PLAIN_FORM_ANSWERS: dict[str, Any] = {"skip": list(_PLAIN_FORM_MACHINERY)}
+
 _PLAIN_FORM_MAP = FieldMap(
-    name={"first": ["name", {"concat": ["first_name", "last_name"]}]},
-    email={"first": ["email", "_replyto"]},
-    phone={"first": ["phone", "tel"]},
-    message={"first": ["message", "comments"]},
+    name=_detected(
+        {"first": ["name", {"concat": ["first_name", "last_name"]}]}, "name", _PLAIN_FORM_ANSWERS
+    ),
+    email=_detected({"first": ["email", "_replyto"]}, "email", _PLAIN_FORM_ANSWERS),
+    phone=_detected({"first": ["phone", "tel"]}, "phone", _PLAIN_FORM_ANSWERS),
+    message=_detected({"first": ["message", "comments"]}, "message", _PLAIN_FORM_ANSWERS),
     form="form",
     extras=[],
     skip=(
@@ -73,14 +98,71 @@ _PLAIN_FORM_MAP = FieldMap(
         "tel",
         "message",
         "comments",
-        "form",
-        "submission_id",
-        "website",
-        "csrfmiddlewaretoken",
-        # A CAPTCHA widget's token (captcha.py): proof for the hook, not a field.
-        *TOKEN_FIELDS,
+        *_PLAIN_FORM_MACHINERY,
     ),
 )
+
+# Typeform's answers: the value under the key its type names ("text", "email",
+# "phone_number", "choice": {"label"}), the field's type and id in `field`, the
+# question's title in `definition.fields` (typeform.com/developers/webhooks/
+# example-payload/; ../shared/form-providers/typeform.json).
+_TYPEFORM_ANSWERS: dict[str, Any] = {
+    "in": "form_response.answers",
+    "id": "field.id",
+    "title": "field.ref",
+    "type": "field.type",
+    "value": "@type",
+    "titles": {
+        "in": "form_response.definition.fields",
+        "id": "id",
+        "text": "title",
+        "match": "field.id",
+    },
+}
+# Tally's fields: label, type (INPUT_EMAIL, INPUT_PHONE_NUMBER, TEXTAREA, ...) and
+# value (tally.so/help/webhooks, "Example webhook event"; tests/fixtures/senders/tally.md).
+_TALLY_FIELDS: dict[str, Any] = {"in": "data.fields", "title": "label"}
+# Jotform's answers are the `q<id>_<name>` keys of `rawRequest`; `pretty` gives
+# their labels as the form shows them (tests/fixtures/senders/jotform*.md).
+_JOTFORM_ANSWERS: dict[str, Any] = {"keys": finding.JOTFORM_QUESTION, "labels": "pretty"}
+# The fields a Webflow site's designer named, a Formspree form's inputs.
+_WEBFLOW_DATA: dict[str, Any] = {"in": "payload.data"}
+_FORMSPREE_SUBMISSION: dict[str, Any] = {"in": "submission", "skip": ["submission_uuid"]}
+# A HubSpot contact's properties: internal ones never hold what the person typed.
+_HUBSPOT_PROPERTIES: dict[str, Any] = {
+    "in": "properties",
+    "skip": ["hs_object_id", "recent_conversion_date", "recent_conversion_event_name"],
+}
+_GOOGLE_FORMS_ANSWERS: dict[str, Any] = {"in": "answers", "title": "title"}
+_CF7_FIELDS: dict[str, Any] = {"skip": ["submission_id"]}
+_WPFORMS_FIELDS: dict[str, Any] = {"skip": ["entry_id", "form_id"]}
+# A Gravity Forms entry's own properties, beside the field ids
+# (docs.gravityforms.com/entry-object/).
+_GRAVITY_ENTRY: dict[str, Any] = {
+    "skip": [
+        "id",
+        "form_id",
+        "post_id",
+        "date_created",
+        "date_updated",
+        "is_starred",
+        "is_read",
+        "ip",
+        "source_url",
+        "user_agent",
+        "currency",
+        "payment_status",
+        "payment_date",
+        "payment_amount",
+        "payment_method",
+        "transaction_id",
+        "transaction_type",
+        "is_fulfilled",
+        "created_by",
+        "status",
+        "source_id",
+    ]
+}
 
 
 def _titled(title: str) -> dict[str, Any]:
@@ -109,11 +191,15 @@ PRESETS: dict[str, Profile] = {
                 prefix="sha256=",
                 tolerance_seconds=None,
             ),
+            # Email and phone by their answer type; the name by the question's title
+            # ("What is your first name?"); the message is the long_text answer.
             field_map=FieldMap(
-                name=_answer({"field.type": "short_text"}, "text"),
-                email=_answer({"type": "email"}, "email"),
-                phone=_answer({"type": "phone_number"}, "phone_number"),
-                message=_answer({"field.type": "long_text"}, "text"),
+                name={"detect": "name", **_TYPEFORM_ANSWERS},
+                email=_detected(_answer({"type": "email"}, "email"), "email", _TYPEFORM_ANSWERS),
+                phone=_detected(
+                    _answer({"type": "phone_number"}, "phone_number"), "phone", _TYPEFORM_ANSWERS
+                ),
+                message={"detect": "message", **_TYPEFORM_ANSWERS},
                 submitted_at="form_response.submitted_at",
                 extras="form_response.hidden",
             ),
@@ -130,20 +216,12 @@ PRESETS: dict[str, Profile] = {
             signature=SignatureRecipe(
                 header="Tally-Signature", encoding="base64", tolerance_seconds=None
             ),
+            # Tally has no name field type: the name is an answer labelled as one.
             field_map=FieldMap(
-                name={
-                    "first": [
-                        {"find": "data.fields", "where": {"label": "Name"}, "take": "value"},
-                        {"find": "data.fields", "where": {"type": "INPUT_TEXT"}, "take": "value"},
-                    ]
-                },
-                email={"find": "data.fields", "where": {"type": "INPUT_EMAIL"}, "take": "value"},
-                phone={
-                    "find": "data.fields",
-                    "where": {"type": "INPUT_PHONE_NUMBER"},
-                    "take": "value",
-                },
-                message={"find": "data.fields", "where": {"type": "TEXTAREA"}, "take": "value"},
+                name={"detect": "name", **_TALLY_FIELDS},
+                email={"detect": "email", **_TALLY_FIELDS},
+                phone={"detect": "phone", **_TALLY_FIELDS},
+                message={"detect": "message", **_TALLY_FIELDS},
                 submitted_at="data.createdAt",
                 form="data.formName",
                 # Every other answer by its label, choices by their option labels.
@@ -169,24 +247,39 @@ PRESETS: dict[str, Profile] = {
                 timestamp_unit="ms",
                 tolerance_seconds=300,
             ),
+            # The keys are the field names the site's designer chose.
             field_map=FieldMap(
-                name={
-                    "first": [
-                        {
-                            "concat": [
-                                ["payload", "data", "First Name"],
-                                ["payload", "data", "Last Name"],
-                            ]
-                        },
-                        ["payload", "data", "Name"],
-                        ["payload", "data", "name"],
-                    ]
-                },
-                email={"first": [["payload", "data", "email"], ["payload", "data", "Email"]]},
-                phone={
-                    "first": [["payload", "data", "Phone Number"], ["payload", "data", "Phone"]]
-                },
-                message={"first": [["payload", "data", "Message"], ["payload", "data", "message"]]},
+                name=_detected(
+                    {
+                        "first": [
+                            {
+                                "concat": [
+                                    ["payload", "data", "First Name"],
+                                    ["payload", "data", "Last Name"],
+                                ]
+                            },
+                            ["payload", "data", "Name"],
+                            ["payload", "data", "name"],
+                        ]
+                    },
+                    "name",
+                    _WEBFLOW_DATA,
+                ),
+                email=_detected(
+                    {"first": [["payload", "data", "email"], ["payload", "data", "Email"]]},
+                    "email",
+                    _WEBFLOW_DATA,
+                ),
+                phone=_detected(
+                    {"first": [["payload", "data", "Phone Number"], ["payload", "data", "Phone"]]},
+                    "phone",
+                    _WEBFLOW_DATA,
+                ),
+                message=_detected(
+                    {"first": [["payload", "data", "Message"], ["payload", "data", "message"]]},
+                    "message",
+                    _WEBFLOW_DATA,
+                ),
                 submitted_at="payload.submittedAt",
                 form="payload.name",
                 extras="payload.data",
@@ -208,7 +301,15 @@ PRESETS: dict[str, Profile] = {
             "Webhooks made in the site dashboard are unsigned and cannot be verified.",
         ),
         # Jotform webhooks: multipart/form-data with the answers as a JSON string in
-        # `rawRequest`, `submissionID` stable; no signature: the hook path's token.
+        # `rawRequest`, `submissionID` stable; no signature: the hook path's token
+        # (captured deliveries: zulip/zulip zerver/webhooks/jotform/fixtures/, copied
+        # to tests/fixtures/senders/jotform-*.body; "a rawRequest field carrying the
+        # submitted answers as a JSON-encoded string", Jotform's AsyncAPI description
+        # at asyncapi.apis.io/asyncapis/jotform/jotform-asyncapi/). Answers are keyed
+        # `q<id>_<name made from the label>` and composite widgets are objects
+        # (`{"first", "last"}`, `{"full"}`, `{"area", "phone"}`, `{"addr_line1", ...}`),
+        # or `q3_name[first]` fields where posted as a form: found by their shape and
+        # by the labels in `pretty`, not by name.
         Profile(
             name="jotform",
             label="Jotform",
@@ -217,48 +318,39 @@ PRESETS: dict[str, Profile] = {
             id_places=("submissionID",),
             form_id="formID",
             field_map=FieldMap(
-                name={
-                    "first": [
-                        {
-                            "concat": [
-                                {"suffix": "_fullName", "take": "first"},
-                                {"suffix": "_fullName", "take": "last"},
-                            ]
-                        },
-                        {"suffix": "_name"},
-                    ]
-                },
-                email={"suffix": "_email"},
-                phone={
-                    "first": [
-                        {"suffix": "_phoneNumber", "take": "full"},
-                        {"suffix": "_phone"},
-                    ]
-                },
-                message={"first": [{"suffix": "_message"}, {"suffix": "_comments"}]},
+                name={"detect": "name", **_JOTFORM_ANSWERS},
+                email={"detect": "email", **_JOTFORM_ANSWERS},
+                phone={"detect": "phone", **_JOTFORM_ANSWERS},
+                message={"detect": "message", **_JOTFORM_ANSWERS},
                 form="formTitle",
+                # The form's other answers by their labels ("Type of Tutoring").
+                extras={"answers": True, **_JOTFORM_ANSWERS, "omit": list(finding.KINDS)},
             ),
             setup="In the form's Settings → Integrations → WebHooks, add the hook URL "
             "(it carries the source's token).",
         ),
         # Gravity Forms Webhooks add-on (docs.gravityforms.com/triggering-webhooks-form-
         # submissions/): "All Fields" posts the entry object; `id` is the entry id;
-        # no signature: the hook path's token. Field ids are per form: override them.
+        # no signature: the hook path's token. Field ids are per form and the entry
+        # carries no types or labels: a Name field is found by its inputs (N.3 first,
+        # N.6 last), the email by its value; 2, 3 and 4 are only the usual ids of a
+        # contact form's email, phone and message, taken when they look the part.
         Profile(
             name="gravityforms",
             label="Gravity Forms",
             id_places=("id",),
             form_id="form_id",
             field_map=FieldMap(
-                name={"first": [{"concat": [["1.3"], ["1.6"]]}, ["1"]]},
-                email=["2"],
-                phone=["3"],
-                message=["4"],
+                name={"detect": "name", **_GRAVITY_ENTRY},
+                email=_detected({"is": "email", "of": ["2"]}, "email", _GRAVITY_ENTRY),
+                phone=_detected({"is": "phone", "of": ["3"]}, "phone", _GRAVITY_ENTRY),
+                message=_detected(["4"], "message", _GRAVITY_ENTRY),
                 submitted_at="date_created",
             ),
             setup="Add a Webhooks feed: Request URL the hook URL, method POST, format JSON, "
-            "body All Fields. Field ids differ per form: set the source's field map to "
-            "yours (name 1.3 + 1.6, email 2, phone 3, message 4 by default).",
+            "body All Fields. The Name field and the email address are found wherever "
+            "they are; phone and message are taken from fields 3 and 4 unless the "
+            "source's field map names yours.",
         ),
         # Formspree signed webhooks (help.formspree.io/articles/advanced-features/verify-
         # webhook-signatures): `Formspree-Signature: t=<s>,v1=<hex HMAC(secret,
@@ -275,16 +367,25 @@ PRESETS: dict[str, Profile] = {
                 header_format="t_v1",
                 tolerance_seconds=300,
             ),
+            # The keys are the `name` attributes of the site's own inputs.
             field_map=FieldMap(
-                name={
-                    "first": [
-                        "submission.name",
-                        {"concat": ["submission.firstName", "submission.lastName"]},
-                    ]
-                },
-                email={"first": ["submission.email", "submission._replyto"]},
-                phone="submission.phone",
-                message="submission.message",
+                name=_detected(
+                    {
+                        "first": [
+                            "submission.name",
+                            {"concat": ["submission.firstName", "submission.lastName"]},
+                        ]
+                    },
+                    "name",
+                    _FORMSPREE_SUBMISSION,
+                ),
+                email=_detected(
+                    {"first": ["submission.email", "submission._replyto"]},
+                    "email",
+                    _FORMSPREE_SUBMISSION,
+                ),
+                phone=_detected("submission.phone", "phone", _FORMSPREE_SUBMISSION),
+                message=_detected("submission.message", "message", _FORMSPREE_SUBMISSION),
                 submitted_at="submission._date",
                 extras="submission",
                 skip=(
@@ -331,15 +432,36 @@ PRESETS: dict[str, Profile] = {
                 tolerance_seconds=300,
             ),
             field_map=FieldMap(
-                name={
-                    "first": [
-                        {"concat": ["properties.firstname", "properties.lastname"]},
-                        {"concat": ["properties.firstname.value", "properties.lastname.value"]},
-                    ]
-                },
-                email={"first": ["properties.email", "properties.email.value"]},
-                phone={"first": ["properties.phone", "properties.phone.value"]},
-                message={"first": ["properties.message", "properties.message.value"]},
+                name=_detected(
+                    {
+                        "first": [
+                            {"concat": ["properties.firstname", "properties.lastname"]},
+                            {
+                                "concat": [
+                                    "properties.firstname.value",
+                                    "properties.lastname.value",
+                                ]
+                            },
+                        ]
+                    },
+                    "name",
+                    _HUBSPOT_PROPERTIES,
+                ),
+                email=_detected(
+                    {"first": ["properties.email", "properties.email.value"]},
+                    "email",
+                    _HUBSPOT_PROPERTIES,
+                ),
+                phone=_detected(
+                    {"first": ["properties.phone", "properties.phone.value"]},
+                    "phone",
+                    _HUBSPOT_PROPERTIES,
+                ),
+                message=_detected(
+                    {"first": ["properties.message", "properties.message.value"]},
+                    "message",
+                    _HUBSPOT_PROPERTIES,
+                ),
                 submitted_at={
                     "first": [
                         "properties.recent_conversion_date",
@@ -361,10 +483,14 @@ PRESETS: dict[str, Profile] = {
             form_id="form_id",
             signature=_ONEFOLD_SIGNATURE,
             field_map=FieldMap(
-                name=_titled("Name"),
-                email={"first": ["respondent_email", _titled("Email")]},
-                phone=_titled("Phone"),
-                message=_titled("Message"),
+                name=_detected(_titled("Name"), "name", _GOOGLE_FORMS_ANSWERS),
+                email=_detected(
+                    {"first": ["respondent_email", _titled("Email")]},
+                    "email",
+                    _GOOGLE_FORMS_ANSWERS,
+                ),
+                phone=_detected(_titled("Phone"), "phone", _GOOGLE_FORMS_ANSWERS),
+                message=_detected(_titled("Message"), "message", _GOOGLE_FORMS_ANSWERS),
                 submitted_at="submitted_at",
                 form="form_title",
                 extras={"pairs": "answers", "name": "title"},
@@ -381,10 +507,10 @@ PRESETS: dict[str, Profile] = {
             label="Contact Form 7 (webhook plugin)",
             id_places=("submission_id",),
             field_map=FieldMap(
-                name="your-name",
-                email="your-email",
-                phone={"first": ["your-phone", "your-tel"]},
-                message="your-message",
+                name=_detected("your-name", "name", _CF7_FIELDS),
+                email=_detected("your-email", "email", _CF7_FIELDS),
+                phone=_detected({"first": ["your-phone", "your-tel"]}, "phone", _CF7_FIELDS),
+                message=_detected("your-message", "message", _CF7_FIELDS),
                 extras=[],
                 skip=(
                     "your-name",
@@ -406,10 +532,10 @@ PRESETS: dict[str, Profile] = {
             id_places=("entry_id",),
             form_id="form_id",
             field_map=FieldMap(
-                name="name",
-                email="email",
-                phone="phone",
-                message="message",
+                name=_detected("name", "name", _WPFORMS_FIELDS),
+                email=_detected("email", "email", _WPFORMS_FIELDS),
+                phone=_detected("phone", "phone", _WPFORMS_FIELDS),
+                message=_detected("message", "message", _WPFORMS_FIELDS),
                 extras=[],
                 skip=("name", "email", "phone", "message", "entry_id", "form_id"),
             ),
