@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 Expression = Any  # str | list[str | int] | dict[str, Any]: plain data, see above
@@ -65,6 +65,15 @@ class Mapped:
     submitted_at: str
     form: str
     fields: dict[str, Any] = field(default_factory=dict)
+
+
+def field_map_data(field_map: FieldMap) -> dict[str, Any]:
+    """The map as plain data (what `profile_overrides["field_map"]` holds), its unset
+    targets left out (`[]` is set: the document itself): shown on an unreadable
+    submission's case."""
+    data = asdict(field_map)
+    data["skip"] = list(field_map.skip) or None
+    return {target: value for target, value in data.items() if value not in ("", None)}
 
 
 def evaluate(expression: Expression, document: Any) -> Any:
