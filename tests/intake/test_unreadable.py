@@ -44,7 +44,9 @@ from idempotency_core.models import (
 from tests.factories import post, submission
 from tests.support.processes import Sandbox
 from tests.support.senders import (
+    ANOTHER_FORMS_MAP,
     SAMPLES,
+    TUTORING_MAP,
     Sample,
     jotform_tutoring,
     sample_without_contact,
@@ -54,36 +56,6 @@ from tests.support.senders import (
 pytestmark = pytest.mark.django_db
 
 SECRET = "a-signing-secret-for-unreadable"
-# A map written for another Jotform form (its "Full Name", "E-mail" and "Phone"
-# widgets), as a source copied from another keeps it: the tutoring form's
-# `q3_studentsName` is not in it, whatever the preset reads.
-ANOTHER_FORMS_MAP = {
-    "field_map": {
-        "name": {
-            "concat": [
-                {"suffix": "_fullName", "take": "first"},
-                {"suffix": "_fullName", "take": "last"},
-            ]
-        },
-        "email": {"suffix": "_email"},
-        "phone": {"suffix": "_phoneNumber", "take": "full"},
-        "message": {"suffix": "_message"},
-    }
-}
-# The tutoring form's own map: the student's name, and the free text as the message.
-TUTORING_MAP = {
-    "field_map": {
-        "name": {
-            "concat": [
-                {"suffix": "_studentsName", "take": "first"},
-                {"suffix": "_studentsName", "take": "last"},
-            ]
-        },
-        "email": {"suffix": "_email"},
-        "phone": {"suffix": "_phoneNumber", "take": "full"},
-        "message": {"suffix": "_anythingElse"},
-    }
-}
 
 
 def hook_source(profile: str, *, name: str = "", overrides: dict | None = None):

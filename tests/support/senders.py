@@ -343,3 +343,35 @@ def jotform_tutoring() -> Sample:
         _content_type_of("jotform.md"),
         ("Ada Lovelace", "", "She needs help with GCSE algebra before the May exams."),
     )
+
+
+# A map written for another Jotform form (its "Full Name", "E-mail" and "Phone"
+# widgets), as a source copied from another keeps it: the tutoring form's
+# `q3_studentsName` is not in it, whatever the preset reads.
+ANOTHER_FORMS_MAP = {
+    "field_map": {
+        "name": {
+            "concat": [
+                {"suffix": "_fullName", "take": "first"},
+                {"suffix": "_fullName", "take": "last"},
+            ]
+        },
+        "email": {"suffix": "_email"},
+        "phone": {"suffix": "_phoneNumber", "take": "full"},
+        "message": {"suffix": "_message"},
+    }
+}
+# The tutoring form's own map: the student's name, and the free text as the message.
+TUTORING_MAP = {
+    "field_map": {
+        "name": {
+            "concat": [
+                {"suffix": "_studentsName", "take": "first"},
+                {"suffix": "_studentsName", "take": "last"},
+            ]
+        },
+        "email": {"suffix": "_email"},
+        "phone": {"suffix": "_phoneNumber", "take": "full"},
+        "message": {"suffix": "_anythingElse"},
+    }
+}
