@@ -19,6 +19,7 @@ cluster and the sandbox.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from io import StringIO
 
@@ -31,6 +32,8 @@ from django_q.models import OrmQ
 from idempotency_core.execution.confirmations import NO_ADDRESS
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.remap import events_remap
+from idempotency_core.intake.senders.mapping import document_map
+from idempotency_core.intake.senders.profiles import PRESETS
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.keys import operation_key
 from idempotency_core.models import (
@@ -46,6 +49,7 @@ from tests.support.processes import Sandbox
 from tests.support.senders import (
     ANOTHER_FORMS_MAP,
     SAMPLES,
+    SHARED,
     TUTORING_MAP,
     Sample,
     jotform_tutoring,
@@ -335,3 +339,37 @@ def test_a_broken_field_map_keeps_the_delivery_for_a_fixed_one():
     event = assert_kept_unreadable(source, response, sample, missing="field_map")
     (line,) = ReviewCase.objects.get(event=event).evidence["missing"]
     assert line.startswith("field_map: The source's field map cannot be applied")
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in SHARED.glob("*.json")))
+def test_every_shared_provider_sample_is_never_a_4xx(name):
+    """The providers' own samples beside the project (some from their docs, with no
+    contact fields at all): as they are, without the email, with nothing to contact:
+    processed or kept as unreadable, never refused."""
+    signing = SAMPLES[name]
+    body = (SHARED / f"{name}.json").read_bytes()
+    # The name as the preset reads it, for "nothing to contact" to remove.
+    mapped = document_map(PRESETS[name].field_map, json.loads(body))
+    as_is = Sample(
+        name,
+        body,
+        "application/json",
+        (mapped.name, mapped.email, mapped.message),
+        sign=signing.sign,
+        signs_timestamp=signing.signs_timestamp,
+    )
+    for number, sample in enumerate(
+        (
+            as_is,
+            sample_without_contact(as_is, everything=False),
+            sample_without_contact(as_is, everything=True),
+        )
+    ):
+        source, path = hook_source(name, name=f"{name}-shared-{number}")
+        response = deliver(Client(), path, sample)
+        assert response.status_code in (200, 202), (number, response.content)
+        event = Event.objects.get(source=source)
+        unreadable = ReviewCase.objects.filter(event=event, kind="unreadable_submission")
+        assert event.operations.exists() != unreadable.exists()
+        if number == 2:
+            assert response.status_code == 202 and unreadable.exists()
