@@ -78,12 +78,14 @@ def events_remap(
     progress: Callable[[int], None] | None = None,
     unreadable_only: bool = False,
     actor: User | None = None,
+    reason: str = "",
     profile: Profile | None = None,
 ) -> Iterator[RemapChange]:
     """Yields one change per event whose mapping differs (or cannot be re-run), from
-    `since` (None: every kept delivery), or only the unreadable ones waiting. `profile`
-    is the source's own unless given (the console's preview of a map not saved yet,
-    always with `dry_run`). `actor` is the person who applied it, for the audit."""
+        `since` (None: every kept delivery), or only the unreadable ones waiting. `profile`
+        is the source's own unless given (the console's preview of a map not saved yet,
+        always with `dry_run`). `actor` is the person who applied it, and `reason` theirs,
+    for the audit."""
     if profile is None:
         profile = profile_resolve(source.profile, source.profile_overrides)
     elif not dry_run:
@@ -105,13 +107,13 @@ def events_remap(
             progress(number)
         if not getattr(event, "has_operations", True) and not getattr(event, "waiting", False):
             continue  # unreadable, and a person closed its case: theirs to decide
-        change = _event_remap(event, profile, dry_run=dry_run, actor=actor)
+        change = _event_remap(event, profile, dry_run=dry_run, actor=actor, reason=reason)
         if change is not None:
             yield change
 
 
 def _event_remap(
-    event: Event, profile: Profile, *, dry_run: bool, actor: User | None
+    event: Event, profile: Profile, *, dry_run: bool, actor: User | None, reason: str
 ) -> RemapChange | None:
     document = kept_document(event, profile)
     if isinstance(document, str):
@@ -125,13 +127,13 @@ def _event_remap(
         )
     changed = _changed(event.payload or {}, payload)
     if waiting:
-        admitted = dry_run or _admit(event, payload, changed, actor=actor)
+        admitted = dry_run or _admit(event, payload, changed, actor=actor, reason=reason)
         return (
             RemapChange(str(event.pk), event.key, changed, admitted=admitted) if admitted else None
         )
     if not changed:
         return None
-    operation_id = None if dry_run else _apply(event, payload, changed, actor=actor)
+    operation_id = None if dry_run else _apply(event, payload, changed, actor=actor, reason=reason)
     return RemapChange(str(event.pk), event.key, changed, update_operation_id=operation_id)
 
 
@@ -167,7 +169,12 @@ def _changed(before: dict[str, object], after: dict[str, object]) -> tuple[str, 
 
 
 def _admit(
-    event: Event, payload: dict[str, object], changed: tuple[str, ...], *, actor: User | None
+    event: Event,
+    payload: dict[str, object],
+    changed: tuple[str, ...],
+    *,
+    actor: User | None,
+    reason: str,
 ) -> bool:
     """An unreadable submission becomes an ordinary one: its payload, its pipeline under
     its original key, the first step queued and its case resolved, in one transaction.
@@ -193,6 +200,7 @@ def _admit(
             action="remapped",
             actor=actor,
             system="remap",
+            reason=reason,
             details={
                 "changed": list(changed),
                 "admitted": True,
@@ -220,7 +228,12 @@ def _payload_store(event: Event, payload: dict[str, object]) -> None:
 
 
 def _apply(
-    event: Event, payload: dict[str, object], changed: tuple[str, ...], *, actor: User | None
+    event: Event,
+    payload: dict[str, object],
+    changed: tuple[str, ...],
+    *,
+    actor: User | None,
+    reason: str,
 ) -> int | None:
     """Stores the new mapping; where the enquiry exists, queues its update."""
     now = timezone.now()
@@ -241,6 +254,7 @@ def _apply(
             action="remapped",
             actor=actor,
             system="remap",
+            reason=reason,
             event=locked,
             operation=operation,
             details={

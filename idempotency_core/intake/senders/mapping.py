@@ -20,7 +20,9 @@ target (`name`, `email`, `phone`, `message`, ...) gets an *expression*:
   turned into their labels through the options list (Tally's choices);
 - `{"suffix": "_email", "in": path}`: the first key of the object at `in` (the
   document itself when absent) that ends with the suffix (Jotform's `q4_email`);
-- `{"const": value}`.
+- `{"const": value}`;
+- `{"object": {"label": expr, ...}}`: an object of the named values, empty ones
+  left out (extra fields picked one by one in the console's field-map editor).
 
 Email addresses are trimmed and their domain lower-cased; phone numbers keep
 their digits and a leading `+`. Missing values are "", never an error: the
@@ -248,6 +250,14 @@ def _suffix(expression: dict[str, Any], document: Any) -> Any:
     return None
 
 
+def _object(expression: dict[str, Any], document: Any) -> Any:
+    named = expression["object"]
+    if not isinstance(named, dict):
+        raise MappingError("`object` names its values by label: an object of expressions")
+    values = {str(label): evaluate(e, document) for label, e in named.items()}
+    return {label: value for label, value in values.items() if value not in (None, "", [], {})}
+
+
 _OPERATORS = {
     "concat": _concat,
     "first": _first,
@@ -257,4 +267,5 @@ _OPERATORS = {
     "const": _const,
     "suffix": _suffix,
     "pairs": _pairs,
+    "object": _object,
 }
