@@ -48,7 +48,7 @@ class Leaf:
     @property
     def expression(self) -> str:
         """The path as the field map writes it (JSON), the value of a choice."""
-        return json.dumps(list(self.path), ensure_ascii=False)
+        return json.dumps(list(self.path), ensure_ascii=False, separators=(",", ":"))
 
 
 def mask_value(value: str) -> str:

@@ -106,7 +106,11 @@ def _initial(current: dict[str, Any], paths: list[Leaf]) -> dict[str, Any]:
     known = {leaf.expression for leaf in paths}
 
     def pick(expression: Any) -> str:
-        as_json = json.dumps(expression, ensure_ascii=False) if isinstance(expression, list) else ""
+        as_json = (
+            json.dumps(expression, ensure_ascii=False, separators=(",", ":"))
+            if isinstance(expression, list)
+            else ""
+        )
         return as_json if as_json in known else KEEP
 
     initial: dict[str, Any] = {target: pick(current.get(target)) for target in ("name", *TARGETS)}
