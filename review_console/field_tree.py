@@ -152,7 +152,7 @@ def kept_deliveries(
     kept = Delivery.objects.filter(event=OuterRef("pk"), raw_body__isnull=False)
     events = (
         Event.objects.filter(Exists(kept), source=source, payload__isnull=False)
-        .annotate(waiting=unreadable_waiting(source))
+        .annotate(waiting=unreadable_waiting())
         .select_related("source")
         .order_by("-waiting", "-received_at", "-pk")[:limit]
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
@@ -124,7 +124,7 @@ def _initial(current: dict[str, Any], paths: list[Leaf]) -> dict[str, Any]:
 
 
 def _waiting(source: Source) -> int:
-    return Event.objects.filter(unreadable_waiting(source), source=source).count()
+    return Event.objects.filter(unreadable_waiting(), source=source).count()
 
 
 def _editor(
@@ -173,21 +173,21 @@ def _profile(source: Source, overrides: dict[str, Any] | None = None) -> Profile
     )
 
 
-@require_GET
-@console_permission(CHANGE_SOURCE)
-def source_field_map(request: HttpRequest, source_id: int) -> HttpResponse:
+def _hooked(source_id: int) -> Source:
+    """The source, if it has a hook whose profile its overrides still fit; else 404
+    (a JSON-API source has no field map)."""
     source = get_object_or_404(Source, pk=source_id)
-    if not _has_hook(source):
-        return redirect(reverse("console:source-detail", args=[source.pk]))
-    return _editor(request, source)
-
-
-def _has_hook(source: Source) -> bool:
     try:
         _profile(source)
     except (KeyError, ValueError, TypeError):
-        return False
-    return True
+        raise Http404("This source has no field map to edit.") from None
+    return source
+
+
+@require_GET
+@console_permission(CHANGE_SOURCE)
+def source_field_map(request: HttpRequest, source_id: int) -> HttpResponse:
+    return _editor(request, _hooked(source_id))
 
 
 def _posted(request: HttpRequest, source: Source) -> tuple[FieldMapForm, dict[str, Any] | None]:
@@ -207,7 +207,7 @@ def _posted(request: HttpRequest, source: Source) -> tuple[FieldMapForm, dict[st
 @console_permission(CHANGE_SOURCE)
 def source_field_map_preview(request: HttpRequest, source_id: int) -> HttpResponse:
     """What the picked map makes of each kept delivery; nothing is written."""
-    source = get_object_or_404(Source, pk=source_id)
+    source = _hooked(source_id)
     form, candidate = _posted(request, source)
     if candidate is None:
         return _editor(request, source, form=form, status=400)
@@ -224,7 +224,7 @@ def source_field_map_preview(request: HttpRequest, source_id: int) -> HttpRespon
 @require_POST
 @console_permission(CHANGE_SOURCE)
 def source_field_map_save(request: HttpRequest, source_id: int) -> HttpResponse:
-    source = get_object_or_404(Source, pk=source_id)
+    source = _hooked(source_id)
     form, candidate = _posted(request, source)
     if candidate is None:
         return _editor(request, source, form=form, status=400)
@@ -258,7 +258,7 @@ def source_field_map_save(request: HttpRequest, source_id: int) -> HttpResponse:
 def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse:
     """The saved map applied to the unreadable deliveries that wait: confirmed, with a
     reason; each the map reads is processed under its original key (remap's rules)."""
-    source = get_object_or_404(Source, pk=source_id)
+    source = _hooked(source_id)
     form = ReasonForm(request.POST if _confirmed(request) else None)
     if form.is_bound and form.is_valid():
         processed = still = 0

@@ -220,9 +220,7 @@ def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
             "can_change": request.user.has_perm(CHANGE_SOURCE),
             "captcha_possible": source.profile == CAPTCHA_PROFILE,
             "captcha": captcha_of(source),
-            "unreadable_waiting": Event.objects.filter(
-                unreadable_waiting(source), source=source
-            ).count()
+            "unreadable_waiting": Event.objects.filter(unreadable_waiting(), source=source).count()
             if profile is not None
             else 0,
         },

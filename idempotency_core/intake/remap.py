@@ -58,8 +58,8 @@ class RemapChange:
     admitted: bool = False
 
 
-def unreadable_waiting(source: Source) -> Exists:
-    """True for an event of `source` that waits, unreadable, for a corrected map (its
+def unreadable_waiting() -> Exists:
+    """True for an event that waits, unreadable, for a corrected map (its
     `unreadable_submission` case open), as an expression over the event's row."""
     return Exists(
         ReviewCase.objects.filter(
@@ -79,21 +79,15 @@ def events_remap(
     unreadable_only: bool = False,
     actor: User | None = None,
     reason: str = "",
-    profile: Profile | None = None,
 ) -> Iterator[RemapChange]:
     """Yields one change per event whose mapping differs (or cannot be re-run), from
-        `since` (None: every kept delivery), or only the unreadable ones waiting. `profile`
-        is the source's own unless given (the console's preview of a map not saved yet,
-        always with `dry_run`). `actor` is the person who applied it, and `reason` theirs,
-    for the audit."""
-    if profile is None:
-        profile = profile_resolve(source.profile, source.profile_overrides)
-    elif not dry_run:
-        raise ValueError("a map is applied from the source's saved settings only")
+    `since` (None: every kept delivery), or only the unreadable ones waiting. `actor` is
+    the person who applied it, and `reason` theirs, for the audit."""
+    profile = profile_resolve(source.profile, source.profile_overrides)
     events = (
         Event.objects.filter(source=source, payload__isnull=False)
         .annotate(
-            waiting=unreadable_waiting(source),
+            waiting=unreadable_waiting(),
             has_operations=Exists(Operation.objects.filter(event=OuterRef("pk"))),
         )
         .order_by("received_at", "pk")

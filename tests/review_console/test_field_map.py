@@ -193,3 +193,11 @@ def test_the_source_page_says_how_many_wait_and_links_to_the_editor(users):
     )
     assert "1 unreadable delivery waits" in html
     assert reverse("console:source-field-map", args=[source.pk]) in html
+
+
+def test_a_json_api_source_has_no_field_map_to_edit():
+    source, _ = source_get_or_create(name="website")
+    admin = client_for(settings_admin(contact=True))
+    assert admin.get(reverse("console:source-field-map", args=[source.pk])).status_code == 404
+    url = reverse("console:source-field-map-preview", args=[source.pk])
+    assert admin.post(url, picks()).status_code == 404
