@@ -225,6 +225,9 @@ class DeliveryOutcome(models.TextChoices):
     DISABLED = "disabled", "Refused: source disabled (sender told to retry)"
     HONEYPOT = "honeypot", "Ignored: a bot filled the hidden field"
     CAPTCHA_FAILED = "captcha_failed", "Refused: CAPTCHA token missing or rejected"
+    # Verified and parsed, but its field map found no submission in it: kept, raw body
+    # and all, as an event that waits for a corrected map (an `unreadable_submission`).
+    UNREADABLE = "unreadable", "Kept for review: does not map to a submission"
 
 
 class Delivery(models.Model):
@@ -452,6 +455,9 @@ class AttemptOutcome(models.TextChoices):
     PERMANENT = "permanent", "Permanent (needs correction)"
     AMBIGUOUS = "ambiguous", "Ambiguous (may have been applied)"
     INTERRUPTED = "interrupted", "Interrupted (lease expired)"
+    # Onefold's own rule says there is nothing to do (a confirmation with no address):
+    # nothing was called, and the operation ends cancelled, not failed.
+    SKIPPED = "skipped", "Skipped (nothing to do)"
 
 
 class Attempt(models.Model):
@@ -535,6 +541,9 @@ class CaseKind(models.TextChoices):
     # A confirmation Onefold did not send: over a sending limit, or its submission's
     # CAPTCHA could not be checked (execution/confirmations.py). A person decides.
     CONFIRMATION_HELD = "confirmation_held", "Confirmation held, not sent"
+    # A verified delivery whose field map found no submission in it: kept with its raw
+    # body as an event without operations until a corrected map is applied (remap.py).
+    UNREADABLE = "unreadable_submission", "Unreadable submission, kept for a corrected map"
     RECON_MISSING = "recon_missing", "Reconciliation: missing in destination"
     RECON_DUPLICATE = "recon_duplicate", "Reconciliation: duplicate external reference"
     RECON_ORPHAN = "recon_orphan", "Reconciliation: orphan destination record"

@@ -39,6 +39,7 @@ CASE_KINDS: dict[str, str] = {
     "duplicate_rule": "The CRM matched an existing record",
     "late_replay": "Sent again after a long time",
     "confirmation_held": "Confirmation email held, not sent",
+    "unreadable_submission": "Kept, but its fields could not be read",
     "recon_missing": "Check: record missing in the CRM",
     "recon_duplicate": "Check: two CRM records for one enquiry",
     "recon_orphan": "Check: CRM record with no submission",
@@ -69,6 +70,7 @@ OUTCOMES: dict[str, str] = {
     "permanent": "Refused",
     "ambiguous": "Unclear: it may have happened",
     "interrupted": "Cut off: it may have happened",
+    "skipped": "Skipped: nothing to do",
     "running": "Running now",
 }
 
@@ -104,6 +106,7 @@ RESOLUTIONS: dict[str, str] = {
     "customer_withdrew": "Customer withdrew",
     "spam_or_test": "Spam or test",
     "duplicate_submission": "Same request sent twice",
+    "remapped": "Read with a corrected field map and processed",
     "not_fixable": "Cannot be fixed",
     "other": "Other (see the reason)",
 }
@@ -132,6 +135,7 @@ ACTIONS: dict[str, str] = {
     "reconciliation_completed": "Reconciliation finished",
     "payloads_purged": "Old submissions' contents deleted",
     "remapped": "Field map corrected and re-run",
+    "field_map_saved": "Field map changed",
     "source_enabled": "Source enabled",
     "source_disabled": "Source disabled",
     "source_secret_added": "Signing secret added",
@@ -154,6 +158,7 @@ DELIVERY_OUTCOMES: dict[str, str] = {
     "disabled": "Refused for now: source switched off",
     "honeypot": "Ignored: filled in by a bot",
     "captcha_failed": "Refused: CAPTCHA missing or failed",
+    "unreadable": "Kept: its fields could not be read (waits for a corrected field map)",
 }
 
 # The evidence a case carries, by key: the labelled table of the case page.

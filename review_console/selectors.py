@@ -572,7 +572,10 @@ def throughput_24h(*, now: datetime) -> list[dict[str, Any]]:
         .values("operation__destination__name", "hour")
         .annotate(
             ok=Count("id", filter=Q(outcome=Attempt.Outcome.SUCCEEDED)),
-            failed=Count("id", filter=~Q(outcome=Attempt.Outcome.SUCCEEDED)),
+            # A skipped step called nobody: neither a success nor a failure.
+            failed=Count(
+                "id", filter=~Q(outcome__in=[Attempt.Outcome.SUCCEEDED, Attempt.Outcome.SKIPPED])
+            ),
         )
     )
     hours = [start + timedelta(hours=i) for i in range(24)]

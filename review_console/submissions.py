@@ -32,6 +32,7 @@ from django.db.models import Count, Q, QuerySet
 
 from idempotency_core.keys import contact_digest
 from idempotency_core.models import (
+    Attempt,
     AuditEntry,
     Destination,
     Event,
@@ -268,6 +269,8 @@ def _attempt_entry(operation: Operation, attempt: Any) -> TimelineEntry:
     detail = words.capitalize() if words else ""
     if attempt.adopted:
         detail = (detail + ". " if detail else "") + "It already existed and was adopted."
+    if attempt.outcome == Attempt.Outcome.SKIPPED:
+        detail = attempt.error_message  # why nothing was called: "not sent: no address"
     return TimelineEntry(
         at=attempt.started_at,
         kind="attempt",
@@ -289,6 +292,16 @@ def _attempt_entry(operation: Operation, attempt: Any) -> TimelineEntry:
             if part
         ),
     )
+
+
+def step_note(operation: Operation) -> str:
+    """Why a step ended without its effect when Onefold decided it (a confirmation with
+    no address: "not sent: no address"), else "". Read from the attempts the page has
+    prefetched: a skipped last attempt carries the reason on its operation."""
+    attempts = list(operation.attempts.all())
+    if operation.status != Operation.Status.CANCELLED or not attempts:
+        return ""
+    return operation.last_error if attempts[-1].outcome == Attempt.Outcome.SKIPPED else ""
 
 
 def crm_record_url(destination: Destination, ref: str) -> str:

@@ -7,6 +7,7 @@ from review_console import (
     reconciliation_views,
     views,
     views_duplicate_rule,
+    views_field_map,
     views_hold,
     views_sources,
     views_submissions,
@@ -86,6 +87,26 @@ urlpatterns = [
         "sources/<int:source_id>/captcha/",
         views_sources.source_captcha_view,
         name="source-captcha",
+    ),
+    path(
+        "sources/<int:source_id>/field-map/",
+        views_field_map.source_field_map,
+        name="source-field-map",
+    ),
+    path(
+        "sources/<int:source_id>/field-map/preview/",
+        views_field_map.source_field_map_preview,
+        name="source-field-map-preview",
+    ),
+    path(
+        "sources/<int:source_id>/field-map/save/",
+        views_field_map.source_field_map_save,
+        name="source-field-map-save",
+    ),
+    path(
+        "sources/<int:source_id>/field-map/apply/",
+        views_field_map.source_field_map_apply,
+        name="source-field-map-apply",
     ),
     path("api/", include(api.router.urls)),
     path(

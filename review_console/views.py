@@ -55,6 +55,7 @@ from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import operation_replay
 from review_console import selectors
 from review_console.bulk import bulk_replay_counts, bulk_replay_start
+from review_console.field_tree import unreadable_view
 from review_console.forms import (
     CloseForm,
     EmailSettleForm,
@@ -193,6 +194,8 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
         "can_replay": request.user.has_perm(REPLAY),
         "resolution_codes": RESOLUTION_CODES,
     }
+    if case.kind == ReviewCase.Kind.UNREADABLE:
+        context["unreadable"] = unreadable_view(case, unmasked=unmasked)
     if operation is not None:
         context["replay"] = selectors.replay_preview(operation)
         context["lookup"] = latest_lookup(operation)

@@ -24,6 +24,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 
+from idempotency_core.intake.remap import unreadable_waiting
 from idempotency_core.intake.senders.captcha import PROVIDERS as CAPTCHA_PROVIDERS
 from idempotency_core.intake.senders.profiles import API, PRESETS, Profile, profile_resolve
 from idempotency_core.intake.sources import (
@@ -37,7 +38,7 @@ from idempotency_core.intake.sources import (
     source_settings_change,
     thank_you_url_check,
 )
-from idempotency_core.models import Delivery, ReviewCase, Source
+from idempotency_core.models import Delivery, Event, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
@@ -257,6 +258,9 @@ def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
             "can_change": request.user.has_perm(CHANGE_SOURCE),
             "captcha_possible": source.profile == CAPTCHA_PROFILE,
             "captcha": captcha_of(source),
+            "unreadable_waiting": Event.objects.filter(unreadable_waiting(), source=source).count()
+            if profile is not None
+            else 0,
         },
     )
 

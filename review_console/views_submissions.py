@@ -57,7 +57,12 @@ def submission_detail(request: HttpRequest, event_id: uuid.UUID) -> HttpResponse
     cases = submissions.submission_cases(event, operations)
     audit = submissions.submission_audit(event, cases, operations)
     steps = [
-        (op, submissions.crm_record_url(op.destination, op.destination_ref)) for op in operations
+        (
+            op,
+            submissions.crm_record_url(op.destination, op.destination_ref),
+            submissions.step_note(op),
+        )
+        for op in operations
     ]
     return render(
         request,

@@ -14,6 +14,11 @@ prize at https://…"). So:
   siteverify did not answer: intake/senders/captcha.py) is processed, but its
   confirmation is held too.
 
+A submission without an email address (a form with no email field: CONTRACT.md,
+"Senders") has no one to confirm to: its confirmation is skipped before any limit
+counts it (`ConfirmationSkippedError`), and the step ends cancelled, saying so,
+with no case: nothing is wrong and nobody has to decide anything.
+
 Held means the engine's usual review: the step ends in `needs_review` with a
 `confirmation_held` case (policy.py), and a person replays it (it is sent: a
 person's decision is counted but never refused) or closes the case (never sent).
@@ -87,6 +92,21 @@ def confirmation_greeting(name: object) -> str:
     """The confirmation's first line: "Hello <name>," or, for anything else, "Hello,"."""
     shown = greeting_name(name)
     return f"Hello {shown}," if shown else NEUTRAL_GREETING
+
+
+# What a skipped confirmation says, on its operation and on the console's pages.
+NO_ADDRESS = "not sent: no address"
+
+
+class ConfirmationSkippedError(DestinationError):
+    """There is nobody to send the confirmation to: the submission has no email address.
+    Nothing reached the mail service and no limit counted it; the step ends cancelled
+    (engine.py, policy.py), its next step released as after a success."""
+
+    skipped = True
+
+    def __init__(self) -> None:
+        super().__init__(NO_ADDRESS, classification=Classification.PERMANENT)
 
 
 class ConfirmationHeldError(DestinationError):

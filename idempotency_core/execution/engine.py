@@ -315,6 +315,8 @@ def operation_perform(claim: Claim) -> AttemptResult:
         destination_ready(operation.destination)
         return _call_destination(operation, rule=rule, refs=claim.refs)
     except DestinationError as exc:
+        if getattr(exc, "skipped", False):
+            return AttemptResult(outcome=Attempt.Outcome.SKIPPED, message=exc.message)
         return AttemptResult(
             outcome=str(exc.classification),
             message=exc.message,
@@ -420,6 +422,9 @@ def operation_record_outcome(
             return False
         if decision.status == Operation.Status.SUCCEEDED:
             _success_follow(operation, result, now=now, cases_waiting=cases_waiting)
+        elif decision.status == Operation.Status.CANCELLED:
+            # Skipped by Onefold's rule (nothing to do): the steps after it go on.
+            operation_release_next(operation, now=now)
         elif decision.case_kind:
             _review_open(claim, result, decision, system=system, now=now)
     _outcome_log(claim, result, decision)
@@ -540,7 +545,7 @@ def _outcome_fields(
         "recovery": Recovery.NONE if succeeded else decision.recovery,
         "destination_ref": result.destination_ref,  # kept when empty
         "last_error": "" if succeeded else result.message,
-        "completed_at": now if succeeded else None,
+        "completed_at": now if decision.status in Operation.DONE else None,
         "updated_at": now,
     }
     reply = result.reply

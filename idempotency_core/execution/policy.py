@@ -140,11 +140,16 @@ def decide(
     rng: random.Random | None = None,
 ) -> Decision:
     """What follows an attempt's outcome. The operation never silently stops:
-    every branch ends succeeded, scheduled for a retry, or with a review case.
+    every branch ends succeeded, scheduled for a retry, or with a review case; or
+    cancelled, when the step itself found nothing to do and said why (skipped).
     `capabilities` (or the function giving them) is consulted after an unclear
     attempt only."""
     if report.outcome == Attempt.Outcome.SUCCEEDED:
         return Decision(status=Operation.Status.SUCCEEDED)
+    if report.outcome == Attempt.Outcome.SKIPPED:
+        # Onefold's own rule found nothing to do (a confirmation with no address): the
+        # step ends, not failed, without a case; the steps after it go on.
+        return Decision(status=Operation.Status.CANCELLED, summary=report.message)
     if report.outcome == Attempt.Outcome.PERMANENT:
         return _refused(state, report)
     unclear = report.outcome in (Attempt.Outcome.AMBIGUOUS, Attempt.Outcome.INTERRUPTED)

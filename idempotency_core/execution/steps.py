@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from idempotency_core.audit.cases import review_case_settle
-from idempotency_core.execution.confirmations import confirmation_allow, confirmation_greeting
+from idempotency_core.execution.confirmations import (
+    ConfirmationSkippedError,
+    confirmation_allow,
+    confirmation_greeting,
+)
 from idempotency_core.execution.destinations import adapter_for
 from idempotency_core.models import Event, Operation, ReviewCase, Source
 from integrations.base import (
@@ -173,7 +177,11 @@ def _find_task(ctx: StepContext) -> str | None:
 
 def _send_confirmation(ctx: StepContext) -> Effect:
     contact = ctx.contact
-    to = contact.get("email", "")
+    to = str(contact.get("email") or "").strip()
+    if not to:
+        # A contact without an address (a form with no email field) is processed, and
+        # this step skipped, before the allowance below counts anything.
+        raise ConfirmationSkippedError()
     body = (
         f"{confirmation_greeting(contact.get('name'))}\n\n"
         "Thank you for your enquiry. We have received it and someone will be in touch.\n\n"

@@ -12,6 +12,14 @@ mapped submission to `event_ingest`, the same service and the same unique
 constraint as the JSON API: a repeat, or a provider's retry, never makes a second
 event. The raw delivery is kept on the delivery row (until payload retention) so a
 field map can be corrected and the mapping re-run (`remap`).
+
+A verified delivery that parses but maps to no valid submission (a form without
+the fields the map expects, a widget it does not know) is never refused: it is
+kept under its key with its raw body, answered 202 `needs_review`, and waits in an
+`unreadable_submission` case for a corrected map (`event_ingest_unreadable`). Only
+a body that does not parse is 400. A hook's submission needs a name, an email
+address or a phone number, not all of them (`SenderSubmissionSerializer`): one
+without an address is processed and its confirmation skipped.
 """
 
 from __future__ import annotations
@@ -28,16 +36,26 @@ from django.core.cache import cache
 from django.db.models import F
 from django.utils.dateparse import parse_datetime
 
-from idempotency_core.intake.api.serializers import KEY_REGEX, SubmissionSerializer
+from idempotency_core.intake.api.serializers import KEY_REGEX, SenderSubmissionSerializer
 from idempotency_core.intake.ingest import (
+    IngestResult,
     KeyReusedError,
     RawDelivery,
+    Unreadable,
     delivery_refused,
     event_ingest,
+    event_ingest_unreadable,
 )
 from idempotency_core.intake.rate import WINDOW_SECONDS, source_rate_wait
-from idempotency_core.intake.senders.captcha import CaptchaVerdict, captcha_check
-from idempotency_core.intake.senders.mapping import Mapped, document_map, evaluate, text
+from idempotency_core.intake.senders.captcha import TOKEN_FIELDS, CaptchaVerdict, captcha_check
+from idempotency_core.intake.senders.mapping import (
+    Mapped,
+    MappingError,
+    document_map,
+    evaluate,
+    field_map_data,
+    text,
+)
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
 from idempotency_core.intake.senders.profiles import Profile, profile_resolve
 from idempotency_core.intake.senders.verifying import (
@@ -185,13 +203,26 @@ def _captcha_refused(
 def submission_from(
     source: Source, profile: Profile, document: Mapping[str, Any], headers: Mapping[str, str]
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(event key, submission payload, field errors): what `remap` re-runs too."""
-    mapped = document_map(profile.field_map, document)
+    """(event key, submission payload, field errors): what `remap` re-runs too. With
+    errors, the payload is what the map found, and the key is still the delivery's own
+    (`_event_key`), under which the unreadable delivery is kept."""
+    try:
+        mapped = document_map(profile.field_map, document)
+    except MappingError as exc:
+        # The source's map is broken, not the delivery: kept all the same, for a fixed map.
+        mapped = Mapped(name="", email="", phone="", message="", submitted_at="", form="")
+        errors: dict[str, Any] = {"field_map": [f"The source's field map cannot be applied: {exc}"]}
+    else:
+        errors = {}
     payload = _payload(source, profile, mapped)
-    serializer = SubmissionSerializer(data=payload)
-    if not serializer.is_valid():
-        return "", payload, dict(serializer.errors)
-    return _event_key(profile, document, headers, payload), payload, {}
+    serializer = SenderSubmissionSerializer(data=payload)
+    if errors or not serializer.is_valid():
+        # No content fingerprint of a payload the map could not fill: two different
+        # unreadable submissions may map to the same blanks. The document's is theirs.
+        content = {k: v for k, v in document.items() if k not in TOKEN_FIELDS}
+        key = _event_key(profile, document, headers, {"document": content})
+        return key, payload, errors or dict(serializer.errors)
+    return _event_key(profile, document, headers, {"payload": payload}), payload, {}
 
 
 def _ingest(
@@ -202,14 +233,14 @@ def _ingest(
     verification: Verification,
 ) -> HookAnswer:
     key, payload, errors = submission_from(source, profile, document, request.headers)
-    if errors:
-        return _malformed(source, "the delivery does not map to a valid submission", errors)
     raw = RawDelivery(
         body=_redacted(request.body, request.path_token),
         content_type=request.content_type,
         verification=verification.detail,
     )
     try:
+        if errors:
+            return _unreadable(source, profile, request, key, payload, errors, raw)
         result = event_ingest(
             source=source,
             key=key,
@@ -227,6 +258,74 @@ def _ingest(
             },
         )
     return _accepted(source, profile, request, event_id=str(result.event.pk))
+
+
+def _unreadable(
+    source: Source,
+    profile: Profile,
+    request: HookRequest,
+    key: str,
+    payload: dict[str, Any],
+    errors: dict[str, Any],
+    raw: RawDelivery,
+) -> HookAnswer:
+    """Kept, not refused: the sender proved itself and the body parsed, so its content is
+    Onefold's to keep (Jotform, for one, never sends a refused delivery again). 202 and
+    `needs_review` on first receipt; a repeat is answered as any repeat."""
+    stored = storable(payload)
+    browser = profile.answer == "html" and request.wants_html and bool(source.thank_you_url)
+    result: IngestResult = event_ingest_unreadable(
+        source=source,
+        key=key,
+        payload=stored,
+        raw=raw,
+        unreadable=Unreadable(
+            missing=missing_lines(errors),
+            profile=profile.name,
+            field_map=field_map_data(profile.field_map),
+        ),
+        submitted_at=_moment(stored.get("submitted_at")),
+        status_code=303 if browser else 202,
+    )
+    if not result.created:
+        return _accepted(source, profile, request, event_id=str(result.event.pk))
+    if browser:
+        # The visitor's part is done: what they sent is kept, and a person reads it.
+        return HookAnswer(303, redirect_to=source.thank_you_url)
+    return HookAnswer(202, {"event_id": str(result.event.pk), "status": "needs_review"})
+
+
+def missing_lines(errors: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Field errors as "contact.email: Enter a valid email address." lines: names and
+    rules only (the serializer's messages quote no value)."""
+    lines: list[str] = []
+    for name, problem in errors.items():
+        where = prefix if name == "non_field_errors" else f"{prefix}{'.' if prefix else ''}{name}"
+        if isinstance(problem, Mapping):
+            lines += missing_lines(problem, where)
+        else:
+            messages = problem if isinstance(problem, list) else [problem]
+            lines += [f"{where or 'submission'}: {message}" for message in messages]
+    return lines
+
+
+def storable(value: Any) -> Any:
+    """`value` with NUL characters replaced: PostgreSQL's jsonb cannot hold them, and a
+    payload that was not validated may carry them (a form field's `%00`)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    if isinstance(value, dict):
+        return {storable(str(k)): storable(v) for k, v in value.items()}
+    return value
+
+
+def _moment(value: object) -> datetime | None:
+    try:
+        return parse_datetime(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
 
 
 def _authenticate(source: Source, profile: Profile, request: HookRequest) -> Verification:
@@ -267,10 +366,13 @@ def refusal_count(*, source: Source, detail: str, now: float | None = None) -> N
 
 
 def _payload(source: Source, profile: Profile, mapped: Mapped) -> dict[str, Any]:
-    """The submission in the JSON API's shape, so it reaches the CRM exactly as one."""
-    contact = {"name": mapped.name, "email": mapped.email}
-    if mapped.phone:
-        contact["phone"] = mapped.phone
+    """The submission in the JSON API's shape, so it reaches the CRM exactly as one; a
+    contact detail the delivery does not have is left out, not sent blank."""
+    contact = {
+        name: value
+        for name, value in (("name", mapped.name), ("email", mapped.email), ("phone", mapped.phone))
+        if value
+    }
     payload: dict[str, Any] = {
         "form": (mapped.form or source.default_form or profile.name)[:100],
         "contact": contact,
@@ -319,10 +421,11 @@ def _event_key(
     profile: Profile,
     document: Mapping[str, Any],
     headers: Mapping[str, str],
-    payload: dict[str, Any],
+    content: dict[str, Any],
 ) -> str:
-    """The sender's own id, namespaced by profile and form; else a content fingerprint
-    (with the sender's own timestamp, so a genuine resubmission is another event)."""
+    """The sender's own id, namespaced by profile and form; else a fingerprint of
+    `content` (with the sender's own timestamp, so a genuine resubmission is another
+    event)."""
     form_id = text(evaluate(profile.form_id, document)) if profile.form_id else ""
     for place in profile.id_places:
         if isinstance(place, str) and place.startswith("header:"):
@@ -332,8 +435,8 @@ def _event_key(
         if value:
             return _bounded(f"{profile.name}:{form_id or '-'}:{value}")
     stamp = text(evaluate(profile.sender_timestamp, document)) if profile.sender_timestamp else ""
-    content = canonical_json({"payload": payload, "sender_timestamp": stamp})
-    return f"fp:{hashlib.sha256(content.encode()).hexdigest()}"
+    fingerprinted = canonical_json({**content, "sender_timestamp": stamp})
+    return f"fp:{hashlib.sha256(fingerprinted.encode('utf-8', 'surrogatepass')).hexdigest()}"
 
 
 def _redacted(body: bytes, token: str) -> bytes:

@@ -23,11 +23,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from django_q.tasks import async_task
 
 from idempotency_core.audit.cases import review_case_open
-from idempotency_core.audit.subjects import event_pair_subject
+from idempotency_core.audit.subjects import event_pair_subject, event_subject
 from idempotency_core.execution.destinations import destination_for
 from idempotency_core.execution.engine import Screen
 from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, pipeline_for
@@ -126,6 +127,96 @@ def event_ingest(
     return result
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """Why a verified delivery maps to no submission, as its case shows it: what could
+    not be read (field names and rules, never a value) and the map that read it."""
+
+    missing: list[str]
+    profile: str
+    field_map: dict[str, Any]
+
+
+def event_ingest_unreadable(
+    *,
+    source: Source,
+    key: str,
+    payload: dict[str, Any],
+    raw: RawDelivery,
+    unreadable: Unreadable,
+    submitted_at: datetime | None = None,
+    status_code: int = 202,
+) -> IngestResult:
+    """Keeps a verified delivery that maps to no valid submission (CONTRACT.md, "A
+    verified delivery is never lost for its content"), or answers its repeat.
+
+    New: in one transaction, its event under `key` with what the map made of it
+    (`payload`) and no operation yet (nothing can run without a contact), its delivery
+    with the raw body, and an `unreadable_submission` case. A corrected map applied to
+    it (`remap.events_remap`) gives it its operations, under this same key. A repeat is
+    answered from the stored event like any repeat (KeyReusedError when its content
+    differs); the unique constraint on (source, key) decides between racing first
+    receipts, the INSERT skipping a conflict as `event_ingest`'s does."""
+    fingerprint = payload_fingerprint(payload)
+    contact = payload.get("contact") or {}
+    event = Event(
+        source=source,
+        key=key,
+        fingerprint=fingerprint,
+        payload=payload,
+        form=str(payload.get("form", ""))[:100],
+        contact_digest=contact_digest(str(contact.get("email", ""))),
+        submitted_at=submitted_at,
+    )
+    with transaction.atomic():
+        Event.objects.bulk_create([event], ignore_conflicts=True)
+        # Visible here only if this transaction inserted it: a racing winner's row is
+        # another id.
+        created = Event.objects.filter(pk=event.pk).exists()
+        if created:
+            event._state.adding = False
+            Delivery.objects.create(
+                source=source,
+                event=event,
+                outcome=Delivery.Outcome.UNREADABLE,
+                status_code=status_code,
+                fingerprint=fingerprint,
+                payload_matched=True,
+                **raw.as_fields(),
+            )
+            _unreadable_case_open(event, unreadable)
+    if created:
+        return IngestResult(event=event, created=True)
+    result, matched = _repeat_delivery(source=source, key=key, fingerprint=fingerprint, raw=raw)
+    if not matched:
+        raise KeyReusedError(result.event)
+    return result
+
+
+def _unreadable_case_open(event: Event, unreadable: Unreadable) -> ReviewCase:
+    missing = "; ".join(unreadable.missing) or "no valid submission"
+    case, _ = review_case_open(
+        kind=ReviewCase.Kind.UNREADABLE,
+        subject=event_subject(event.pk),
+        summary=(
+            f"A delivery to {event.source.name} passed its signature or token, but its "
+            f"field map found no valid submission in it ({missing}). It is kept with its "
+            "raw body under its key; nothing was sent to the CRM and no email went out. "
+            "Correct the source's field map (the field-map editor on the source's page, or "
+            "its profile_overrides) and apply it: the submission then runs like any other, "
+            "under its original key. Close the case if it is spam or a test."
+        ),
+        event=event,
+        evidence={
+            "missing": unreadable.missing,
+            "profile": unreadable.profile,
+            "field_map": unreadable.field_map,
+        },
+        system="ingest",
+    )
+    return case
+
+
 def _destination_ids(source: Source) -> dict[str, int]:
     """The destination of each role for this source, by id (all an operation row needs),
     from the per-process cache: a source's or a destination's change empties it."""
@@ -164,10 +255,25 @@ def _event_rows(
     event: Event, *, destinations: dict[str, int], raw: RawDelivery | None
 ) -> tuple[list[Operation], Delivery]:
     """The new event's operations, first step due now, and its delivery, unsaved."""
-    now = timezone.now()
+    operations = _operations_of(event, destinations=destinations, now=timezone.now())
+    delivery = Delivery(
+        source=event.source,
+        event=event,
+        outcome=Delivery.Outcome.ACCEPTED,
+        # A hook answers its first delivery 200 (senders count only 200 as success).
+        status_code=202 if raw is None else 200,
+        fingerprint=event.fingerprint,
+        payload_matched=True,
+        **(raw.as_fields() if raw else {}),
+    )
+    return operations, delivery
+
+
+def _operations_of(event: Event, *, destinations: dict[str, int], now: datetime) -> list[Operation]:
+    """The event's pipeline as operations, unsaved, the first step due `now`."""
     source = event.source
     pipeline = EDIT_PIPELINE if event.revises_id else pipeline_for(source, event.form)
-    operations = [
+    return [
         Operation(
             event=event,
             step=step,
@@ -181,17 +287,16 @@ def _event_rows(
         )
         for position, step in enumerate(pipeline)
     ]
-    delivery = Delivery(
-        source=source,
-        event=event,
-        outcome=Delivery.Outcome.ACCEPTED,
-        # A hook answers its first delivery 200 (senders count only 200 as success).
-        status_code=202 if raw is None else 200,
-        fingerprint=event.fingerprint,
-        payload_matched=True,
-        **(raw.as_fields() if raw else {}),
-    )
-    return operations, delivery
+
+
+def event_operations_create(*, event: Event, now: datetime) -> list[Operation]:
+    """Gives an event kept without operations (an unreadable submission, now read by a
+    corrected map) its pipeline, as a new submission's would be: keys derived from its
+    original key, the first step due. Call inside the transaction that locks the event
+    and settles its case; queuing the first step (on that same transaction) is the
+    caller's. The unique constraint on (event, step) refuses a second pipeline."""
+    destinations = _destination_ids(event.source)
+    return Operation.objects.bulk_create(_operations_of(event, destinations=destinations, now=now))
 
 
 def _repeat_delivery(

@@ -6,6 +6,15 @@ is re-run: each event's payload becomes what the corrected map makes of its
 first delivery. An enquiry already in the CRM is then *updated* by an operation
 of its own (`remap_enquiry:<n>`, with its own stable key, claimed and retried
 like any effect): never a second record. The event's key never changes.
+
+An unreadable submission (a verified delivery its map could not read: kept as an
+event without operations, with an open `unreadable_submission` case) that the
+corrected map now reads is *admitted*: its payload is stored, its pipeline created
+under its original key (so the operation keys are those it would have had), the
+first step queued, and its case resolved, in one transaction with the event locked:
+a second run, or two at once, find it admitted and change nothing. One whose case a
+person closed (spam, a test) stays as it is. The command (`manage.py remap`) and
+the console's field-map editor both run `events_remap`.
 """
 
 from __future__ import annotations
@@ -14,16 +23,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_enqueue
-from idempotency_core.intake.hooks import submission_from
+from idempotency_core.intake.hooks import missing_lines, submission_from
+from idempotency_core.intake.ingest import event_operations_create
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
-from idempotency_core.intake.senders.profiles import profile_resolve
+from idempotency_core.intake.senders.profiles import Profile, profile_resolve
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
-from idempotency_core.models import Event, Operation, Source
+from idempotency_core.models import Event, Operation, ReviewCase, Source
 
 REMAP_STEP = "remap_enquiry"
 # After every pipeline step, like merges: releasing "the next step" never picks it.
@@ -39,47 +53,99 @@ class RemapChange:
     # The CRM record is updated by this operation (None: nothing in the CRM yet).
     update_operation_id: int | None = None
     error: str = ""
+    # An unreadable submission the map now reads: given its pipeline, first step queued
+    # (with dry_run: would be).
+    admitted: bool = False
+
+
+def unreadable_waiting() -> Exists:
+    """True for an event that waits, unreadable, for a corrected map (its
+    `unreadable_submission` case open), as an expression over the event's row."""
+    return Exists(
+        ReviewCase.objects.filter(
+            event=OuterRef("pk"),
+            kind=ReviewCase.Kind.UNREADABLE,
+            status__in=ReviewCase.OPEN_STATUSES,
+        )
+    )
 
 
 def events_remap(
     *,
     source: Source,
-    since: datetime,
+    since: datetime | None,
     dry_run: bool,
     progress: Callable[[int], None] | None = None,
+    unreadable_only: bool = False,
+    actor: User | None = None,
+    reason: str = "",
 ) -> Iterator[RemapChange]:
-    """Yields one change per event whose mapping differs (or cannot be re-run)."""
+    """Yields one change per event whose mapping differs (or cannot be re-run), from
+    `since` (None: every kept delivery), or only the unreadable ones waiting. `actor` is
+    the person who applied it, and `reason` theirs, for the audit."""
     profile = profile_resolve(source.profile, source.profile_overrides)
-    events = Event.objects.filter(
-        source=source, received_at__gte=since, payload__isnull=False
-    ).order_by("received_at", "pk")
+    events = (
+        Event.objects.filter(source=source, payload__isnull=False)
+        .annotate(
+            waiting=unreadable_waiting(),
+            has_operations=Exists(Operation.objects.filter(event=OuterRef("pk"))),
+        )
+        .order_by("received_at", "pk")
+    )
+    if since is not None:
+        events = events.filter(received_at__gte=since)
+    if unreadable_only:
+        events = events.filter(waiting=True)
     for number, event in enumerate(events.iterator(chunk_size=500), 1):
         if progress is not None:
             progress(number)
-        delivery = (
-            event.deliveries.filter(raw_body__isnull=False).order_by("received_at", "pk").first()
+        if not getattr(event, "has_operations", True) and not getattr(event, "waiting", False):
+            continue  # unreadable, and a person closed its case: theirs to decide
+        change = _event_remap(event, profile, dry_run=dry_run, actor=actor, reason=reason)
+        if change is not None:
+            yield change
+
+
+def _event_remap(
+    event: Event, profile: Profile, *, dry_run: bool, actor: User | None, reason: str
+) -> RemapChange | None:
+    document = kept_document(event, profile)
+    if isinstance(document, str):
+        return RemapChange(str(event.pk), event.key, (), error=document) if document else None
+    _, payload, errors = submission_from(event.source, profile, document, {})
+    waiting = bool(getattr(event, "waiting", False))
+    if errors:
+        what = "still unreadable" if waiting else "invalid"
+        return RemapChange(
+            str(event.pk), event.key, (), error=f"{what}: {'; '.join(missing_lines(errors))}"
         )
-        if delivery is None or delivery.raw_body is None:
-            continue  # not a hook delivery, or nothing kept
-        try:
-            document = parse_body(
-                bytes(delivery.raw_body),
-                content_type=delivery.content_type,
-                parser=profile.parser,
-                json_field=profile.json_field,
-            )
-        except MalformedDeliveryError as exc:
-            yield RemapChange(str(event.pk), event.key, (), error=str(exc))
-            continue
-        _, payload, errors = submission_from(source, profile, document, {})
-        if errors:
-            yield RemapChange(str(event.pk), event.key, (), error=f"invalid: {sorted(errors)}")
-            continue
-        changed = _changed(event.payload or {}, payload)
-        if not changed:
-            continue
-        operation_id = None if dry_run else _apply(event, payload, changed)
-        yield RemapChange(str(event.pk), event.key, changed, update_operation_id=operation_id)
+    changed = _changed(event.payload or {}, payload)
+    if waiting:
+        admitted = dry_run or _admit(event, payload, changed, actor=actor, reason=reason)
+        return (
+            RemapChange(str(event.pk), event.key, changed, admitted=admitted) if admitted else None
+        )
+    if not changed:
+        return None
+    operation_id = None if dry_run else _apply(event, payload, changed, actor=actor, reason=reason)
+    return RemapChange(str(event.pk), event.key, changed, update_operation_id=operation_id)
+
+
+def kept_document(event: Event, profile: Profile) -> dict[str, object] | str:
+    """The event's first kept delivery read with `profile`; else why not ("" when
+    nothing was kept: not a hook delivery, or purged)."""
+    delivery = event.deliveries.filter(raw_body__isnull=False).order_by("received_at", "pk").first()
+    if delivery is None or delivery.raw_body is None:
+        return ""
+    try:
+        return parse_body(
+            bytes(delivery.raw_body),
+            content_type=delivery.content_type,
+            parser=profile.parser,
+            json_field=profile.json_field,
+        )
+    except MalformedDeliveryError as exc:
+        return str(exc)
 
 
 def _changed(before: dict[str, object], after: dict[str, object]) -> tuple[str, ...]:
@@ -96,7 +162,73 @@ def _changed(before: dict[str, object], after: dict[str, object]) -> tuple[str, 
     return tuple(names)
 
 
-def _apply(event: Event, payload: dict[str, object], changed: tuple[str, ...]) -> int | None:
+def _admit(
+    event: Event,
+    payload: dict[str, object],
+    changed: tuple[str, ...],
+    *,
+    actor: User | None,
+    reason: str,
+) -> bool:
+    """An unreadable submission becomes an ordinary one: its payload, its pipeline under
+    its original key, the first step queued and its case resolved, in one transaction.
+    False when it was admitted or its case settled meanwhile (checked under the lock)."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Event.objects.select_for_update().select_related("source").get(pk=event.pk)
+        case = (
+            ReviewCase.objects.select_for_update()
+            .filter(event=locked, kind=ReviewCase.Kind.UNREADABLE)
+            .filter(status__in=ReviewCase.OPEN_STATUSES)
+            .first()
+        )
+        if case is None or locked.operations.exists():
+            return False
+        _payload_store(locked, payload)
+        operations = event_operations_create(event=locked, now=now)
+        review_case_settle(
+            case,
+            status=ReviewCase.Status.RESOLVED,
+            code="remapped",
+            note="Read with the corrected field map; processed under its original key.",
+            action="remapped",
+            actor=actor,
+            system="remap",
+            reason=reason,
+            details={
+                "changed": list(changed),
+                "admitted": True,
+                "operations": [operation.pk for operation in operations],
+            },
+            now=now,
+        )
+        operation_enqueue(operations[0].pk)  # same transaction as its row (ORM broker)
+    return True
+
+
+def _payload_store(event: Event, payload: dict[str, object]) -> None:
+    """The event's content as the corrected map reads it (its key never changes)."""
+    contact = payload.get("contact") or {}
+    email = str(contact.get("email", "")) if isinstance(contact, dict) else ""
+    submitted_at = payload.get("submitted_at")
+    event.payload = payload
+    event.fingerprint = payload_fingerprint(payload)
+    event.contact_digest = contact_digest(email)
+    event.form = str(payload.get("form", ""))[:100]
+    event.submitted_at = (
+        parse_datetime(submitted_at) if isinstance(submitted_at, str) and submitted_at else None
+    )
+    event.save(update_fields=["payload", "fingerprint", "contact_digest", "form", "submitted_at"])
+
+
+def _apply(
+    event: Event,
+    payload: dict[str, object],
+    changed: tuple[str, ...],
+    *,
+    actor: User | None,
+    reason: str,
+) -> int | None:
     """Stores the new mapping; where the enquiry exists, queues its update."""
     now = timezone.now()
     with transaction.atomic():
@@ -114,7 +246,9 @@ def _apply(event: Event, payload: dict[str, object], changed: tuple[str, ...]) -
             operation = _update_operation(locked, enquiry, now=now)
         audit_record(
             action="remapped",
+            actor=actor,
             system="remap",
+            reason=reason,
             event=locked,
             operation=operation,
             details={

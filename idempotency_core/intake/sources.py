@@ -6,6 +6,7 @@ import ipaddress
 import secrets as random_secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import User
@@ -17,10 +18,11 @@ from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.steps import pipeline_validate
 from idempotency_core.intake.config_cache import config_cached
 from idempotency_core.intake.senders.captcha import PROVIDERS as CAPTCHA_PROVIDERS
+from idempotency_core.intake.senders.mapping import document_map
 from idempotency_core.intake.senders.profiles import API, PRESETS, profile_resolve
 from idempotency_core.intake.senders.verifying import token_digest
 from idempotency_core.keys import api_key_digest, new_api_key, new_source_salt
-from idempotency_core.models import Source, SourceApiKey, SourceSecret
+from idempotency_core.models import AuditEntry, Source, SourceApiKey, SourceSecret
 
 
 def source_get_or_create(*, name: str) -> tuple[Source, bool]:
@@ -552,3 +554,67 @@ def source_captcha_set(
 # The first characters of a CAPTCHA secret shown on the console and in the audit, to
 # recognise it, as a signing secret's prefix.
 CAPTCHA_SECRET_SHOWN = 6
+
+
+# -- A hook's field map (the console's field-map editor) -------------------------------
+
+# The targets a source's map may replace in its preset's.
+FIELD_MAP_TARGETS = ("name", "email", "phone", "message", "extras")
+
+
+def source_field_map_set(
+    *, source: Source, actor: User, field_map: dict[str, Any], reason: str
+) -> int:
+    """Saves the source's field map: the targets in `field_map` replace the preset's
+    (`profile_overrides["field_map"]`, the whole of it), as a new version, audited
+    `field_map_saved` with its number and the map before and after (settings, never a
+    delivery's values). Refused when the profile cannot apply it. Returns the version.
+
+    Saving changes how the next deliveries are read; the ones kept so far change only
+    when the map is applied to them (`remap.events_remap`)."""
+    if source.profile not in PRESETS:
+        raise InvalidProfileError(f"{source.name} posts the JSON API: it has no field map.")
+    unknown = set(field_map) - set(FIELD_MAP_TARGETS)
+    if unknown:
+        raise InvalidProfileError(f"Unknown field-map targets: {', '.join(sorted(unknown))}.")
+    with transaction.atomic():
+        locked = _source_locked(source, reason)
+        overrides = dict(locked.profile_overrides or {})
+        before = overrides.get("field_map") or {}
+        if field_map == before:
+            raise InvalidProfileError("Nothing to change: that is the source's field map already.")
+        overrides["field_map"] = field_map
+        if not field_map:
+            del overrides["field_map"]
+        _field_map_checked(locked.profile, overrides)
+        locked.profile_overrides = overrides
+        locked.save(update_fields=["profile_overrides"])
+        version = _field_map_versions(locked) + 1
+        audit_record(
+            action="field_map_saved",
+            actor=actor,
+            reason=reason,
+            details={
+                "source": locked.name,
+                "source_id": locked.pk,
+                "version": version,
+                "field_map": field_map,
+                "previous": before,
+            },
+        )
+    source.profile_overrides = locked.profile_overrides
+    return version
+
+
+def _field_map_versions(source: Source) -> int:
+    return AuditEntry.objects.filter(action="field_map_saved", details__source_id=source.pk).count()
+
+
+def _field_map_checked(profile: str, overrides: dict[str, Any]) -> None:
+    """Refuses a map the profile cannot apply: a malformed expression would leave
+    every later delivery unreadable."""
+    try:
+        resolved = profile_resolve(profile, overrides)
+        document_map(resolved.field_map, {})
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidProfileError(f"The field map cannot be applied: {exc}") from exc

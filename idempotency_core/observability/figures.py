@@ -117,7 +117,7 @@ def attempts_recent(*, since: datetime) -> Figure:
     figure = Figure(
         "onefold_attempts_recent",
         "Attempts started in the window and finished, by destination and outcome "
-        "(succeeded, retryable, permanent, ambiguous, interrupted).",
+        "(succeeded, retryable, permanent, ambiguous, interrupted, skipped).",
         ("destination", "outcome"),
     )
     counts = {

@@ -25,7 +25,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.models import Delivery, Event, Operation
+from idempotency_core.models import Delivery, Event, Operation, ReviewCase
 
 SYSTEM = "retention"
 ENQUIRY_STEP = "create_enquiry"
@@ -48,11 +48,17 @@ class PurgeReport:
 
 def purgeable_events(*, cutoff: datetime) -> QuerySet[Event]:
     """Old events whose every operation is done: a step still to run, or waiting for
-    a person (a replay, or the steps held behind it), needs the payload."""
+    a person (a replay, or the steps held behind it), needs the payload; so does an
+    unreadable delivery waiting for a corrected map (its raw body is all there is)."""
     unfinished = Operation.objects.filter(event=OuterRef("pk")).exclude(status__in=Operation.DONE)
+    unreadable = ReviewCase.objects.filter(
+        event=OuterRef("pk"),
+        kind=ReviewCase.Kind.UNREADABLE,
+        status__in=ReviewCase.OPEN_STATUSES,
+    )
     return Event.objects.filter(
         received_at__lt=cutoff, payload_purged_at__isnull=True, payload__isnull=False
-    ).filter(~Exists(unfinished))
+    ).filter(~Exists(unfinished), ~Exists(unreadable))
 
 
 def payloads_purge(

@@ -155,6 +155,12 @@ def test_success_clears_everything():
     assert (result.status, result.case_kind) == (Operation.Status.SUCCEEDED, "")
 
 
+def test_a_skipped_step_ends_cancelled_without_a_case():
+    result = decision("skipped", message="not sent: no address")
+    assert (result.status, result.case_kind) == (Operation.Status.CANCELLED, "")
+    assert result.summary == "not sent: no address"
+
+
 def test_permanent_errors_go_to_review_and_are_not_retried():
     result = decision("permanent")
     assert result.status == Operation.Status.NEEDS_REVIEW
@@ -232,7 +238,9 @@ def test_an_interrupted_email_is_resent_with_its_key_inside_the_window_only():
 
 
 @given(
-    outcome=st.sampled_from(["succeeded", "retryable", "permanent", "ambiguous", "interrupted"]),
+    outcome=st.sampled_from(
+        ["succeeded", "retryable", "permanent", "ambiguous", "interrupted", "skipped"]
+    ),
     attempt=st.integers(1, 10),
     at_most_once=st.booleans(),
     idempotency_keys=st.booleans(),
@@ -261,5 +269,8 @@ def test_an_operation_never_silently_stops(
             assert not at_most_once or result.recovery == Recovery.REPEAT_WITH_KEY
     elif result.status == Operation.Status.NEEDS_REVIEW:
         assert result.case_kind and result.summary
+    elif result.status == Operation.Status.CANCELLED:
+        # Only a step that found nothing to do ends so, saying why, without a case.
+        assert outcome == "skipped" and result.summary and not result.case_kind
     else:
         assert result.status == Operation.Status.SUCCEEDED and outcome == "succeeded"

@@ -128,18 +128,29 @@ def test_no_hook_for_an_api_source_or_an_unknown_one():
 
 def test_malformed_bodies_get_400():
     _, path = hook_source("generic")
-    for body in (
-        b"{not json",
-        b"[]",
-        b'{"form": "x"}',
-        b'{"form":"x","contact":{"name":"A","email":"nope"}}',
-    ):
+    for body in (b"{not json", b"[]"):
         sample = Sample(
             "generic", body, "application/json", ("", "", ""), sign=SAMPLES["generic"].sign
         )
         response = deliver(Client(), path, sample, **{"Idempotency-Key": "k-1"})
         assert response.status_code == 400, body
     assert not Event.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"form": "x"}', b'{"form":"x","contact":{"name":"A","email":"nope"}}'],
+)
+def test_a_verified_body_that_parses_but_does_not_map_is_kept_not_refused(body):
+    """tests/intake/test_unreadable.py follows such a delivery to its case and its fix."""
+    source, path = hook_source("generic")
+    sample = Sample("generic", body, "application/json", ("", "", ""), sign=SAMPLES["generic"].sign)
+    response = deliver(Client(), path, sample, **{"Idempotency-Key": "k-1"})
+    assert response.status_code == 202, response.content
+    event = Event.objects.get(source=source)
+    assert event.key == "generic:-:k-1"  # the sender's own key, as a readable one's
+    assert response.json() == {"event_id": str(event.pk), "status": "needs_review"}
+    assert not event.operations.exists()
 
 
 def test_a_browser_posting_the_html_form_lands_on_the_thank_you_page():

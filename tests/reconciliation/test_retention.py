@@ -11,7 +11,14 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from idempotency_core.execution.engine import operation_execute
-from idempotency_core.intake.ingest import LATE_REPEAT_TASK, KeyReusedError, event_ingest
+from idempotency_core.intake.ingest import (
+    LATE_REPEAT_TASK,
+    KeyReusedError,
+    RawDelivery,
+    Unreadable,
+    event_ingest,
+    event_ingest_unreadable,
+)
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import AuditEntry, Delivery, Event, ReviewCase
 from idempotency_core.reconciliation.retention import payloads_purge
@@ -165,3 +172,23 @@ def test_a_late_repeat_whose_lookup_fails_opens_a_case_and_creates_nothing(sandb
     assert case.evidence["record_id"] is None and case.evidence["lookup_error"]
     assert "check the CRM by hand" in case.summary
     assert sandbox.stats()["records"] == 1
+
+
+@pytest.mark.django_db
+def test_an_unreadable_delivery_waiting_for_its_map_keeps_its_payload_and_raw_body(settings):
+    """Its kept body is all there is to fix it with; once its case is settled, it goes."""
+    settings.ONEFOLD_PAYLOAD_RETENTION_DAYS = 30
+    source, _, _ = source_create_with_key(name="forms")
+    event = event_ingest_unreadable(
+        source=source,
+        key="unreadable-1",
+        payload={"form": "contact", "contact": {}},
+        raw=RawDelivery(body=b"{}", content_type="application/json", verification="token"),
+        unreadable=Unreadable(missing=["contact: nothing"], profile="cf7", field_map={}),
+    ).event
+    age(event, 31)
+    assert payloads_purge().purged == 0
+    ReviewCase.objects.filter(event=event).update(status="closed", resolution_code="spam_or_test")
+    assert payloads_purge().purged == 1
+    assert Event.objects.get(pk=event.pk).payload is None
+    assert Delivery.objects.get(event=event).raw_body is None

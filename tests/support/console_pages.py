@@ -4,7 +4,9 @@ Moved from tests/review_console/test_glossary.py so the glossary test and the
 browser tests (axe-core, phone width) open the same pages: cases of every kind (the
 common ones made for real through the engine and the sandbox, the rest opened
 through the service the engine and reconciliation use), settled ones with their
-resolutions, and a submission whose email was accepted.
+resolutions, a submission whose email was accepted, one without an address (its
+confirmation skipped), and an unreadable delivery kept for a corrected map, with its
+source's field-map editor and a preview.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from django.utils import timezone
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.models import Destination, Event, ReconciliationRun, ReviewCase
 from idempotency_core.review.cases import RESOLUTION_CODES, case_close, case_mark_not_duplicate
 from idempotency_core.review.email_cases import email_receipt_confirm
@@ -26,6 +29,7 @@ from idempotency_core.review.replay import operation_replay
 from review_console import glossary
 from review_console.models import BulkReplayJob
 from tests.factories import completed, duplicate_case, ingest, op, permanent_case
+from tests.support.senders import ANOTHER_FORMS_MAP, jotform_tutoring
 
 
 def open_case(kind: str, key: str, evidence: dict) -> ReviewCase:
@@ -51,6 +55,26 @@ def interrupted_email(sandbox, key: str) -> ReviewCase:
     return ReviewCase.objects.get(event=event, kind="interrupted_send")
 
 
+def unreadable_delivery() -> ReviewCase:
+    """The Jotform tutoring delivery, kept unreadable under another form's map."""
+    source, _ = source_get_or_create(name="gl-tutoring")
+    path = source_hook_configure(source=source, profile="jotform").path
+    source.profile_overrides = ANOTHER_FORMS_MAP
+    source.save(update_fields=["profile_overrides"])
+    sample = jotform_tutoring()
+    response = Client().post(path, sample.body, content_type=sample.content_type)
+    assert response.status_code == 202, response.content
+    return ReviewCase.objects.get(event__source=source, kind="unreadable_submission")
+
+
+def without_address(key: str) -> Event:
+    """A submission with a name and a phone but no email: processed, not confirmed."""
+    event = ingest(key, contact={"name": "Ada Lovelace", "phone": "+44 20 7946 0000"})
+    for operation in event.operations.order_by("position"):
+        operation_execute(operation_id=operation.pk)
+    return event
+
+
 def seed(sandbox, ambiguous_case, users) -> dict:
     """Cases of every kind, settled ones of every resolution, a completed submission."""
     rex = users["replay_admin"]
@@ -61,6 +85,7 @@ def seed(sandbox, ambiguous_case, users) -> dict:
         "permanent_failure": permanent_case("gl-perm"),
     }
     cases["interrupted_send"] = interrupted_email(sandbox, "gl-mail")
+    cases["unreadable_submission"] = unreadable_delivery()
     evidence = {
         "attempt": 3,
         "outcome": "ambiguous",
@@ -88,7 +113,7 @@ def seed(sandbox, ambiguous_case, users) -> dict:
     case_mark_not_duplicate(case_id=other_duplicate.pk, actor=rex, reason="two requests")
     received = interrupted_email(sandbox, "gl-mail-ok")
     email_receipt_confirm(case_id=received.pk, actor=rex, reason="she has it")
-    return {"cases": cases, "done": done}
+    return {"cases": cases, "done": done, "no_address": without_address("gl-no-address")}
 
 
 def page_urls(seeded: dict, client: Client) -> list[tuple[str, str, dict | None]]:
@@ -117,6 +142,21 @@ def page_urls(seeded: dict, client: Client) -> list[tuple[str, str, dict | None]
         ("get", reverse("console:source-list"), None),
         ("get", reverse("console:source-detail", args=[source]), None),
         ("get", reverse("console:submission-detail", args=[seeded["done"].pk]), None),
+        ("get", reverse("console:submission-detail", args=[seeded["no_address"].pk]), None),
+    ]
+    tutoring = seeded["cases"]["unreadable_submission"].event.source_id
+    # Written as the editor's choices are (compact JSON paths), single values only: the
+    # accessibility test posts them without encoding.
+    picks = {
+        "name_first": '["q3_studentsName","first"]',
+        "name_last": '["q3_studentsName","last"]',
+        "extras": '["q4_subject"]',
+    }
+    urls += [
+        ("get", reverse("console:source-detail", args=[tutoring]), None),
+        ("get", reverse("console:source-field-map", args=[tutoring]), None),
+        ("post", reverse("console:source-field-map-preview", args=[tutoring]), picks),
+        ("post", reverse("console:source-field-map-apply", args=[tutoring]), {}),
     ]
     for case in ReviewCase.objects.all():
         urls.append(("get", reverse("console:case-detail", args=[case.pk]), None))

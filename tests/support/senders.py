@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "form-providers"
@@ -233,3 +234,144 @@ def signed_headers(sample: Sample, secret: str, url: str, *, age: float = 0.0) -
     if sample.sign is not None:
         headers.update(sample.sign(secret, sample.body, url, time.time() - age))
     return headers
+
+
+# -- samples without their contact details (CONTRACT.md, "A verified delivery is never
+# lost for its content") -------------------------------------------------------------
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# A phone number as forms write one: digits with spaces, dots, dashes or brackets, or
+# a leading "+". Plain digit strings are ids (Jotform's formID), not phones.
+_PHONE = re.compile(r"^(?=.*[\s().+-])\+?[\d\s().-]{7,24}$")
+
+
+def _contact_value(value: object, names: set[str], *, everything: bool) -> bool:
+    """Whether `value` is a contact detail to remove: any email address; with
+    `everything`, also the sample's name (or one of its words) and any phone number."""
+    if not isinstance(value, str):
+        return False
+    if _EMAIL.match(value.strip()):
+        return True
+    return everything and (value.strip() in names or bool(_PHONE.match(value.strip())))
+
+
+def _without(value: object, names: set[str], *, everything: bool) -> object:
+    """`value` with each contact detail removed where it is written, and each object
+    or list that held nothing else removed with it (HubSpot's {"value": ...}, Jotform's
+    {"first", "last"}): the field is gone, as in a form that never had it."""
+    if isinstance(value, dict | list):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        kept = []
+        for key, item in items:
+            if _contact_value(item, names, everything=everything):
+                continue
+            if everything and "phone" in str(key).lower():
+                continue  # a number typed as a number (Webflow's "Phone Number": 1555…)
+            stripped = _without(item, names, everything=everything)
+            if isinstance(item, dict | list) and item and not stripped:
+                continue
+            kept.append((key, stripped))
+        return dict(kept) if isinstance(value, dict) else [item for _, item in kept]
+    return value
+
+
+def multipart_parts(body: bytes, content_type: str) -> list[tuple[str, str]]:
+    """The (name, value) fields of a multipart/form-data body of text parts."""
+    boundary = content_type.split("boundary=", 1)[1].strip().encode()
+    parts = []
+    for chunk in body.split(b"--" + boundary)[1:]:
+        if chunk.startswith(b"--"):
+            break
+        head, _, value = chunk.strip(b"\r\n").partition(b"\r\n\r\n")
+        found = re.search(rb'name="([^"]*)"', head)
+        assert found, head
+        parts.append((found.group(1).decode(), value.decode()))
+    return parts
+
+
+def multipart_body(parts: list[tuple[str, str]], content_type: str) -> bytes:
+    """Text fields as a multipart/form-data body, as Jotform writes one (CRLF)."""
+    boundary = content_type.split("boundary=", 1)[1].strip()
+    lines = []
+    for name, value in parts:
+        lines += [f"--{boundary}", f'Content-Disposition: form-data; name="{name}"', "", value]
+    return ("\r\n".join([*lines, f"--{boundary}--", ""])).encode()
+
+
+def sample_without_contact(sample: Sample, *, everything: bool) -> Sample:
+    """The sample with its email address removed or, with `everything`, its name and
+    phone number too: nothing left to say who sent it. Written back in the sender's
+    own format (JSON, a browser's form, Jotform's multipart), to be signed anew."""
+    names = {sample.expected[0], *sample.expected[0].split()} - {""}
+    if sample.content_type.startswith("application/x-www-form-urlencoded"):
+        pairs = parse_qsl(sample.body.decode(), keep_blank_values=True)
+        kept = [(k, v) for k, v in pairs if not _contact_value(v, names, everything=everything)]
+        body = urlencode(kept).encode()
+    elif sample.content_type.startswith("multipart/form-data"):
+        parts = []
+        for name, value in multipart_parts(sample.body, sample.content_type):
+            if name == "rawRequest":
+                value = json.dumps(_without(json.loads(value), names, everything=everything))
+            elif any(_EMAIL.match(word.strip(",:")) for word in value.split()) or (
+                everything and any(n in value for n in names)
+            ):
+                continue  # Jotform's `pretty` repeats the answers as text
+            parts.append((name, value))
+        body = multipart_body(parts, sample.content_type)
+    else:
+        stripped = _without(json.loads(sample.body), names, everything=everything)
+        body = json.dumps(stripped, ensure_ascii=False).encode()
+    name, _, message = sample.expected
+    expected = ("" if everything else name, "", message)
+    return Sample(
+        sample.profile,
+        body,
+        sample.content_type,
+        expected,
+        sign=sample.sign,
+        signs_timestamp=sample.signs_timestamp,
+        extra_headers=sample.extra_headers,
+    )
+
+
+def jotform_tutoring() -> Sample:
+    """The captured case (tests/fixtures/senders/README.md, `jotform-brightsparks.body`): a
+    tutoring form with a `{first, last}` name widget and no email or phone field."""
+    return Sample(
+        "jotform",
+        (FIXTURES / "jotform-brightsparks.body").read_bytes(),
+        _content_type_of("jotform.md"),
+        ("Ada Lovelace", "", "She needs help with GCSE algebra before the May exams."),
+    )
+
+
+# A map written for another Jotform form (its "Full Name", "E-mail" and "Phone"
+# widgets), as a source copied from another keeps it: the tutoring form's
+# `q3_studentsName` is not in it, whatever the preset reads.
+ANOTHER_FORMS_MAP = {
+    "field_map": {
+        "name": {
+            "concat": [
+                {"suffix": "_fullName", "take": "first"},
+                {"suffix": "_fullName", "take": "last"},
+            ]
+        },
+        "email": {"suffix": "_email"},
+        "phone": {"suffix": "_phoneNumber", "take": "full"},
+        "message": {"suffix": "_message"},
+    }
+}
+# The tutoring form's own map: the student's name, and the free text as the message.
+TUTORING_MAP = {
+    "field_map": {
+        "name": {
+            "concat": [
+                {"suffix": "_studentsName", "take": "first"},
+                {"suffix": "_studentsName", "take": "last"},
+            ]
+        },
+        "email": {"suffix": "_email"},
+        "phone": {"suffix": "_phoneNumber", "take": "full"},
+        "message": {"suffix": "_anythingElse"},
+    }
+}

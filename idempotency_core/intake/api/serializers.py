@@ -314,6 +314,30 @@ class SubmissionSerializer(KnownKeysSerializer):
     )
 
 
+class SenderContactSerializer(ContactSerializer):
+    """A hook's contact (CONTRACT.md, "Senders"): a sender's form may have no email field
+    (or no name field), so any one of name, email address and phone number is enough;
+    with none of them nothing says who sent the submission, and it is unreadable. The
+    JSON API keeps ContactSerializer's rule: a program posting it can send both."""
+
+    name = TextField(max_length=200, required=False, allow_blank=True)
+    email = EmailTextField(max_length=254, required=False, allow_blank=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not any(attrs.get(name) for name in ("name", "email", "phone")):
+            raise serializers.ValidationError(
+                "No name, email address or phone number: nothing says who sent it."
+            )
+        return attrs
+
+
+class SenderSubmissionSerializer(SubmissionSerializer):
+    """A submission a hook mapped from a sender's delivery: the API's body, with
+    SenderContactSerializer's contact rule."""
+
+    contact = SenderContactSerializer()
+
+
 def stored_payload(serializer: SubmissionSerializer) -> dict[str, Any]:
     """What is stored for a valid submission: its validated data as plain JSON."""
     data = dict(serializer.data)

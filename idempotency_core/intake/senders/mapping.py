@@ -38,6 +38,8 @@ item's key that its type names, Typeform's answers), and `"titles"` to name
 items by another list (`{"in": path, "id": "id", "text": "title", "match":
 "field.id"}`, Typeform's question titles); and `"labels"` an expression for a
 "Label:value, ..." text that names the answers (Jotform's `pretty`).
+- `{"object": {"label": expr, ...}}`: an object of the named values, empty ones
+  left out (extra fields picked one by one in the console's field-map editor).
 
 Email addresses are trimmed and their domain lower-cased; phone numbers keep
 their digits and a leading `+`. Missing values are "", never an error: the
@@ -50,7 +52,7 @@ import json
 import re
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from idempotency_core.intake.senders import finding
@@ -85,6 +87,15 @@ class Mapped:
     submitted_at: str
     form: str
     fields: dict[str, Any] = field(default_factory=dict)
+
+
+def field_map_data(field_map: FieldMap) -> dict[str, Any]:
+    """The map as plain data (what `profile_overrides["field_map"]` holds), its unset
+    targets left out (`[]` is set: the document itself): shown on an unreadable
+    submission's case."""
+    data = asdict(field_map)
+    data["skip"] = list(field_map.skip) or None
+    return {target: value for target, value in data.items() if value not in ("", None)}
 
 
 def evaluate(expression: Expression, document: Any) -> Any:
@@ -372,6 +383,14 @@ def _items(expression: dict[str, Any], document: Any, items: list[Any]) -> list[
     return answers
 
 
+def _object(expression: dict[str, Any], document: Any) -> Any:
+    named = expression["object"]
+    if not isinstance(named, dict):
+        raise MappingError("`object` names its values by label: an object of expressions")
+    values = {str(label): evaluate(e, document) for label, e in named.items()}
+    return {label: value for label, value in values.items() if value not in (None, "", [], {})}
+
+
 _OPERATORS = {
     "concat": _concat,
     "first": _first,
@@ -384,4 +403,5 @@ _OPERATORS = {
     "is": _is,
     "detect": _detect,
     "answers": _readable_answers,
+    "object": _object,
 }

@@ -1,4 +1,7 @@
-"""`manage.py remap --source NAME --since ISO [--dry-run]`: re-run a corrected field map."""
+"""`manage.py remap --source NAME --since ISO [--dry-run]`: re-run a corrected field map.
+
+Unreadable submissions kept since then that the map now reads are admitted: they run
+as ordinary submissions under their original keys (intake/remap.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from idempotency_core.models import Source
 class Command(BaseCommand):
     help = (
         "Re-run a source's field map over the deliveries it kept; an enquiry already in "
-        "the CRM is updated, never created twice. --dry-run shows what would change."
+        "the CRM is updated, never created twice, and an unreadable submission the map now "
+        "reads is processed under its original key. --dry-run shows what would change."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,6 +47,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{change.key}: cannot re-map ({change.error})")
                 continue
             changes += 1
+            if change.admitted:
+                verb = "would be processed" if dry_run else "processed, first step queued"
+                self.stdout.write(f"{change.key}: unreadable until now, {verb}")
+                continue
             update = (
                 f"; CRM record updated by operation {change.update_operation_id}"
                 if change.update_operation_id

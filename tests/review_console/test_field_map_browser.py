@@ -1,0 +1,104 @@
+"""The field-map editor in headless Chromium, against the live server and the sandbox.
+
+A Settings admin opens the source of an unreadable Jotform delivery (the tutoring
+form, kept under a map written for another form), picks the student's first and
+last name and the free text in the field tree, previews (one waiting delivery
+would be read), saves the map as a new version and applies it to the waiting
+delivery. The proof is the CRM's count: one record and one task under the
+delivery's original key, no email (it has no address), and nothing more when the
+page is opened again. A screenshot of the editor is saved under
+test-artifacts/screenshots/ for a person to look at.
+
+Real commits are needed (`transaction=True`): the live server answers from its own
+thread and connection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
+from idempotency_core.keys import operation_key
+from idempotency_core.models import AuditEntry, Event, ReviewCase
+from tests.factories import PASSWORD
+from tests.support.browser import browser, page, sign_in  # noqa: F401 (fixtures)
+from tests.support.senders import ANOTHER_FORMS_MAP, jotform_tutoring
+
+SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
+
+
+def unreadable_jotform() -> Event:
+    source, _ = source_get_or_create(name="tutoring")
+    path = source_hook_configure(source=source, profile="jotform").path
+    source.profile_overrides = ANOTHER_FORMS_MAP
+    source.save(update_fields=["profile_overrides"])
+    sample = jotform_tutoring()
+    response = Client().post(path, sample.body, content_type=sample.content_type)
+    assert response.status_code == 202, response.content
+    return Event.objects.get(source=source)
+
+
+def test_a_settings_admin_fixes_the_map_and_the_delivery_runs_once(page, sandbox):  # noqa: F811
+    User.objects.create_superuser("sue", password=PASSWORD)
+    event = unreadable_jotform()
+    source = event.source
+    sign_in(page, "sue", f"/console/sources/{source.pk}/")
+    assert "1 unreadable delivery waits" in page.locator("#field-map").inner_text()
+    page.click("#field-map a:has-text('Edit the field map')")
+    page.wait_for_url(f"**/console/sources/{source.pk}/field-map/")
+    tree = page.locator("#field-tree").inner_text()
+    assert "q3_studentsName \u203a first" in tree and "Lovelace" in tree
+
+    page.select_option("#id_name_first", label="q3_studentsName \u203a first")
+    page.select_option("#id_name_last", label="q3_studentsName \u203a last")
+    page.select_option("#id_message", label="q6_anythingElse")
+    page.check("#field-map-form label:text-is('q4_subject')")
+    page.click("button:has-text('Preview')")
+    summary = page.locator("#preview-summary")
+    assert "1 of the waiting deliveries would be read" in summary.inner_text()
+    assert "0 would still be unreadable" in summary.inner_text()
+    assert "Ada Lovelace" in page.locator("#kept-deliveries").inner_text()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "field_map_preview.png"), full_page=True)
+    assert not event.operations.exists()  # a preview writes nothing
+
+    page.fill("#id_reason", "The tutoring form names the student")
+    page.click("button:has-text('Save as a new version')")
+    page.wait_for_url(f"**/console/sources/{source.pk}/field-map/")
+    assert "saved (version 1)" in page.locator(".messages").inner_text()
+    assert AuditEntry.objects.filter(action="field_map_saved").count() == 1
+
+    page.click("#waiting-deliveries button:has-text('Apply the saved map')")
+    page.fill("#id_reason", "Read with the student's name")
+    page.click("button:has-text('Apply the map')")
+    page.wait_for_url(f"**/console/sources/{source.pk}/field-map/")
+    assert "1 waiting delivery" in page.locator(".messages").inner_text()
+    assert "No unreadable delivery waits" in page.locator("#waiting-deliveries").inner_text()
+
+    operations = list(event.operations.order_by("position"))
+    assert [o.key for o in operations] == [
+        operation_key(source_salt=source.key_salt, event_key=event.key, step=o.step)
+        for o in operations
+    ]
+    for operation in operations:
+        operation_execute(operation_id=operation.pk)
+    stats = sandbox.stats()
+    assert (stats["records"], stats["tasks"], stats["messages"]) == (1, 1, 0)
+    assert ReviewCase.objects.get(event=event).status == "resolved"
+
+    # Opening the editor again offers nothing to apply; nothing more was created.
+    page.goto(f"/console/sources/{source.pk}/field-map/")
+    assert "No unreadable delivery waits" in page.locator("#waiting-deliveries").inner_text()
+    assert event.operations.count() == 3
+    assert sandbox.stats()["records"] == 1
