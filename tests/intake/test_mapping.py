@@ -162,6 +162,13 @@ EXPECTED: dict[str, tuple[str, str, str, str, str]] = {
         "Hello, I'd like a quote for 20 units. Please call me back.",
     ),
     "fixtures/jotform-tutoring.body": ("jotform", "Niloth P", "", "", ""),
+    "fixtures/jotform-brightsparks.body": (
+        "jotform",
+        "Ada Lovelace",
+        "",
+        "",
+        "She needs help with GCSE algebra before the May exams.",
+    ),
     "fixtures/jotform-feedback.body": (
         "jotform",
         "",
