@@ -1,6 +1,13 @@
 # Onefold: `make run` for the quick start, `make test` for the suite.
+# Python 3.11 by default; another supported one in a venv of its own, e.g.
+# `make test-fast PYTHON=python3.12 VENV=.venv-3.12`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+VENV ?= .venv
+# PYTHON as a path. pyenv's shims run only the versions `pyenv global` selects, so
+# an installed python3.12 beside a global 3.11 is taken from pyenv's own folder.
+PYTHON_PATH = $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null \
+	|| ls -d "$$(pyenv root 2>/dev/null)"/versions/*/bin/$(notdir $(PYTHON)) 2>/dev/null \
+	| sort -V | tail -n 1)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The machine's PostgreSQL unless DATABASE_URL says otherwise (tests only).
@@ -12,7 +19,9 @@ BENCH_EVENTS ?= 1000000
 .PHONY: install run test test-fast lint format bench drill clean
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || test -n "$(PYTHON_PATH)" \
+		|| { echo "$(PYTHON) is not on this machine: install it, or name another with PYTHON=" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON_PATH) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
