@@ -12,6 +12,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The machine's PostgreSQL unless DATABASE_URL says otherwise (tests only).
 TEST_DATABASE_URL ?= $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/onefold)
+# The suite on two pytest-xdist workers, each with its own test database; what must
+# not run side by side is one group (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 # Benchmarks empty their tables: they get databases of their own.
 BENCH_PG ?= postgres://postgres@127.0.0.1:5432
 BENCH_EVENTS ?= 1000000
@@ -35,11 +39,11 @@ run: install
 	$(PY) manage.py run_stack
 
 test: install
-	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Everything but the minutes-long end-to-end and browser scenarios.
 test-fast: install
-	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(XDIST) -m "not slow and not browser" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

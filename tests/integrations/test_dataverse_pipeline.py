@@ -145,6 +145,7 @@ DELIVERIES = 50
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # 50 x 20 deliveries through gunicorn: both cores
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_identical_concurrent_deliveries_through_a_cluster_make_one_of_each(
     emulator: DataverseEmulator, sandbox: Any, web_server: Any, qcluster_factory: Any

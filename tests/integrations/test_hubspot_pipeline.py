@@ -181,6 +181,7 @@ CUSTOMERS = 10  # rounds share customers: returning customers are the same conta
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # 50 x 20 deliveries through gunicorn: both cores
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_task_each(
     sandbox, web_server, qcluster_factory

@@ -210,6 +210,7 @@ CUSTOMERS = 10  # rounds share customers: a returning customer's person is found
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # 50 x 20 deliveries through gunicorn: both cores
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_identical_concurrent_deliveries_through_a_cluster_make_one_lead_and_task_each(
     emulator: PipedriveEmulator, sandbox: Any, web_server: Any, qcluster_factory: Any
