@@ -1,6 +1,13 @@
 # Onefold: `make run` for the quick start, `make test` for the suite.
+# Python 3.11 by default; another supported one in a venv of its own, e.g.
+# `make test-fast PYTHON=python3.12 VENV=.venv-3.12`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+VENV ?= .venv
+# PYTHON as a path. pyenv's shims run only the versions `pyenv global` selects, so
+# an installed python3.12 beside a global 3.11 is taken from pyenv's own folder.
+PYTHON_PATH = $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null \
+	|| ls -d "$$(pyenv root 2>/dev/null)"/versions/*/bin/$(notdir $(PYTHON)) 2>/dev/null \
+	| sort -V | tail -n 1)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The machine's PostgreSQL unless DATABASE_URL says otherwise (tests only).
@@ -8,6 +15,10 @@ TEST_DATABASE_URL ?= $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/one
 # `make run PORT=8001 SANDBOX_PORTS=8766,8026`: the web app's port and the sandbox's HTTP,SMTP.
 PORT ?= 8000
 SANDBOX_PORTS ?= 8765,8025
+# The suite on two pytest-xdist workers, each with its own test database; what must
+# not run side by side is one group (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 # Benchmarks empty their tables: they get databases of their own.
 BENCH_PG ?= postgres://postgres@127.0.0.1:5432
 BENCH_EVENTS ?= 1000000
@@ -15,7 +26,9 @@ BENCH_EVENTS ?= 1000000
 .PHONY: install run reset test test-fast lint format bench drill clean
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || test -n "$(PYTHON_PATH)" \
+		|| { echo "$(PYTHON) is not on this machine: install it, or name another with PYTHON=" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON_PATH) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
@@ -32,11 +45,11 @@ reset:
 	@if test -x $(PY); then $(PY) -m config.embedded_postgres reset; else rm -rf $(or $(ONEFOLD_DATA_DIR),var); fi
 
 test: install
-	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Everything but the minutes-long end-to-end and browser scenarios.
 test-fast: install
-	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
+	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(XDIST) -m "not slow and not browser" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

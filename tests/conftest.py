@@ -98,6 +98,117 @@ def qcluster_factory(tmp_path: Path, sandbox: Sandbox, request: pytest.FixtureRe
             print(f"\n===== {child.name} log =====\n{child.log()[-20000:]}")
 
 
+# -- running in parallel (pytest-xdist, `make test`) ------------------------------------
+# Each xdist worker has its own test database (pytest-django suffixes its name, and
+# the processes a test starts are handed that name: tests/support/processes.py),
+# its own sandbox and its own free ports. Tests that must not run side by side are
+# one group, which one worker runs test after test while the other takes the rest:
+# those that keep both of the machine's cores busy (the delivery storms, two clusters
+# under faults, generated requests), those that time something, and the browser's.
+# A test outside the group may start gunicorn or a cluster of its own: it runs beside
+# at most one other test.
+
+SERIAL_GROUP = "serial"
+SERIAL_MARKERS = ("serial", "browser")
+# Starts the whole quick-start stack in its own processes (its file marks nothing).
+SERIAL_FILES = ("tests/test_quickstart.py",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SERIAL_MARKERS) or item.nodeid.startswith(
+            SERIAL_FILES
+        ):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+
+
+UNGROUPED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # xdist groups a test by a suffix it writes into the test's id; pytest 9.2's
+    # structured ids ignore the write (pytest-xdist issue 1386) and the group is
+    # silently spread over every worker. Such a test fails instead.
+    if getattr(session.config.option, "loadgroup", False):
+        for item in session.items:
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+                item.stash[UNGROUPED] = True
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.stash.get(UNGROUPED, False):
+        pytest.fail(
+            "--dist loadgroup did not group this test: this pytest and pytest-xdist do "
+            "not work together (pyproject.toml pins both)",
+            pytrace=False,
+        )
+
+
+# -- the migrations' seed data, whatever the order -----------------------------------
+# pytest-django runs the tests that roll back (`db`) before those that commit and
+# flush every table after them (`transaction=True`, live_server), as Django does, so
+# a rolled-back test always finds the migrations' seed data (groups, destinations).
+# Under xdist, the worker that runs the serial group (which ends with committing
+# tests) may be handed rolled-back tests after it: the seed data is put back first.
+
+SEED_SNAPSHOT = pytest.StashKey[str]()
+# Set when a committing test's flush emptied the tables; cleared when they are seeded.
+FLUSHED = pytest.StashKey[bool]()
+
+
+def _database_use(item: pytest.Item) -> str:
+    """How the test uses the database: "commits" (every table is flushed after it),
+    "rolls back", or "none"."""
+    from pytest_django.plugin import validate_django_db
+
+    fixtures = getattr(item, "fixturenames", ())
+    marker = item.get_closest_marker("django_db")
+    transaction, reset_sequences, *_ = validate_django_db(marker) if marker else (False, False)
+    if transaction or reset_sequences or {"transactional_db", "live_server"} & set(fixtures):
+        return "commits"
+    return "rolls back" if marker or "db" in fixtures else "none"
+
+
+def _seed_load(snapshot: str) -> None:
+    """Empties every table and loads the seed data as the migrations left it."""
+    from django.db import connections
+
+    # The flush re-creates content types and permissions with new ids unless told
+    # not to; start from empty tables so the snapshot's ids (which groups refer to)
+    # fit. Sequences kept, as Django's own teardown flush keeps them: `flush` resets
+    # them by default, and the snapshot's rows (destinations 1 and 2) then sat at ids
+    # the sequence would hand out again, to the next test that creates one.
+    call_command(
+        "flush", interactive=False, inhibit_post_migrate=True, reset_sequences=False, verbosity=0
+    )
+    connections["default"].creation.deserialize_db_from_string(snapshot)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    from django.db import connections
+    from pytest_django.plugin import blocking_manager_key
+
+    # Kept while the database is set up and the connection still holds it (see
+    # `_seed_snapshot` for when it does not).
+    snapshot = getattr(connections["default"], "_test_serialized_contents", None)
+    if snapshot:
+        item.config.stash[SEED_SNAPSHOT] = snapshot
+    result = yield
+    stash = item.config.stash
+    if _database_use(item) == "commits":
+        stash[FLUSHED] = True
+    snapshot = stash.get(SEED_SNAPSHOT, None)
+    next_rolls_back = nextitem is not None and _database_use(nextitem) == "rolls back"
+    if snapshot and stash.get(FLUSHED, False) and next_rolls_back:
+        with stash[blocking_manager_key].unblock():
+            _seed_load(snapshot)
+        stash[FLUSHED] = False
+    return result
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
@@ -129,19 +240,7 @@ def _seed_restored(transactional_db: None, _seed_snapshot: str | None) -> None:
 
     connection = connections["default"]
     if _seed_snapshot and not Group.objects.filter(name="Reviewers").exists():
-        # The flush re-created content types and permissions with new ids; start
-        # from empty tables so the snapshot's ids (which groups refer to) fit.
-        # Sequences kept, as Django's own teardown flush keeps them: `flush` resets them
-        # by default, and the snapshot's rows (destinations 1 and 2) then sat at ids
-        # the sequence would hand out again, to the next test that creates one.
-        call_command(
-            "flush",
-            interactive=False,
-            inhibit_post_migrate=True,
-            reset_sequences=False,
-            verbosity=0,
-        )
-        connection.creation.deserialize_db_from_string(_seed_snapshot)
+        _seed_load(_seed_snapshot)
     if _seed_snapshot and not hasattr(connection, "_test_serialized_contents"):
         # Hand the snapshot to this connection too, so the flush after the test
         # skips post_migrate and the next transactional test (here or in another

@@ -342,6 +342,7 @@ def test_wire_tricks_are_refused_by_the_running_server(wire, request_parts, stat
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # timed against gunicorn's wait for a request
 def test_the_test_server_answers_a_client_that_stalls_before_its_request(web_server: WebServer):
     """The harness's gunicorn answers a client that connects and only sends its request
     8 s later (gunicorn's defaults close such a connection unanswered after about 7 s)."""

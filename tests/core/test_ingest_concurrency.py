@@ -21,6 +21,7 @@ PARALLEL = 50
 ROUNDS = 20
 
 
+@pytest.mark.serial  # 50 x 20 posts through gunicorn: both cores
 @pytest.mark.django_db(
     transaction=True, serialized_rollback=True
 )  # real commits: the race needs them

@@ -25,7 +25,8 @@ from tests.factories import URL, submission
 from tests.support.processes import REPO, WebServer, app_env
 
 # gunicorn answers from its own processes: what they see must be committed.
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+# Serial: the old key's overlap is timed (OVERLAP_SECONDS).
+pytestmark = [pytest.mark.serial, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 OVERLAP_SECONDS = 3
 

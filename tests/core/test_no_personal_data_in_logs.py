@@ -398,6 +398,7 @@ def assert_the_contacts_went_through(stack: Stack) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the whole stack, two clusters, every failure path
 @on_real_parts
 def test_no_log_holds_a_planted_contact(stack, qcluster_factory, caplog):
     since = (timezone.now() - timedelta(minutes=1)).isoformat()

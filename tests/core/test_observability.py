@@ -108,6 +108,7 @@ def test_a_web_process_whose_database_refuses_is_alive_but_not_ready(tmp_path):
         server.child.stop()
 
 
+@pytest.mark.serial  # the probe is timed
 def test_a_database_that_never_answers_makes_readyz_fail_within_its_timeout(
     tmp_path, silent_database
 ):

@@ -37,6 +37,9 @@ from tests.support.queue import queued, run_queued
 
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
 
+# Counts statements and connections, and its last test runs a real cluster.
+pytestmark = pytest.mark.serial
+
 
 def statuses(event: Event) -> list[str]:
     return [o.status for o in event.operations.order_by("position")]

@@ -28,7 +28,8 @@ from tests.support.processes import WebServer, start_web
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 LIMIT = 10
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+# Two gunicorns, and the limit counts within a one-minute window.
+pytestmark = [pytest.mark.serial, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
 @pytest.fixture

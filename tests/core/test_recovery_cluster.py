@@ -28,7 +28,13 @@ from tests.support.processes import wait_for
 
 LEASE_SECONDS = 6  # config.test_settings
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+# Serial: workers killed mid-step and back-offs timed against the lease; two clusters
+# and two sweepers under faults.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.serial,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
 
 
 def settled(events: list[Event]) -> bool:

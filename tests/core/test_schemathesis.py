@@ -147,6 +147,7 @@ def read_figures(report_dir: Path) -> Figures:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # thousands of requests a minute
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_generated_requests_find_no_server_error_and_no_schema_violation(web_server, tmp_path):
     # Imported here: `st` loads this module as its hooks, where Django is not set up.

@@ -159,5 +159,5 @@ def test_a_sender_delivery_makes_one_effect_over_real_parts(
     rows = Delivery.objects.filter(source=source).order_by("pk")
     codes = [code for code, n in rows.values_list("status_code", "receipts") for _ in range(n)]
     assert codes == [200, 200, 401] + [401] * sample.signs_timestamp
-    # An orderly stop (the fixture's SIGTERM to the whole group waits out its timeout).
+    # An orderly stop, as Ctrl-C gives it.
     cluster.stop(signal.SIGINT, timeout=20)

@@ -244,8 +244,8 @@ def logs_written(sandbox: Sandbox, tmp_path: Path) -> Iterator[dict[str, Callabl
 
 
 def stop(children: list[Child]) -> None:
-    """Stops the stack so that every log is complete before it is read (SIGINT: the
-    cluster's orderly shutdown, which SIGTERM to its whole group does not get)."""
+    """Stops the stack so that every log is complete before it is read (SIGINT, as
+    Ctrl-C: each process's orderly shutdown)."""
     for child in children:
         child.stop(signal.SIGINT, timeout=20)
 

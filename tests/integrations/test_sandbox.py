@@ -739,6 +739,7 @@ def test_protocol_errors_answer_json(client: httpx.Client) -> None:
     assert stats(client)["records"] == 0
 
 
+@pytest.mark.serial  # timed
 def test_seed_creates_a_hundred_thousand_records_quickly(client: httpx.Client) -> None:
     started = time.monotonic()
     response = client.post("/_sandbox/seed", json={"count": 100_000, "prefix": "bench-"})

@@ -6,6 +6,7 @@ when a test fails, because a silent hang is the worst failure to debug.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -40,17 +41,32 @@ class Child:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
-        if self.process.poll() is None:
-            # The child leads its own process group: reach its workers too.
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        """Stops the child and whatever it started.
+
+        SIGKILL reaches its whole process group at once, as a crash would. Any other
+        signal goes to the child alone, which stops its own processes in order (the
+        qcluster's sentinel stops its workers, gunicorn's master its workers): given
+        SIGTERM across its group, a qcluster loses its workers under it and hangs
+        until it is killed. What is still in the group afterwards is killed.
+        """
+        if self.process.poll() is not None:
+            return
+        pid = self.process.pid
+        with contextlib.suppress(ProcessLookupError):
+            if sig == signal.SIGKILL:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        # Waited for without reaping: until it is reaped, its group id cannot be
+        # handed to another process, so the group is still the child's to kill.
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
 
 
 def spawn(
