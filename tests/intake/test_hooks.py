@@ -13,32 +13,11 @@ import pytest
 from django.test import Client
 
 from idempotency_core.intake.senders.profiles import PRESETS
-from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
+from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Delivery, Event, Source
-from tests.support.senders import SAMPLES, Sample, signed_headers
+from tests.support.senders import SAMPLES, SECRET, Sample, deliver, hook_source
 
 pytestmark = pytest.mark.django_db
-
-SECRET = "a-signing-secret-for-tests"
-
-
-def hook_source(profile: str, *, name: str = "", **options: str) -> tuple[Source, str]:
-    source, _ = source_get_or_create(name=name or f"{profile}-site")
-    setup = source_hook_configure(
-        source=source,
-        profile=profile,
-        secrets=[SECRET],
-        **options,  # type: ignore[arg-type]
-    )
-    return source, setup.path
-
-
-def deliver(
-    client: Client, path: str, sample: Sample, *, secret: str = SECRET, age: float = 0, **extra: str
-):
-    headers = signed_headers(sample, secret, f"http://testserver{path}", age=age)
-    content_type = headers.pop("Content-Type")
-    return client.post(path, sample.body, content_type=content_type, headers={**headers, **extra})
 
 
 def test_every_preset_has_a_sample():

@@ -18,7 +18,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
+
+from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
+from idempotency_core.models import Source
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "form-providers"
@@ -375,3 +379,27 @@ TUTORING_MAP = {
         "message": {"suffix": "_anythingElse"},
     }
 }
+
+
+# -- a hooked source and a signed delivery to it (the hook tests') ----------------------
+
+SECRET = "a-signing-secret-for-tests"
+
+
+def hook_source(profile: str, *, name: str = "", **options: str) -> tuple[Source, str]:
+    source, _ = source_get_or_create(name=name or f"{profile}-site")
+    setup = source_hook_configure(
+        source=source,
+        profile=profile,
+        secrets=[SECRET],
+        **options,  # type: ignore[arg-type]
+    )
+    return source, setup.path
+
+
+def deliver(
+    client: Any, path: str, sample: Sample, *, secret: str = SECRET, age: float = 0, **extra: str
+):
+    headers = signed_headers(sample, secret, f"http://testserver{path}", age=age)
+    content_type = headers.pop("Content-Type")
+    return client.post(path, sample.body, content_type=content_type, headers={**headers, **extra})
