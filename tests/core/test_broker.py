@@ -20,7 +20,9 @@ from django_q.models import OrmQ
 from idempotency_core.broker import SkipLockedORM
 from tests.support.plans import plans_run
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+# Serial: the racing pushers must drain the queue within a lease (Conf.RETRY), and the
+# plans are read from a table's statistics.
+pytestmark = [pytest.mark.serial, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
 def queue_of(count: int) -> str:
