@@ -211,6 +211,8 @@ def test_with_the_queue_elsewhere_the_task_is_queued_after_the_rows_commit(
 
 
 def test_a_cold_process_reads_the_key_and_the_destinations_once(api):
+    operation_ids_forget()
+    ingest_statement._operation_ids(1)  # a fresh id block: neither post takes one
     config_cache_clear()
     _, cold = statements(api, person(1), "first")
     _, warm = statements(api, person(2), "second")
