@@ -55,6 +55,43 @@ def smtp_reply(code: int | None) -> Reply | None:
     return Reply("smtp", code) if code is not None else None
 
 
+class RateLimit(StrEnum):
+    """Which of a destination's limits refused a request (DestinationError.rate_limit)."""
+
+    NONE = ""
+    # A short window (HubSpot's ten seconds, Resend's second): asked again after its reset,
+    # without spending one of the operation's bounded attempts.
+    WINDOW = "window"
+    # A day's allowance is spent (HubSpot's DAILY policy, Salesforce's
+    # REQUEST_LIMIT_EXCEEDED): the destination's work is parked until the reset.
+    DAILY = "daily"
+
+
+@dataclass(frozen=True)
+class RequestBudget:
+    """How many requests a destination accepts, as its vendor documents it: `requests`
+    in any `per_seconds`, and `daily` in a day where there is such a limit. `source`
+    names the vendor's page. The engine shares it between every worker."""
+
+    requests: int
+    per_seconds: float
+    source: str
+    daily: int | None = None
+
+
+@dataclass(frozen=True)
+class BudgetHint:
+    """What one answer's rate-limit headers say (`integrations.http.budget_hint`):
+    learned from the destination rather than assumed. Any part may be unknown."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    # Seconds until the window (or, `daily`, the day's allowance) starts again.
+    reset_seconds: float | None = None
+    window_seconds: float | None = None
+    daily: bool = False
+
+
 class DestinationError(Exception):
     def __init__(
         self,
@@ -65,12 +102,16 @@ class DestinationError(Exception):
         retry_after: float | None = None,
         matches: tuple[str, ...] = (),
         create_anyway: bool = False,
+        rate_limit: RateLimit = RateLimit.NONE,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.classification = classification
         self.reply = reply
         self.retry_after = retry_after
+        # A rate limit refused it (nothing applied): asked again after `retry_after`,
+        # never counted as a failed attempt.
+        self.rate_limit = rate_limit
         # The records the destination says this create would duplicate (a CRM's
         # duplicate rule), and whether it would accept the create if told to allow a
         # duplicate (the rule only alerts). A person decides: link, or create anyway.
@@ -113,6 +154,12 @@ class Capabilities:
     lookup_settle_seconds: float = 0.0
     # Records can be merged (duplicates settled in the CRM).
     merge: bool = False
+    # What it recognises of a repeated task, where that differs from records (HubSpot:
+    # no unique task property, but the enquiry's association list is a consistent read).
+    tasks: Capabilities | None = None
+
+    def for_tasks(self) -> Capabilities:
+        return self.tasks if self.tasks is not None else self
 
     def recognises_repeat_at(self, *, first_presented_at: datetime | None, at: datetime) -> bool:
         """Whether a repeat presented at `at` is recognised by the idempotency key."""
@@ -150,6 +197,9 @@ class CrmAdapter(Protocol):
     """A CRM: enquiries (records) and the tasks linked to them, keyed by our reference."""
 
     capabilities: Capabilities
+    # The vendor's documented request limit (None: none to respect), shared by the
+    # engine between every worker and corrected by the answers' headers.
+    request_budget: RequestBudget | None
 
     def verify(self) -> list[CapabilityCheck]:
         """Each capability in `capabilities` checked against the live destination
@@ -192,6 +242,7 @@ class EmailAdapter(Protocol):
     """A mail service: one message per operation key."""
 
     capabilities: Capabilities
+    request_budget: RequestBudget | None
 
     def verify(self) -> list[CapabilityCheck]: ...
 

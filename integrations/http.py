@@ -27,14 +27,32 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from integrations.base import Classification, DestinationError, http_reply
+from integrations.base import BudgetHint, Classification, DestinationError, RateLimit, http_reply
+
+
+class RequestGate(Protocol):
+    """What the engine puts around a destination's calls (`request_gate`): `before`
+    each request waits for the destination's shared budget, or raises a RETRYABLE
+    `DestinationError` with `rate_limit` set when the wait would be long; `after`
+    learns from the answer's rate-limit headers. Adapters know nothing of it."""
+
+    def before(self, method: str, url: str) -> None: ...
+
+    def after(self, response: httpx.Response) -> None: ...
+
+
+# Set by the engine for the duration of one attempt; None elsewhere (the console's
+# lookups, check_destinations, tests of an adapter alone).
+request_gate: ContextVar[RequestGate | None] = ContextVar("request_gate", default=None)
 
 _lock = threading.Lock()
 _client: httpx.Client | None = None
@@ -74,9 +92,16 @@ def is_safe(method: str) -> bool:
 
 
 def send(method: str, url: str, *, timeout: httpx.Timeout, **kwargs: Any) -> httpx.Response:
-    """One request through the shared client, transport failures classified."""
+    """One request through the shared client, transport failures classified, within
+    the destination's budget where the engine set a gate (`request_gate`)."""
+    gate = request_gate.get()
+    if gate is not None:
+        gate.before(method, url)
     try:
-        return shared_client().request(method, url, timeout=timeout, **kwargs)
+        response = shared_client().request(method, url, timeout=timeout, **kwargs)
+        if gate is not None:
+            gate.after(response)
+        return response
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         # No connection, so nothing was sent.
         raise DestinationError(
@@ -123,8 +148,67 @@ def status_error(
     if status in RETRY_LATER:
         delay = retry_after if retry_after is not None else header_delay(response)
     return DestinationError(
-        message, classification=classification, reply=http_reply(status), retry_after=delay
+        message,
+        classification=classification,
+        reply=http_reply(status),
+        retry_after=delay,
+        rate_limit=RateLimit.WINDOW if status == 429 else RateLimit.NONE,
     )
+
+
+_SFORCE_USAGE = re.compile(r"api-usage=(\d+)/(\d+)")
+
+
+def budget_hint(response: httpx.Response) -> BudgetHint | None:
+    """What the answer's rate-limit headers say, in one shape for every vendor; None
+    when it has none. Read: HubSpot's `X-HubSpot-RateLimit-Max/-Remaining/-Interval-
+    Milliseconds` and `-Daily/-Daily-Remaining` (developers.hubspot.com/docs/api/
+    usage-details), the IETF draft's `ratelimit-limit/-remaining/-reset` (Resend:
+    resend.com/docs/api-reference/introduction#rate-limit), Pipedrive's
+    `x-ratelimit-limit/-remaining/-reset` (pipedrive.readme.io/docs/core-api-concepts-
+    rate-limiting) and Salesforce's `Sforce-Limit-Info: api-usage=N/M` (the day's
+    requests: developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/
+    headers_api_usage.htm)."""
+    headers = response.headers
+    interval = _number(headers.get("X-HubSpot-RateLimit-Interval-Milliseconds"))
+    if headers.get("X-HubSpot-RateLimit-Max") is not None:
+        return BudgetHint(
+            limit=_whole(headers.get("X-HubSpot-RateLimit-Max")),
+            remaining=_whole(headers.get("X-HubSpot-RateLimit-Remaining")),
+            window_seconds=interval / 1000 if interval else None,
+        )
+    if headers.get("X-HubSpot-RateLimit-Daily") is not None:
+        return BudgetHint(
+            limit=_whole(headers.get("X-HubSpot-RateLimit-Daily")),
+            remaining=_whole(headers.get("X-HubSpot-RateLimit-Daily-Remaining")),
+            daily=True,
+        )
+    for prefix in ("ratelimit-", "x-ratelimit-"):
+        if headers.get(prefix + "limit") is not None:
+            return BudgetHint(
+                limit=_whole(headers.get(prefix + "limit")),
+                remaining=_whole(headers.get(prefix + "remaining")),
+                reset_seconds=_number(headers.get(prefix + "reset")),
+            )
+    usage = _SFORCE_USAGE.search(headers.get("Sforce-Limit-Info", ""))
+    if usage:
+        used, limit = int(usage.group(1)), int(usage.group(2))
+        return BudgetHint(limit=limit, remaining=max(0, limit - used), daily=True)
+    return None
+
+
+def _whole(value: str | None) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None else None
+
+
+def _number(value: str | None) -> float | None:
+    """A header's non-negative finite number, else None (a header is no promise)."""
+    try:
+        number = float((value or "").strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def header_delay(response: httpx.Response) -> float | None:

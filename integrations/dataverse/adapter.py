@@ -39,6 +39,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RequestBudget,
     http_reply,
 )
 from integrations.http import json_object, send, status_error, timeout_of
@@ -106,6 +107,8 @@ def adapter_from_env(
 
 class DataverseCrm:
     """`CrmAdapter` for Dataverse: leads and the tasks regarding them."""
+
+    request_budget: RequestBudget | None = None
 
     # Create-once by chosen GUID and the alternate key (unique_external_ref), read by
     # GUID or key (lookup; reads are not a lagging search), the Merge action (merge).

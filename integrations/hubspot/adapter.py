@@ -30,6 +30,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RequestBudget,
     http_reply,
 )
 from integrations.http import header_delay, json_object, send, status_error, timeout_of
@@ -130,6 +131,16 @@ def _type_id(env: Mapping[str, str], name: str) -> int | None:
 
 class HubSpotCrm:
     """`CrmAdapter` for HubSpot's CRM v3 objects API (emulated in lab/emulators/hubspot.py)."""
+
+    # Free and Starter private apps: 100 requests per 10 seconds and 250,000 a day; higher
+    # tiers allow more, which the answers' X-HubSpot-RateLimit-* headers teach the engine
+    # (https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details).
+    request_budget: RequestBudget | None = RequestBudget(
+        requests=100,
+        per_seconds=10,
+        daily=250_000,
+        source="https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details",
+    )
 
     def __init__(self, config: HubSpotConfig, *, timeout: float) -> None:
         self.config = config

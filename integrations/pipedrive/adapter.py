@@ -39,6 +39,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RequestBudget,
     http_reply,
 )
 from integrations.http import json_object, parse_retry_after, send, status_error, timeout_of
@@ -61,6 +62,8 @@ _PAGE = 500  # "a maximum value of 500 is allowed" (v2 activities-api.ts, limit)
 
 class PipedriveCrm:
     """`CrmAdapter` for Pipedrive (emulated in lab/emulators/pipedrive.py)."""
+
+    request_budget: RequestBudget | None = None
 
     def __init__(
         self,

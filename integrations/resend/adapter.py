@@ -28,6 +28,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RequestBudget,
     http_reply,
 )
 from integrations.http import json_object, send, status_error, timeout_of
@@ -70,6 +71,14 @@ def adapter_from_env(
 
 class ResendSender:
     """`EmailAdapter` for Resend: one message per operation key within 24 hours."""
+
+    # "The default maximum rate limit is 2 requests per second" per team, raised on request
+    # (https://resend.com/docs/api-reference/introduction#rate-limit).
+    request_budget: RequestBudget | None = RequestBudget(
+        requests=2,
+        per_seconds=1,
+        source="https://resend.com/docs/api-reference/introduction#rate-limit",
+    )
 
     def __init__(
         self,

@@ -51,6 +51,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RequestBudget,
     http_reply,
 )
 from integrations.http import header_delay, json_object, send, status_error, timeout_of
@@ -156,6 +157,8 @@ def adapter_from_env(
 
 class SalesforceCrm:
     """`CrmAdapter` for Salesforce's REST API (see the module's docstring)."""
+
+    request_budget: RequestBudget | None = None
 
     def __init__(
         self, config: SalesforceConfig, *, timeout: float, problems: list[str] | None = None

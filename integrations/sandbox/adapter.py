@@ -21,6 +21,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RequestBudget,
     http_reply,
 )
 from integrations.http import json_object, send, status_error, timeout_of
@@ -31,6 +32,9 @@ _RECORD_ID = re.compile(r"rec_\d{6,}")
 
 class SandboxCrm:
     """`CrmAdapter` for the sandbox's CRM API (lab/sandbox/__init__.py)."""
+
+    # The sandbox has no rate limit (CONTRACT.md, "Sandbox destination").
+    request_budget: RequestBudget | None = None
 
     def __init__(
         self, base_url: str, *, timeout: float, capabilities: Capabilities | None = None

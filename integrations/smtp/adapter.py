@@ -54,6 +54,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RequestBudget,
     smtp_reply,
 )
 
@@ -245,6 +246,9 @@ def envelope_address(address: str) -> str:
 
 class SmtpSender:
     """`EmailAdapter` over plain SMTP: it can recognise nothing of a repeat."""
+
+    # A relay limits by its own rules, answered in SMTP replies (421, 451): no budget.
+    request_budget: RequestBudget | None = None
 
     capabilities = Capabilities()
 
