@@ -164,6 +164,51 @@ class Destination(models.Model):
         return self.kind in self.CRM_KINDS
 
 
+class DestinationPause(models.TextChoices):
+    """Why a destination's work waits (DestinationBudget.pause_kind)."""
+
+    NONE = "", "Not paused"
+    # Its short window is spent (a 429, or its headers said none remain).
+    WINDOW = "window", "Rate limit"
+    # A day's allowance is spent (HubSpot's DAILY, Salesforce's REQUEST_LIMIT_EXCEEDED).
+    DAILY = "daily", "Daily limit"
+    # Its declared capabilities do not hold: nothing is sent until they verify again.
+    REFUSED = "refused", "Refused by verification"
+
+
+class DestinationBudget(models.Model):
+    """A destination's request budget and pause, shared by every worker on every machine
+    (execution/budget.py). One row per destination, made on first use.
+
+    The budget is a generic cell rate: each request moves `next_free_at` on by
+    `spacing_seconds`, and a request may go when `next_free_at` is no more than
+    `tolerance_seconds` ahead of now. A destination without a request budget (the
+    sandbox, SMTP) has a row only once it is paused.
+    """
+
+    Pause = DestinationPause
+
+    destination = models.OneToOneField(
+        Destination, on_delete=models.CASCADE, primary_key=True, related_name="budget"
+    )
+    # The budget in force, and where it comes from: the vendor's documentation, an
+    # ONEFOLD_RATE_LIMIT_<NAME> setting, or the destination's own headers.
+    requests = models.PositiveIntegerField(null=True, blank=True)
+    per_seconds = models.FloatField(null=True, blank=True)
+    origin = models.CharField(max_length=20, blank=True)
+    spacing_seconds = models.FloatField(default=0)
+    tolerance_seconds = models.FloatField(default=0)
+    next_free_at = models.DateTimeField(null=True, blank=True)
+    paused_until = models.DateTimeField(null=True, blank=True)
+    pause_kind = models.CharField(max_length=20, choices=Pause.choices, blank=True)
+    pause_reason = models.TextField(blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"budget of {self.destination_id}"
+
+
 class Event(models.Model):
     """One logical submission, identified by (source, key). Created once."""
 
@@ -344,6 +389,9 @@ class Operation(models.Model):
     claim_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempt_count = models.PositiveIntegerField(default=0)
+    # Attempts that waited (a rate limit, a paused destination) and called nothing that
+    # could apply the effect: not counted against ONEFOLD_MAX_ATTEMPTS.
+    waits = models.PositiveIntegerField(default=0, db_default=0)
     # Null while an earlier step is unfinished; the step becomes due when set.
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     # When a task was last put on the queue for this operation (sweeper bookkeeping).
@@ -458,6 +506,9 @@ class AttemptOutcome(models.TextChoices):
     # Onefold's own rule says there is nothing to do (a confirmation with no address):
     # nothing was called, and the operation ends cancelled, not failed.
     SKIPPED = "skipped", "Skipped (nothing to do)"
+    # A rate limit or a paused destination refused it before anything was applied: asked
+    # again after the wait, and not counted as a failed attempt.
+    WAITED = "waited", "Waited (rate limit or paused destination)"
 
 
 class Attempt(models.Model):

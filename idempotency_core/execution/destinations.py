@@ -55,7 +55,7 @@ import httpx
 from django.conf import settings
 from django.db.models import Q
 
-from idempotency_core.models import Destination, Source
+from idempotency_core.models import Destination, DestinationBudget, Source
 from integrations.base import (
     Adapter,
     Capabilities,
@@ -349,32 +349,50 @@ def destination_refusal(checks: list[CapabilityCheck]) -> str:
     return "; ".join(f"{c.capability}: {c.how}" for c in checks if not c.verified)
 
 
-def destination_ready(destination: Destination, *, now: float | None = None) -> None:
+def destination_ready(
+    destination: Destination, *, now: float | None = None, fresh: bool = False
+) -> None:
     """Raises `DestinationRefusedError` unless the destination's declaration holds.
 
     Verified on first use in this process, then again after ONEFOLD_VERIFY_TTL_SECONDS,
-    or at once when its configuration changed (another URL, another variable).
-    A refusal is remembered as long as a success (the destination is not asked
-    again on every attempt), except a failure to reach it, asked again next time.
+    or at once when its configuration changed (another URL, another variable), or when
+    `fresh` (recovery is about to rely on it). A refusal is remembered for
+    ONEFOLD_VERIFY_RETRY_SECONDS (the pause of the destination's work), a failure to
+    reach it not at all. A verification that holds ends a refusal's pause.
     """
     now = time.monotonic() if now is None else now
     key = _configuration_key(destination)
     with _verified_lock:
-        cached = _verified.get(key)
+        cached = None if fresh else _verified.get(key)
     if cached is None or cached[0] <= now:
         checks = destination_checks(destination)
         refusal = destination_refusal(checks)
         unreachable = any(c.capability == "reachable" for c in checks)
         if refusal:
             logger.warning("destination %s refused: %s", destination.name, refusal)
+        else:
+            destination_resume(destination, kind=DestinationBudget.Pause.REFUSED)
         if not unreachable:
+            ttl = (
+                settings.ONEFOLD_VERIFY_RETRY_SECONDS
+                if refusal
+                else settings.ONEFOLD_VERIFY_TTL_SECONDS
+            )
             with _verified_lock:
-                _verified[key] = (now + settings.ONEFOLD_VERIFY_TTL_SECONDS, refusal)
+                _verified[key] = (now + ttl, refusal)
         cached = (now, refusal)
     if cached[1]:
         raise DestinationRefusedError(
             f"destination {destination.name} refused, not called: {cached[1]}"
         )
+
+
+def destination_resume(destination: Destination, *, kind: str) -> None:
+    """Ends the destination's pause of `kind`, if one is in force (one UPDATE, made only
+    when a verification was asked of the destination)."""
+    DestinationBudget.objects.filter(
+        destination=destination, pause_kind=kind, paused_until__isnull=False
+    ).update(paused_until=None, pause_kind="", pause_reason="", paused_at=None)
 
 
 def verification_forget() -> None:

@@ -33,7 +33,18 @@ from config.logfilters import log_ids_bound
 from idempotency_core.audit.cases import review_case_open, review_cases_settle_on_success
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.audit.subjects import operation_subject
-from idempotency_core.execution.destinations import capabilities_of, destination_ready
+from idempotency_core.execution.budget import (
+    BudgetGate,
+    BudgetSettingError,
+    BudgetWaitError,
+    budget_for,
+    destination_pause,
+)
+from idempotency_core.execution.destinations import (
+    AdapterUnavailableError,
+    DestinationRefusedError,
+    destination_ready,
+)
 from idempotency_core.execution.policy import (
     AttemptReport,
     Decision,
@@ -51,9 +62,16 @@ from idempotency_core.execution.statements import (
     outcome_write,
     release_write,
 )
-from idempotency_core.execution.steps import step_context, step_of
-from idempotency_core.models import Attempt, Operation
-from integrations.base import DestinationError, Reply
+from idempotency_core.execution.steps import (
+    Step,
+    StepContext,
+    capabilities_for,
+    step_context,
+    step_of,
+)
+from idempotency_core.models import Attempt, DestinationBudget, Operation
+from integrations.base import DestinationError, RateLimit, Reply
+from integrations.http import request_gate
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +156,8 @@ class AttemptResult:
     create_anyway: bool = False
     # Onefold held the step before calling anyone (a confirmation over its limits).
     held: bool = False
+    # A capability recovery relies on no longer holds (policy.AttemptReport).
+    capability_lost: str = ""
 
 
 @dataclass(frozen=True)
@@ -276,6 +296,7 @@ def operation_state(operation: Operation, *, attempt_number: int | None = None) 
         current_recovery=operation.recovery,
         at_most_once=step.at_most_once,
         idempotent_action=step.idempotent_action,
+        waits=operation.waits,
     )
 
 
@@ -289,9 +310,16 @@ def _effective_recovery(operation: Operation) -> str:
         return Recovery.NONE
     return recovery_for(
         state=operation_state(operation),
-        capabilities=capabilities_of(operation.destination),
+        capabilities=capabilities_for(operation),
         retry_at=timezone.now() + timedelta(seconds=settings.ONEFOLD_HTTP_TIMEOUT_SECONDS),
     )
+
+
+# The rules under which a repeat is safe only because the destination recognises it:
+# before one is followed, that capability is read again (`_reliance_check`).
+_RELIES_ON_CAPABILITY = frozenset(
+    {Recovery.REPEAT_WITH_KEY, Recovery.REPEAT_UNIQUE_REF, Recovery.LOOKUP_FIRST}
+)
 
 
 def operation_perform(claim: Claim) -> AttemptResult:
@@ -313,10 +341,25 @@ def operation_perform(claim: Claim) -> AttemptResult:
     try:
         # Never a call to a destination whose declared capabilities do not hold.
         destination_ready(operation.destination)
+        if rule in _RELIES_ON_CAPABILITY:
+            lost = _reliance_check(operation)
+            if lost:
+                return AttemptResult(
+                    outcome=Attempt.Outcome.AMBIGUOUS,
+                    error_class="CapabilityLost",
+                    message=f"not called: {lost}",
+                    capability_lost=lost,
+                )
         return _call_destination(operation, rule=rule, refs=claim.refs)
+    except DestinationRefusedError as exc:
+        # Its declaration does not hold: the destination's work waits, one pause for all
+        # of it, and resumes when it verifies again (no case per submission).
+        return _waited(operation, exc, pause=DestinationBudget.Pause.REFUSED)
     except DestinationError as exc:
         if getattr(exc, "skipped", False):
             return AttemptResult(outcome=Attempt.Outcome.SKIPPED, message=exc.message)
+        if exc.rate_limit:
+            return _waited(operation, exc, pause=_PAUSE_OF[exc.rate_limit])
         return AttemptResult(
             outcome=str(exc.classification),
             message=exc.message,
@@ -345,19 +388,86 @@ def operation_perform(claim: Claim) -> AttemptResult:
         )
 
 
+_PAUSE_OF = {
+    RateLimit.WINDOW: DestinationBudget.Pause.WINDOW,
+    RateLimit.DAILY: DestinationBudget.Pause.DAILY,
+}
+
+
+def _waited(operation: Operation, exc: DestinationError, *, pause: str) -> AttemptResult:
+    """A rate limit, a spent day or a refused destination: nothing was applied. Unless
+    the wait was Onefold's own budget, the destination is paused for every worker."""
+    seconds = exc.retry_after
+    if pause == DestinationBudget.Pause.REFUSED:
+        seconds = settings.ONEFOLD_VERIFY_RETRY_SECONDS
+    elif seconds is None:
+        seconds = settings.ONEFOLD_RETRY_BASE_SECONDS
+    if not isinstance(exc, BudgetWaitError):
+        until = destination_pause(
+            operation.destination, seconds=seconds, kind=pause, reason=exc.message
+        )
+        seconds = max(seconds, (until - timezone.now()).total_seconds())
+    return AttemptResult(
+        outcome=Attempt.Outcome.WAITED,
+        message=exc.message,
+        error_class=type(exc).__name__,
+        reply=exc.reply,
+        retry_after=seconds,
+    )
+
+
+def _reliance_check(operation: Operation) -> str:
+    """Recovery is about to rely on what the destination recognises of a repeat: that is
+    read again now, whatever the last verification said ("" when it holds). A stale
+    verdict could repeat a create the destination no longer refuses."""
+    try:
+        destination_ready(operation.destination, fresh=True)
+    except DestinationRefusedError as exc:
+        destination_pause(
+            operation.destination,
+            seconds=settings.ONEFOLD_VERIFY_RETRY_SECONDS,
+            kind=DestinationBudget.Pause.REFUSED,
+            reason=exc.message,
+        )
+        return exc.message
+    return ""
+
+
 def _call_destination(
     operation: Operation, *, rule: str, refs: dict[str, str] | None
 ) -> AttemptResult:
-    """Looks first where the rule says so, else performs the step's effect."""
+    """Reads first where the rule allows it, else performs the step's effect; every
+    request within the destination's shared budget (budget.py)."""
     step = step_of(operation)
     context = step_context(operation, refs=refs)
-    if rule == Recovery.LOOKUP_FIRST and step.find is not None:
+    try:
+        budget = budget_for(operation.destination, context.adapter.request_budget)
+    except BudgetSettingError as exc:
+        raise AdapterUnavailableError(str(exc)) from exc
+    gate = request_gate.set(BudgetGate(operation.destination, budget))
+    try:
+        return _read_or_perform(operation, step, context, rule=rule)
+    finally:
+        request_gate.reset(gate)
+
+
+def _read_or_perform(
+    operation: Operation, step: Step, context: StepContext, *, rule: str
+) -> AttemptResult:
+    """After an unclear attempt, the effect is read by its reference before anything is
+    created again, wherever the destination can read by it: what a unique reference
+    would refuse is found without relying on how the refusal is worded (a 409, a 400)."""
+    capabilities = capabilities_for(operation)
+    reads_first = rule == Recovery.LOOKUP_FIRST or (
+        rule == Recovery.REPEAT_UNIQUE_REF and capabilities.lookup
+    )
+    if reads_first and step.find is not None:
         found = step.find(context)
         if found:
             return AttemptResult(
                 outcome=Attempt.Outcome.SUCCEEDED, destination_ref=found, adopted=True
             )
-        if not context.adapter.capabilities.lookup_proves_absence:
+        if rule == Recovery.LOOKUP_FIRST and not capabilities.lookup_proves_absence:
             return AttemptResult(
                 outcome=Attempt.Outcome.AMBIGUOUS,
                 error_class="AbsenceUnproven",
@@ -402,8 +512,9 @@ def operation_record_outcome(
             matches=result.matches,
             create_anyway=result.create_anyway,
             held=result.held,
+            capability_lost=result.capability_lost,
         ),
-        capabilities=partial(capabilities_of, operation.destination),
+        capabilities=partial(capabilities_for, operation),
         now=now,
         policy=RetryPolicy.from_settings(),
     )
@@ -503,7 +614,9 @@ def _outcome_statement(
     claim_next: tuple[uuid.UUID, datetime] | None = None,
 ) -> Written:
     """statements.outcome_write for this claim."""
-    operation_sets, attempt_sets = _outcome_fields(result, decision, system=system, now=now)
+    operation_sets, attempt_sets = _outcome_fields(
+        claim.operation, result, decision, system=system, now=now
+    )
     return outcome_write(
         claim.operation.pk,
         token=claim.token,
@@ -530,7 +643,7 @@ def _outcome_write(
 
 
 def _outcome_fields(
-    result: AttemptResult, decision: Decision, *, system: str, now: datetime
+    operation: Operation, result: AttemptResult, decision: Decision, *, system: str, now: datetime
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The operation's and the attempt's fields that record the outcome."""
     succeeded = decision.status == Operation.Status.SUCCEEDED
@@ -548,6 +661,8 @@ def _outcome_fields(
         "completed_at": now if decision.status in Operation.DONE else None,
         "updated_at": now,
     }
+    if result.outcome == Attempt.Outcome.WAITED:
+        operation_sets["waits"] = operation.waits + 1  # the claim owns the row: no race
     reply = result.reply
     attempt_sets: dict[str, Any] = {
         "outcome": result.outcome,

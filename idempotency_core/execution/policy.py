@@ -31,6 +31,8 @@ class RetryPolicy:
     base_seconds: float
     max_seconds: float
     max_attempts: int
+    # The longest a rate limit or a pause is waited for at once (a daily limit's reset).
+    max_wait_seconds: float = 36 * 3600
 
     @classmethod
     def from_settings(cls) -> RetryPolicy:
@@ -38,6 +40,7 @@ class RetryPolicy:
             base_seconds=settings.ONEFOLD_RETRY_BASE_SECONDS,
             max_seconds=settings.ONEFOLD_RETRY_MAX_SECONDS,
             max_attempts=settings.ONEFOLD_MAX_ATTEMPTS,
+            max_wait_seconds=settings.ONEFOLD_MAX_WAIT_SECONDS,
         )
 
     def ceiling(self, attempt_number: int) -> float:
@@ -72,6 +75,13 @@ class OperationState:
     at_most_once: bool = False
     # Doing it twice is the same as once at the destination (a merge, an update).
     idempotent_action: bool = False
+    # Earlier attempts that only waited (rate limit, paused destination): not counted.
+    waits: int = 0
+
+    @property
+    def counted_attempts(self) -> int:
+        """This attempt's number among those that count against the bound."""
+        return max(1, self.attempt_number - self.waits)
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,9 @@ class AttemptReport:
     create_anyway: bool = False
     # Onefold itself held the step before any call (confirmations.py): not sent.
     held: bool = False
+    # Recovery was about to rely on a capability that, read again just now, no longer
+    # holds: why (the capability and the destination's answer). Nothing was called.
+    capability_lost: str = ""
 
 
 def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at: datetime) -> str:
@@ -152,9 +165,20 @@ def decide(
         return Decision(status=Operation.Status.CANCELLED, summary=report.message)
     if report.outcome == Attempt.Outcome.PERMANENT:
         return _refused(state, report)
+    if report.outcome == Attempt.Outcome.WAITED:
+        # A rate limit or a paused destination: nothing applied, nothing counted; asked
+        # again when the destination said, under the rule an earlier attempt chose.
+        wait = min(max(report.retry_after or 1.0, 0.05), policy.max_wait_seconds)
+        return Decision(
+            status=Operation.Status.RETRY_SCHEDULED,
+            next_attempt_at=now + timedelta(seconds=wait),
+            recovery=state.current_recovery,
+        )
+    if report.capability_lost:
+        return _capability_lost(state, report)
     unclear = report.outcome in (Attempt.Outcome.AMBIGUOUS, Attempt.Outcome.INTERRUPTED)
     retry_at = now + timedelta(
-        seconds=policy.delay(state.attempt_number, retry_after=report.retry_after, rng=rng)
+        seconds=policy.delay(state.counted_attempts, retry_after=report.retry_after, rng=rng)
     )
     # Retryable: nothing was applied by this attempt, so keep the rule of an
     # earlier unclear attempt, whose effect may still exist.
@@ -167,7 +191,7 @@ def decide(
         if rule == Recovery.LOOKUP_FIRST:
             # A lagging lookup is worth asking only once the write could show.
             retry_at = max(retry_at, now + timedelta(seconds=offered.lookup_settle_seconds))
-    if state.attempt_number >= policy.max_attempts:
+    if state.counted_attempts >= policy.max_attempts:
         return _exhausted(state, report, rule=rule, may_exist=unclear or bool(rule))
     if not unclear or rule != Recovery.REVIEW:
         return Decision(
@@ -233,7 +257,7 @@ def _exhausted(
         recovery=rule,
         case_kind=ReviewCase.Kind.RETRIES_EXHAUSTED,
         summary=(
-            f"{state.step} failed {state.attempt_number} times (last: {report.outcome}, "
+            f"{state.step} failed {state.counted_attempts} times (last: {report.outcome}, "
             f"{report.message}). "
             + (
                 "An attempt may have been applied: look the effect up in the destination "
@@ -271,6 +295,22 @@ def _unrecognisable(state: OperationState, report: AttemptReport, *, rule: str) 
             "to tell (no idempotency key within its window, no unique reference, no lookup). "
             "A reviewer should look for the effect in the destination, then mark resolved "
             "with its reference, or replay if it is certainly absent."
+        ),
+    )
+
+
+def _capability_lost(state: OperationState, report: AttemptReport) -> Decision:
+    """Recovery would have relied on a capability that no longer holds: a person decides."""
+    return Decision(
+        status=Operation.Status.NEEDS_REVIEW,
+        recovery=Recovery.REVIEW,
+        case_kind=ReviewCase.Kind.AMBIGUOUS,
+        summary=(
+            f"{state.step} may have been applied by an earlier attempt, and the way Onefold "
+            f"would recognise it no longer holds: {report.capability_lost}. Repeating could "
+            "make a duplicate, so Onefold does not. A reviewer should look for the effect "
+            "in the destination, then mark resolved with its reference, or replay once the "
+            "destination's setting is restored."
         ),
     )
 

@@ -18,10 +18,11 @@ from idempotency_core.execution.confirmations import (
     confirmation_allow,
     confirmation_greeting,
 )
-from idempotency_core.execution.destinations import adapter_for
+from idempotency_core.execution.destinations import adapter_for, capabilities_of
 from idempotency_core.models import Event, Operation, ReviewCase, Source
 from integrations.base import (
     Adapter,
+    Capabilities,
     Classification,
     CrmAdapter,
     DestinationError,
@@ -110,6 +111,9 @@ class Step:
     on_success: Callable[[Operation, str], None] | None = None
     # Steps that must come earlier in the same pipeline (their references are used).
     requires: tuple[str, ...] = ()
+    # It creates a task: recovery follows what the CRM recognises of tasks
+    # (`Capabilities.for_tasks`), which may differ from records (HubSpot).
+    creates_task: bool = False
 
 
 def _enquiry_fields(ctx: StepContext) -> dict[str, Any]:
@@ -237,7 +241,14 @@ STEPS: dict[str, Step] = {
     step.name: step
     for step in (
         Step("create_enquiry", "crm", _create_enquiry, _find_enquiry),
-        Step("assign_task", "crm", _assign_task, _find_task, requires=("create_enquiry",)),
+        Step(
+            "assign_task",
+            "crm",
+            _assign_task,
+            _find_task,
+            requires=("create_enquiry",),
+            creates_task=True,
+        ),
         Step(
             "send_confirmation",
             "email",
@@ -309,6 +320,12 @@ def step_context(operation: Operation, *, refs: dict[str, str] | None = None) ->
         refs=refs,
         adapter=adapter_for(operation.destination),
     )
+
+
+def capabilities_for(operation: Operation) -> Capabilities:
+    """What the operation's destination recognises of a repeat of this step's effect."""
+    capabilities = capabilities_of(operation.destination)
+    return capabilities.for_tasks() if step_of(operation).creates_task else capabilities
 
 
 def step_of(operation: Operation) -> Step:

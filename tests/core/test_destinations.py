@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -27,7 +28,7 @@ from idempotency_core.execution.destinations import (
     verification_forget,
 )
 from idempotency_core.execution.engine import operation_execute
-from idempotency_core.models import Attempt, Destination, Operation, ReviewCase
+from idempotency_core.models import Attempt, Destination, DestinationBudget, Operation, ReviewCase
 from integrations.sandbox.adapter import SandboxCrm
 from integrations.smtp.adapter import SmtpSender
 from tests.factories import ingest, op
@@ -95,29 +96,53 @@ def test_an_unreachable_destination_is_refused_with_the_reason(sandbox):
 
 
 @pytest.mark.django_db
-def test_a_refused_destination_is_never_called_and_its_case_says_why(
+def test_a_refused_destination_is_never_called_and_its_work_waits_without_a_case(
     sandbox, settings, monkeypatch, caplog
 ):
+    """A refused destination parks its work once, visibly (one pause on the dashboard),
+    instead of spending each submission's attempts into a case of its own; the work
+    resumes when the destination verifies again."""
     monkeypatch.setenv("SANDBOX_CAPABILITIES", DECLARED)
     sandbox.capabilities(unique_external_ref=False)
     settings.ONEFOLD_MAX_ATTEMPTS = 2
-    enquiry = op(ingest("refused"), "create_enquiry")
+    enquiries = [
+        op(ingest(f"refused-{n}", contact_from_key=True), "create_enquiry") for n in range(3)
+    ]
     with caplog.at_level(logging.WARNING, logger="idempotency_core.execution.destinations"):
-        assert operation_execute(operation_id=enquiry.pk) == "retryable"
+        assert operation_execute(operation_id=enquiries[0].pk) == "waited"
     assert "destination crm refused: unique_external_ref" in caplog.text
-    attempt = Attempt.objects.get(operation=enquiry)
+    attempt = Attempt.objects.get(operation=enquiries[0])
+    assert attempt.outcome == Attempt.Outcome.WAITED
     assert attempt.error_class == "DestinationRefusedError"
     assert attempt.error_message == (
         "destination crm refused, not called: unique_external_ref: "
         "GET /_sandbox/capabilities: unique_external_ref=false"
     )
-    Operation.objects.filter(pk=enquiry.pk).update(next_attempt_at=timezone.now())
-    assert operation_execute(operation_id=enquiry.pk) == "retryable"
-    case = ReviewCase.objects.get(operation=enquiry)
-    assert case.kind == ReviewCase.Kind.RETRIES_EXHAUSTED
-    assert "refused, not called: unique_external_ref" in case.summary
+    pause = DestinationBudget.objects.get(destination__name="crm")
+    assert pause.pause_kind == DestinationBudget.Pause.REFUSED
+    assert "unique_external_ref=false" in pause.pause_reason
+    # Every due step of the destination waits for the pause's end: nothing is claimed.
+    for enquiry in enquiries:
+        enquiry.refresh_from_db()
+        assert enquiry.next_attempt_at >= pause.paused_until
+        assert enquiry.waits == (1 if enquiry == enquiries[0] else 0)
+    assert operation_execute(operation_id=enquiries[1].pk) is None
+    # Past many pauses, still no case: waits are not attempts.
+    for _ in range(3):
+        Operation.objects.filter(pk=enquiries[0].pk).update(next_attempt_at=timezone.now())
+        assert operation_execute(operation_id=enquiries[0].pk) == "waited"
+    assert not ReviewCase.objects.exists()
     stats = sandbox.stats()
     assert stats["records"] == 0 and stats["calls"].get("create_record", 0) == 0
+    # Verified again: the pause ends and the work is done.
+    sandbox.capabilities(unique_external_ref=True)
+    destinations.verification_forget()  # as when the refusal's retry time has passed
+    Operation.objects.filter(pk__in=[e.pk for e in enquiries]).update(
+        next_attempt_at=timezone.now()
+    )
+    assert [operation_execute(operation_id=e.pk) for e in enquiries] == ["succeeded"] * 3
+    assert DestinationBudget.objects.get(destination__name="crm").paused_until is None
+    assert sandbox.stats()["records"] == 3
 
 
 @pytest.mark.django_db
@@ -138,15 +163,18 @@ def test_a_verification_is_kept_for_its_ttl_then_asked_again(sandbox, settings, 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the cluster commits
-def test_a_real_worker_cluster_refuses_a_destination_whose_declaration_does_not_hold(
+def test_a_real_worker_cluster_parks_a_refused_destinations_work_then_resumes_it(
     sandbox, qcluster_factory
 ):
+    """Twenty submissions to a destination whose declaration does not hold: no call, no
+    case, one pause; once it holds again, every submission is done once."""
     sandbox.capabilities(lookup=False)
     timings = {
         "ONEFOLD_MAX_ATTEMPTS": "2",
         "ONEFOLD_RETRY_BASE_SECONDS": "0.05",
         "ONEFOLD_RETRY_MAX_SECONDS": "0.1",
         "ONEFOLD_SWEEP_SECONDS": "0.2",
+        "ONEFOLD_VERIFY_RETRY_SECONDS": "2",
     }
     cluster = qcluster_factory(SANDBOX_CAPABILITIES=DECLARED, **timings)
     qcluster_factory.sweeper(SANDBOX_CAPABILITIES=DECLARED, **timings)  # makes retries due
@@ -156,16 +184,33 @@ def test_a_real_worker_cluster_refuses_a_destination_whose_declaration_does_not_
         timeout=30,
         what="the workers' verification at start",
     )
-    enquiry = op(ingest("cluster-refused"), "create_enquiry")
-    case = wait_for(
-        lambda: ReviewCase.objects.filter(operation=enquiry).first(),
-        timeout=60,
-        what="the case",
+    enquiries = [
+        op(ingest(f"cluster-refused-{n}", contact_from_key=True), "create_enquiry")
+        for n in range(20)
+    ]
+    pause = wait_for(
+        lambda: DestinationBudget.objects.filter(
+            destination__name="crm", pause_kind=DestinationBudget.Pause.REFUSED
+        ).first(),
+        timeout=30,
+        what="the pause",
     )
-    assert case.kind == ReviewCase.Kind.RETRIES_EXHAUSTED
-    assert "destination crm refused, not called: lookup" in case.summary
-    assert Attempt.objects.filter(operation=enquiry).count() == 2
+    assert "lookup=false" in pause.pause_reason
+    time.sleep(5)  # two pauses' worth: nothing is called, no case opens
+    assert list(ReviewCase.objects.values_list("kind", "summary")) == []
     assert sandbox.stats()["records"] == 0
+    assert not Attempt.objects.exclude(outcome=Attempt.Outcome.WAITED).exists()
+    sandbox.capabilities(lookup=True)
+    wait_for(
+        lambda: all(
+            Operation.objects.get(pk=e.pk).status == Operation.Status.SUCCEEDED for e in enquiries
+        ),
+        timeout=60,
+        what="every enquiry created once the destination holds again",
+    )
+    assert sandbox.stats()["records"] == 20
+    assert not ReviewCase.objects.exists()
+    assert not DestinationBudget.objects.filter(paused_until__gt=timezone.now()).exists()
 
 
 @pytest.mark.django_db
