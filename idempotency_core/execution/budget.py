@@ -94,12 +94,15 @@ def budget_for(destination: Destination, documented: RequestBudget | None) -> Bu
 
 def _shape(requests: int, per_seconds: float) -> tuple[float, float]:
     """(spacing, tolerance) of a cell rate that lets `requests` through in any window of
-    `per_seconds` and never more: a burst of `b` then one every `spacing`. In a window
-    of length W it passes at most W / spacing + b requests; with spacing W / (n - b)
-    that is n. A tenth of the budget may come at once (one, for small budgets)."""
-    burst = max(1, requests // 10) if requests > 1 else 0
-    spacing = per_seconds / max(1, requests - burst)
-    return spacing, max(0, burst - 1) * spacing
+    `per_seconds` and never more: a burst of `b`, then one every `spacing`. A window
+    then holds at most b - 1 + per_seconds / spacing requests, which spacing
+    per_seconds / (requests - b + 1) makes `requests`. A tenth of the budget may come
+    at once (at least one)."""
+    burst = max(1, requests // 10)
+    # A thousandth more: a window that counts both its ends (or a clock's rounding) does
+    # not see one request too many at its edge.
+    spacing = per_seconds / (requests - burst + 1) * 1.001
+    return spacing, (burst - 1) * spacing
 
 
 # One request taken, if the budget allows it now and the destination is not paused.
@@ -113,7 +116,7 @@ WHERE b.destination_id = %s
   AND COALESCE(b.paused_until, '-infinity') <= now.at
   AND GREATEST(COALESCE(b.next_free_at, now.at), now.at)
       <= now.at + b.tolerance_seconds * interval '1 second'
-RETURNING 0.0, '', ''
+RETURNING now.at
 """
 
 # Otherwise, how long until it would: the pause's end, or the next free request.
@@ -174,6 +177,16 @@ def budget_forget() -> None:
         _ensured.clear()
 
 
+def budget_take_at(destination_id: int, budget: Budget) -> datetime | None:
+    """Takes one request if the budget allows it now: the database's time it was taken
+    at (one clock for every worker), or None."""
+    _ensure(destination_id, budget)
+    with connection.cursor() as cursor:
+        cursor.execute(_TAKE, [destination_id])
+        row = cursor.fetchone()
+    return row[0] if row is not None else None
+
+
 @dataclass(frozen=True)
 class Wait:
     """No request may go for `seconds`; `pause` says why when the destination is paused."""
@@ -185,11 +198,9 @@ class Wait:
 
 def budget_take(destination_id: int, budget: Budget) -> Wait | None:
     """Takes one request of the destination's budget; None when taken, else the wait."""
-    _ensure(destination_id, budget)
+    if budget_take_at(destination_id, budget) is not None:
+        return None
     with connection.cursor() as cursor:
-        cursor.execute(_TAKE, [destination_id])
-        if cursor.fetchone() is not None:
-            return None
         cursor.execute(_WAIT, [destination_id])
         row = cursor.fetchone()
     if row is None:  # the row vanished (the destination was deleted): nothing to wait for

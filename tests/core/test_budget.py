@@ -1,0 +1,102 @@
+"""The shared request budget (execution/budget.py): its shape, its settings, and that
+workers in separate processes on PostgreSQL never exceed it together."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idempotency_core.execution.budget import (
+    Budget,
+    BudgetSettingError,
+    _shape,
+    budget_for,
+    budget_take,
+)
+from idempotency_core.models import Destination, DestinationBudget
+from integrations.base import RequestBudget
+from tests.support.processes import REPO, app_env
+
+HUBSPOT = RequestBudget(requests=100, per_seconds=10, source="https://example.invalid/doc")
+
+
+def _most_in_a_window(times: list[float], window: float) -> int:
+    """The most of `times` (sorted) in any half-open window (t - window, t]."""
+    return max(
+        (i + 1 - bisect.bisect_right(times, t - window) for i, t in enumerate(times)), default=0
+    )
+
+
+@given(
+    requests=st.integers(min_value=1, max_value=500),
+    per_seconds=st.floats(min_value=0.5, max_value=120),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_cell_rate_never_lets_more_than_the_budget_into_any_window(requests, per_seconds):
+    """Greedy senders (each request as early as the rule allows, for three windows) put
+    at most `requests` into any window of `per_seconds`, and at least the budget less
+    its burst share into each."""
+    spacing, tolerance = _shape(requests, per_seconds)
+    next_free, now, sent = 0.0, 0.0, []
+    while now < 3 * per_seconds:
+        now = max(now, next_free - tolerance)
+        sent.append(now)
+        next_free = max(next_free, now) + spacing
+    assert _most_in_a_window(sent, per_seconds) <= requests
+    assert len(sent) >= 3 * (requests - max(1, requests // 10))
+
+
+def test_the_budget_is_the_documented_one_unless_a_setting_replaces_it(monkeypatch):
+    crm = Destination(name="crm")
+    assert budget_for(crm, HUBSPOT) == Budget(100, 10.0, "documented")
+    assert budget_for(crm, None) is None
+    monkeypatch.setenv("ONEFOLD_RATE_LIMIT_CRM", "190/10")
+    assert budget_for(crm, HUBSPOT) == Budget(190, 10.0, "configured")
+    assert budget_for(crm, None) == Budget(190, 10.0, "configured")
+    monkeypatch.setenv("ONEFOLD_RATE_LIMIT_CRM", "off")
+    assert budget_for(crm, HUBSPOT) is None
+    for wrong in ("100", "0/10", "100/0", "ten/10", "100/-1", "100/nan"):
+        monkeypatch.setenv("ONEFOLD_RATE_LIMIT_CRM", wrong)
+        with pytest.raises(BudgetSettingError, match="ONEFOLD_RATE_LIMIT_CRM must be"):
+            budget_for(crm, HUBSPOT)
+
+
+@pytest.mark.django_db
+def test_a_spent_budget_says_how_long_to_wait():
+    crm = Destination.objects.get(name="crm")
+    budget = Budget(2, 1.0, "configured")
+    assert budget_take(crm.pk, budget) is None
+    wait = budget_take(crm.pk, budget)
+    assert wait is not None and 0 < wait.seconds <= 1.0 and wait.pause == ""
+    row = DestinationBudget.objects.get(destination=crm)
+    assert (row.requests, row.per_seconds, row.origin) == (2, 1.0, "configured")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.serial
+def test_workers_in_six_processes_share_one_budget_and_never_exceed_it():
+    """Six processes, each as greedy as it can be, for four seconds, against a budget of
+    30 requests a second: taken together (by the database's one clock), no second holds
+    more than 30, and the budget is used, not starved."""
+    crm = Destination.objects.get(name="crm")
+    command = [sys.executable, "-m", "tests.support.budget_taker", str(crm.pk), "4", "30", "1"]
+    env = {**os.environ, **app_env()}
+    workers = [
+        subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    outputs = [worker.communicate(timeout=60)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0] * 6
+    per_worker = [json.loads(output) for output in outputs]
+    taken = sorted(t for times in per_worker for t in times)
+    assert _most_in_a_window(taken, 1.0) <= 30
+    # Django's start takes part of the four seconds; the rest is used at the budget's pace.
+    assert len(taken) >= 2 * 27
+    assert sum(1 for times in per_worker if times) >= 4  # shared, not taken by one
