@@ -36,11 +36,13 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from idempotency_core.execution.budget import pauses_in_force
 from idempotency_core.execution.destinations import capabilities_of
 from idempotency_core.models import (
     Attempt,
     AuditEntry,
     Delivery,
+    DestinationBudget,
     Event,
     Operation,
     ReconciliationFinding,
@@ -390,7 +392,40 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
         "history_as_of": history["as_of"],
         "ages_chart": age_chart(by_kind),
         "reconciliation": last_reconciliation(),
+        "pauses": destination_pauses(now=now),
     }
+
+
+# What a pause means to someone who did not configure the destination.
+PAUSE_WORDS: dict[str, str] = {
+    DestinationBudget.Pause.WINDOW: "it asked Onefold to slow down (its rate limit)",
+    DestinationBudget.Pause.DAILY: "its requests for the day are used up (its daily limit)",
+    DestinationBudget.Pause.REFUSED: (
+        "its settings no longer allow Onefold to avoid duplicates there, so nothing is sent "
+        "until they are corrected (an administrator should run check_destinations)"
+    ),
+}
+
+
+def destination_pauses(*, now: datetime) -> list[dict[str, Any]]:
+    """The destinations whose work waits now, why, until when, and how many steps wait:
+    one line each on the dashboard, however many submissions are behind it."""
+    pauses = []
+    for budget in pauses_in_force():
+        waiting = Operation.objects.filter(
+            destination_id=budget.destination_id, status__in=Operation.CLAIMABLE
+        ).exclude(next_attempt_at__isnull=True)
+        pauses.append(
+            {
+                "destination": budget.destination.name,
+                "until": budget.paused_until,
+                "since": budget.paused_at,
+                "why": PAUSE_WORDS.get(budget.pause_kind, budget.pause_kind),
+                "detail": budget.pause_reason,
+                "waiting": waiting.count(),
+            }
+        )
+    return pauses
 
 
 # How long the dashboard's counted history (operations by status, attempts per hour,

@@ -34,6 +34,7 @@ from idempotency_core.models import (
     CaseKind,
     Delivery,
     Destination,
+    DestinationBudget,
     FindingKind,
     Operation,
     OperationStatus,
@@ -83,6 +84,7 @@ def figures_read(*, now: datetime | None = None) -> list[Figure]:
         task_queue_depth(),
         *open_cases(now=now),
         *reconciliation_findings(),
+        destinations_paused(now=now),
     ]
 
 
@@ -173,6 +175,26 @@ def oldest_due_operation_age(*, now: datetime) -> Figure:
         status__in=Operation.CLAIMABLE, next_attempt_at__lte=now
     ).aggregate(oldest=Min("next_attempt_at"))["oldest"]
     figure.add(_age(now, oldest))
+    return figure
+
+
+def destinations_paused(*, now: datetime) -> Figure:
+    """Destinations whose work waits for a rate limit, a daily limit or a refused
+    verification (execution/budget.py), with the seconds left; absent when none is."""
+    figure = Figure(
+        "onefold_destination_paused_seconds",
+        "Seconds until a paused destination's work resumes, by destination and reason "
+        "(window: its rate limit; daily: its daily limit; refused: its verification).",
+        ("destination", "reason"),
+    )
+    rows = (
+        DestinationBudget.objects.filter(paused_until__gt=now)
+        .values_list("destination__name", "pause_kind", "paused_until")
+        .order_by("destination__name")
+    )
+    for name, kind, until in rows:
+        if until is not None:
+            figure.add(max(0.0, (until - now).total_seconds()), name, kind)
     return figure
 
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Attempt, DestinationBudget, Operation, ReviewCase
-from tests.factories import ingest, op
+from tests.factories import ingest, make_user, op
 
 DECLARED = "unique_external_ref,lookup"
 
@@ -103,3 +103,23 @@ def test_a_capability_that_no_longer_holds_when_recovery_relies_on_it_opens_a_ca
     stats = sandbox.stats()
     assert stats["records"] == 1 and stats["calls"]["create_record"] == 1
     assert Attempt.objects.filter(operation=enquiry).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_pause_is_one_line_on_the_dashboard_and_one_gauge_in_metrics(sandbox, client, settings):
+    """However many steps wait behind it, a paused destination is one line for a person
+    and one sample for a monitor, and no case."""
+    enquiries = [op(ingest(f"dash-{n}", contact_from_key=True), "create_enquiry") for n in range(3)]
+    sandbox.fault("create_record", "http_429", times=1, seconds=600)
+    assert operation_execute(operation_id=enquiries[0].pk) == "waited"
+    client.force_login(make_user("rita", groups=("Reviewers",)))
+    page = client.get("/console/").content.decode()
+    assert "Sending to crm is paused until" in page
+    assert "it asked Onefold to slow down (its rate limit)" in page
+    assert "3 steps wait and will continue by themselves" in page
+    settings.ONEFOLD_METRICS_TOKEN = "metrics-token"
+    scraped = client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-token").content.decode()
+    gauge = [line for line in scraped.splitlines() if line.startswith("onefold_destination_paused")]
+    assert len(gauge) == 1 and 'destination="crm"' in gauge[0] and 'reason="window"' in gauge[0]
+    assert 590 <= float(gauge[0].rsplit(" ", 1)[1]) <= 600
+    assert not ReviewCase.objects.exists()
