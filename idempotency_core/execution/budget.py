@@ -254,11 +254,13 @@ class BudgetGate:
     def __init__(self, destination: Destination, budget: Budget | None) -> None:
         self.destination = destination
         self.budget = budget
+        # The whole attempt sleeps at most this long for the budget, whatever its requests.
+        self.deadline = time.monotonic() + settings.ONEFOLD_BUDGET_MAX_WAIT_SECONDS
 
     def before(self, method: str, url: str) -> None:
         if self.budget is None:
             return
-        deadline = time.monotonic() + settings.ONEFOLD_BUDGET_MAX_WAIT_SECONDS
+        deadline = self.deadline
         while (wait := budget_take(self.destination.pk, self.budget)) is not None:
             if wait.pause or time.monotonic() + wait.seconds > deadline:
                 raise _waiting(self.destination, wait)
