@@ -98,6 +98,10 @@ class _PropertyRead:
     exists: bool = False
     unique: bool = False
 
+    @property
+    def how(self) -> str:
+        return f"GET {self.path}: {self.answer}"
+
 
 @dataclass(frozen=True)
 class HubSpotConfig:
@@ -204,25 +208,23 @@ class HubSpotCrm:
         only exist (HubSpot offers no unique values there): a repeated task is found
         through the enquiry's associations, the `tasks.lookup` check."""
         enquiry = self._property(self.object_type)
-        records_hold = enquiry.unique
-        how = f"{enquiry.path}: {enquiry.answer}"
         task = self._property("tasks")
         recovery = (
             f"lookup through the {self._shape['singular']}'s associations "
             f"(GET /crm/v4/objects/{self.object_type}/{{id}}/associations/tasks)"
         )
         return [
-            CapabilityCheck("unique_external_ref", records_hold, how),
-            CapabilityCheck("lookup", records_hold, how),
-            CapabilityCheck("tasks.lookup", task.exists, f"{task.path}: {task.answer}; {recovery}"),
+            CapabilityCheck("unique_external_ref", enquiry.unique, enquiry.how),
+            CapabilityCheck("lookup", enquiry.unique, enquiry.how),
+            CapabilityCheck("tasks.lookup", task.exists, f"{task.how}; {recovery}"),
         ]
 
     def _property(self, object_type: str) -> _PropertyRead:
         """What HubSpot says of the reference property on `object_type`."""
-        path = f"GET /crm/v3/properties/{object_type}/{_segment(self.config.reference_property)}"
+        path = f"/crm/v3/properties/{object_type}/{_segment(self.config.reference_property)}"
         if not self.config.token:
             return _PropertyRead(path, "not asked, HUBSPOT_TOKEN is not set")
-        response = self._send("GET", path.removeprefix("GET "))
+        response = self._send("GET", path)
         if response.status_code == 404:
             return _PropertyRead(path, f"404, the property does not exist on {object_type}")
         if response.status_code >= 400:
@@ -537,8 +539,7 @@ class HubSpotCrm:
                 reply=http_reply(409),
             )
         # A 400 whose clash the read does not confirm is the refusal it says it is.
-        self._raise_for_status(response)
-        raise AssertionError("unreachable: a 400 is never a success")
+        raise status_error(response, _described(response))
 
     def _names_reference(self, data: Mapping[str, Any]) -> bool:
         """Whether HubSpot's error names our reference property: in `errors[].in`, as its

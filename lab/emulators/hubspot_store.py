@@ -26,14 +26,12 @@ from lab.emulators.hubspot_limits import (
     Verdict,
 )
 from lab.sandbox.http import Reply
-from lab.sandbox.store import ACTIONS, FAULT_MODES, InvalidInput, SandboxStore
+from lab.sandbox.store import FAULT_MODES, InvalidInput, SandboxStore
 
 OBJECT_TYPES = ("contacts", "deals", "tickets", "tasks")
 ENQUIRY_TYPES = ("deals", "tickets")
 # The private app's token the emulator accepts unless the `token` knob names another.
 DEFAULT_TOKEN = "pat-na1-onefold-emulator-0000"
-# The sandbox's three actions, plus the contact create (its own fault queue).
-FAULT_ACTIONS = (*ACTIONS, "create_contact")
 _SINGULAR = {"contacts": "contact", "deals": "deal", "tickets": "ticket", "tasks": "task"}
 # Default properties of each object type that the adapter writes or reads
 # (https://developers.hubspot.com/docs/api/crm/properties, "Default properties").
@@ -528,10 +526,7 @@ class HubSpotStore(SandboxStore):
                     "VALIDATION_ERROR",
                     f"{object_type} already has {_MAX_UNIQUE_PROPERTIES} unique value properties",
                 )
-            self._created_properties[(object_type, name)] = {
-                **{k: v for k, v in request.items() if isinstance(k, str)},
-                "hasUniqueValue": unique,
-            }
+            self._created_properties[(object_type, name)] = {**request, "hasUniqueValue": unique}
         return self.property_definition(object_type, name)
 
     def update_property(
