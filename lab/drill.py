@@ -635,11 +635,8 @@ def _dataverse_remove(control: httpx.Client, adapter: Any, record_id: str) -> No
 
 
 VENDOR_SETUP: dict[str, VendorSetup] = {
-    # Any non-empty token is taken (lab/emulators/hubspot.py).
-    "hubspot": VendorSetup(
-        env=lambda emulator: {"HUBSPOT_BASE_URL": emulator.http_url, "HUBSPOT_TOKEN": "drill"},
-        remove=_hubspot_remove,
-    ),
+    # The emulator takes only its own token (lab/emulators/hubspot.py).
+    "hubspot": VendorSetup(env=lambda emulator: emulator.adapter_env(), remove=_hubspot_remove),
     "salesforce": VendorSetup(
         env=lambda emulator: emulator.adapter_env(), remove=_salesforce_remove
     ),

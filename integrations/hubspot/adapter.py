@@ -1,12 +1,20 @@
 """HubSpot's CRM as a `CrmAdapter`: contact by email, the enquiry as a deal or ticket.
 
-What HubSpot recognises of a repeat is a custom property with unique values
-(`hasUniqueValue`), created by the account's admin on the enquiry object and on
-tasks (CRM-FACTS.md, HubSpot). Onefold writes its operation key there; a second
-create with the same value answers 409 naming the property, and the object is
-read back by it with `?idProperty=` (never by search, which lags writes). The
-contact is HubSpot's own unique-by-email object: a returning customer's create
-answers 409 "Contact already exists. Existing ID: N", and N is adopted.
+What HubSpot recognises of a repeated enquiry is a custom property with unique
+values (`hasUniqueValue`), created by the account's admin on the enquiry object
+(CRM-FACTS.md, HubSpot). Onefold writes its operation key there; a second create
+with the same value is refused naming the property (409, or a 400 that names it
+as a duplicate value), and the object is read back by it with `?idProperty=`
+(never by search, which lags writes). The contact is HubSpot's own
+unique-by-email object: a returning customer's create answers 409 "Contact
+already exists. Existing ID: N", and N is adopted.
+
+Tasks cannot have unique values: HubSpot offers them for companies, deals,
+tickets, custom objects and contacts only (developer changelog "Unique
+Properties support for newly created Contact properties"). A task carries the
+reference in a plain property, and a repeated task is found by reading the
+enquiry's own associations (`GET /crm/v4/objects/{type}/{id}/associations/tasks`,
+a read of the record, not the lagging search index) and then those tasks.
 
 Configuration comes from the environment (see `adapter_from_env`); the token is
 sent as `Authorization: Bearer` and never appears in a message.
@@ -15,7 +23,7 @@ sent as `Authorization: Bearer` and never appears in a message.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +38,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RateLimit,
     RequestBudget,
     http_reply,
 )
@@ -46,6 +55,7 @@ DEFAULT_BASE_URL = "https://api.hubapi.com"
 # GET /crm/v4/associations/{from}/{to}/labels).
 _ENQUIRY_OBJECTS: dict[str, dict[str, Any]] = {
     "deals": {
+        "singular": "deal",
         "title": "dealname",
         "text": "description",
         "pipeline": ("pipeline", "default"),
@@ -54,6 +64,7 @@ _ENQUIRY_OBJECTS: dict[str, dict[str, Any]] = {
         "from_task": 216,
     },
     "tickets": {
+        "singular": "ticket",
         "title": "subject",
         "text": "content",
         "pipeline": ("hs_pipeline", "0"),
@@ -70,6 +81,26 @@ _EXISTING_ID = re.compile(r"Existing ID:\s*([0-9]+)")
 # (https://developers.hubspot.com/docs/api/usage-details).
 _TEN_SECONDS = 10.0
 _PAGE_LIMIT = 100
+# A v4 association read answers up to 500 a page ("Limit 500 per call", associations v4
+# spec); a batch read takes up to 100 inputs.
+_ASSOCIATIONS_LIMIT = 500
+_BATCH_LIMIT = 100
+# Words of a refusal that says a value is already held by another object.
+_DUPLICATE_WORDS = re.compile(r"already exists|already has|duplicate|unique", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _PropertyRead:
+    """The reference property as HubSpot described it: what was asked, what it said."""
+
+    path: str
+    answer: str
+    exists: bool = False
+    unique: bool = False
+
+    @property
+    def how(self) -> str:
+        return f"GET {self.path}: {self.answer}"
 
 
 @dataclass(frozen=True)
@@ -132,14 +163,17 @@ def _type_id(env: Mapping[str, str], name: str) -> int | None:
 class HubSpotCrm:
     """`CrmAdapter` for HubSpot's CRM v3 objects API (emulated in lab/emulators/hubspot.py)."""
 
-    # Free and Starter private apps: 100 requests per 10 seconds and 250,000 a day; higher
-    # tiers allow more, which the answers' X-HubSpot-RateLimit-* headers teach the engine
-    # (https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details).
+    # Free and Starter private apps: 100 requests per 10 seconds and 250,000 a day
+    # (https://developers.hubspot.com/apisbytier: "100 requests/10 seconds and 250,000
+    # requests/day for Free and Starter accounts"); higher tiers allow more, which the
+    # answers' X-HubSpot-RateLimit-* headers teach the engine. The usage guidelines moved
+    # from /docs/guides/apps/api-usage/usage-details to the address below. Search has a
+    # limit of its own (five a second), never reached: the adapter does not search.
     request_budget: RequestBudget | None = RequestBudget(
         requests=100,
         per_seconds=10,
         daily=250_000,
-        source="https://developers.hubspot.com/docs/guides/apps/api-usage/usage-details",
+        source="https://developers.hubspot.com/docs/developer-tooling/platform/usage-guidelines",
     )
 
     def __init__(self, config: HubSpotConfig, *, timeout: float) -> None:
@@ -153,8 +187,9 @@ class HubSpotCrm:
             "to_contact": config.contact_association_type or shape["to_contact"],
             "from_task": config.task_association_type or shape["from_task"],
         }
-        # A unique property refuses a second create (409) and can be read by
-        # (`idProperty`): the read is no search, so "not found" is an answer.
+        # A unique property refuses a second create and can be read by (`idProperty`):
+        # the read is no search, so "not found" is an answer. Tasks have no unique
+        # property; their lookup reads the enquiry's associations, as consistent.
         self.capabilities = Capabilities(
             idempotency_keys=False,
             unique_external_ref=True,
@@ -162,32 +197,42 @@ class HubSpotCrm:
             lookup_proves_absence=True,
             lookup_settle_seconds=0.0,
             merge=True,
+            tasks=Capabilities(lookup=True, lookup_proves_absence=True),
         )
 
     # -- verification -------------------------------------------------------------
 
     def verify(self) -> list[CapabilityCheck]:
-        """The reference property, on the enquiry object and on tasks, must exist with
-        hasUniqueValue true: both the 409 and the idProperty read depend on it."""
-        answers = [self._property_check(t) for t in (self.object_type, "tasks")]
-        holds = all(ok for ok, _ in answers)
-        how = "; ".join(text for _, text in answers)
+        """On the enquiry object the reference property must have unique values: both
+        the refusal of a repeat and the idProperty read depend on it. On tasks it need
+        only exist (HubSpot offers no unique values there): a repeated task is found
+        through the enquiry's associations, the `tasks.lookup` check."""
+        enquiry = self._property(self.object_type)
+        task = self._property("tasks")
+        recovery = (
+            f"lookup through the {self._shape['singular']}'s associations "
+            f"(GET /crm/v4/objects/{self.object_type}/{{id}}/associations/tasks)"
+        )
         return [
-            CapabilityCheck("unique_external_ref", holds, how),
-            CapabilityCheck("lookup", holds, how),
+            CapabilityCheck("unique_external_ref", enquiry.unique, enquiry.how),
+            CapabilityCheck("lookup", enquiry.unique, enquiry.how),
+            CapabilityCheck("tasks.lookup", task.exists, f"{task.how}; {recovery}"),
         ]
 
-    def _property_check(self, object_type: str) -> tuple[bool, str]:
+    def _property(self, object_type: str) -> _PropertyRead:
+        """What HubSpot says of the reference property on `object_type`."""
         path = f"/crm/v3/properties/{object_type}/{_segment(self.config.reference_property)}"
         if not self.config.token:
-            return False, f"GET {path}: not asked, HUBSPOT_TOKEN is not set"
+            return _PropertyRead(path, "not asked, HUBSPOT_TOKEN is not set")
         response = self._send("GET", path)
         if response.status_code == 404:
-            return False, f"GET {path}: 404, the property does not exist on {object_type}"
+            return _PropertyRead(path, f"404, the property does not exist on {object_type}")
         if response.status_code >= 400:
-            return False, f"GET {path}: {_described(response)}"
+            return _PropertyRead(path, _described(response))
         unique = json_object(response).get("hasUniqueValue") is True
-        return unique, f"GET {path}: hasUniqueValue={str(unique).lower()}"
+        return _PropertyRead(
+            path, f"hasUniqueValue={str(unique).lower()}", exists=True, unique=unique
+        )
 
     # -- records -------------------------------------------------------------------
 
@@ -210,7 +255,7 @@ class HubSpotCrm:
         return self._create(
             self.object_type,
             {"properties": properties, "associations": associations},
-            external_ref=external_ref,
+            find=lambda: self.find_record(external_ref=external_ref),
         )
 
     def find_record(self, *, external_ref: str) -> str | None:
@@ -328,11 +373,54 @@ class HubSpotCrm:
         return self._create(
             "tasks",
             {"properties": properties, "associations": [association]},
-            external_ref=external_ref,
+            find=lambda: self.find_task(record_id=record_id, external_ref=external_ref),
         )
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None:
-        return self._find("tasks", external_ref)
+        """The enquiry's task carrying `external_ref`, or None, which proves there is
+        none: the enquiry's associations are read from the record itself
+        (GET /crm/v4/objects/{type}/{id}/associations/tasks, every page), then those
+        tasks' reference property (POST /crm/v3/objects/tasks/batch/read), never
+        through search, which lags writes. Several matches (duplicates made before):
+        the oldest, the lowest id."""
+        prop = self.config.reference_property
+        matches = [
+            task["id"]
+            for ids in _chunks(self._task_ids_of(_checked_id(record_id)), _BATCH_LIMIT)
+            for task in self._read_tasks(ids, prop)
+            if (task.get("properties") or {}).get(prop) == external_ref
+        ]
+        return min(matches, key=int) if matches else None
+
+    def _task_ids_of(self, record_id: str) -> list[str]:
+        """Every task associated with the enquiry, page by page."""
+        path = f"/crm/v4/objects/{self.object_type}/{record_id}/associations/tasks"
+        params: dict[str, Any] = {"limit": _ASSOCIATIONS_LIMIT}
+        ids: list[str] = []
+        while True:
+            response = self._send("GET", path, params=params)
+            self._raise_for_status(response)
+            data = json_object(response)
+            ids += [str(item["toObjectId"]) for item in data.get("results") or []]
+            after = ((data.get("paging") or {}).get("next") or {}).get("after")
+            if not after:
+                return ids
+            params["after"] = after
+
+    def _read_tasks(self, ids: list[str], prop: str) -> list[dict[str, Any]]:
+        """The tasks' `prop`, in one batch read; a task archived since is left out
+        (207, its id among the errors)."""
+        response = self._send(
+            "POST",
+            "/crm/v3/objects/tasks/batch/read",
+            json={
+                "properties": [prop],
+                "propertiesWithHistory": [],
+                "inputs": [{"id": i} for i in ids],
+            },
+        )
+        self._raise_for_status(response)
+        return list(json_object(response).get("results") or [])
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -346,7 +434,11 @@ class HubSpotCrm:
         properties = {"email": email, "firstname": first, "lastname": last}
         if fields.get("phone"):
             properties["phone"] = str(fields["phone"])
-        response = self._send("POST", "/crm/v3/objects/contacts", json={"properties": properties})
+        # `associations` is required by the Contacts v3 spec (SimplePublicObjectInputForCreate),
+        # though HubSpot takes a create without it.
+        response = self._send(
+            "POST", "/crm/v3/objects/contacts", json={"properties": properties, "associations": []}
+        )
         if response.status_code == 409:
             found = _EXISTING_ID.search(str(json_object(response).get("message", "")))
             if found:
@@ -410,36 +502,61 @@ class HubSpotCrm:
         self._raise_for_status(response)
         return dict(json_object(response).get("properties") or {})
 
-    def _create(self, object_type: str, body: dict[str, Any], *, external_ref: str) -> Effect:
+    def _create(
+        self, object_type: str, body: dict[str, Any], *, find: Callable[[], str | None]
+    ) -> Effect:
+        """POSTs the object. A refusal saying our reference is already held (409, or a
+        400 naming it as a duplicate value) is settled by `find`, the read by reference."""
         response = self._send("POST", f"/crm/v3/objects/{object_type}", json=body)
-        if response.status_code == 409:
-            return self._adopt(object_type, external_ref, response)
+        if response.status_code == 409 or (
+            response.status_code == 400 and self._clash_on_reference(json_object(response))
+        ):
+            return self._adopt(object_type, response, find)
         self._raise_for_status(response)
         return Effect(ref=str(json_object(response)["id"]), reply=http_reply(response.status_code))
 
-    def _adopt(self, object_type: str, external_ref: str, response: httpx.Response) -> Effect:
-        """A 409 is adopted only when it is on our reference property, and only as the
-        object that reading by that property returns (it carries our value)."""
-        data = json_object(response)
+    def _adopt(
+        self, object_type: str, response: httpx.Response, find: Callable[[], str | None]
+    ) -> Effect:
+        """A refusal is adopted only when it is on our reference property, and only as
+        the object that reading by that property returns (it carries our value)."""
+        status = response.status_code
         prop = self.config.reference_property
-        on_ours = any(
-            isinstance(e, dict) and e.get("in") == prop for e in data.get("errors") or []
-        ) or re.search(rf"(?<![\w]){re.escape(prop)}(?![\w])", str(data.get("message", "")))
-        if not on_ours:
+        if not self._names_reference(json_object(response)):
             raise DestinationError(
                 f"{object_type}: {_described(response)} (a conflict not on {prop}: not adopted)",
                 classification=Classification.PERMANENT,
-                reply=http_reply(409),
+                reply=http_reply(status),
             )
-        existing = self._find(object_type, external_ref)
-        if existing is None:
+        existing = find()
+        if existing is not None:
+            return Effect(ref=existing, reply=http_reply(status), adopted=True)
+        if status == 409:
             # The holder vanished between the 409 and the read (archived): try again.
             raise DestinationError(
                 f"{object_type}: 409 on {prop}, but reading by it found nothing",
                 classification=Classification.RETRYABLE,
                 reply=http_reply(409),
             )
-        return Effect(ref=existing, reply=http_reply(409), adopted=True)
+        # A 400 whose clash the read does not confirm is the refusal it says it is.
+        raise status_error(response, _described(response))
+
+    def _names_reference(self, data: Mapping[str, Any]) -> bool:
+        """Whether HubSpot's error names our reference property: in `errors[].in`, as its
+        409 bodies do, or in the message (a 400 lists the property by name there)."""
+        prop = self.config.reference_property
+        errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
+        return any(e.get("in") == prop for e in errors) or bool(
+            re.search(rf"(?<![\w]){re.escape(prop)}(?![\w])", str(data.get("message", "")))
+        )
+
+    def _clash_on_reference(self, data: Mapping[str, Any]) -> bool:
+        """A 400 that names our reference property as a value another object holds: a
+        variant of HubSpot's 409 its docs do not rule out, treated like the 409."""
+        texts = [str(data.get("message", ""))] + [
+            str(e.get("message", "")) for e in data.get("errors") or [] if isinstance(e, dict)
+        ]
+        return self._names_reference(data) and any(_DUPLICATE_WORDS.search(t) for t in texts)
 
     def _find(self, object_type: str, value: str, *, id_property: str | None = None) -> str | None:
         """GET /crm/v3/objects/{type}/{value}?idProperty= (HubSpot/hubspot-api-python,
@@ -471,9 +588,14 @@ class HubSpotCrm:
     def _raise_for_status(self, response: httpx.Response) -> None:
         if response.is_success:
             return
-        raise status_error(
+        error = status_error(
             response, _described(response), retry_after=self._rate_limit_delay(response)
         )
+        if response.status_code == 429 and json_object(response).get("policyName") == "DAILY":
+            # The day's allowance is spent: the destination's work waits for the reset,
+            # status_error's WINDOW would ask again every ten seconds.
+            error.rate_limit = RateLimit.DAILY
+        raise error
 
     def _rate_limit_delay(self, response: httpx.Response) -> float | None:
         """A 429's delay; None for any other answer (its Retry-After is read as usual).
@@ -531,6 +653,11 @@ def _segment(value: str) -> str:
             f"{value!r} cannot name a HubSpot object", classification=Classification.PERMANENT
         )
     return quote(value, safe="")
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _instant(value: str) -> datetime:

@@ -6,6 +6,7 @@ our reference), so "adopted" always means "no second object", never only a flag.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from integrations.base import Classification, CrmAdapter, DestinationError, Effect
+from integrations.base import Classification, CrmAdapter, DestinationError, Effect, RateLimit
+from integrations.http import shared_client
 from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env, seconds_to_midnight
-from lab.emulators.hubspot import HubSpotEmulator
+from lab.emulators.hubspot import DEFAULT_TOKEN, HubSpotEmulator
 
-TOKEN = "pat-na1-test-secret-0123456789"
 ADA = {
     "name": "Ada Lovelace",
     "email": "ada@example.com",
@@ -33,14 +34,11 @@ ADA = {
 @pytest.fixture
 def hubspot() -> Iterator[HubSpotEmulator]:
     with HubSpotEmulator() as emulator:
-        emulator.hubspot.set_config({"token": TOKEN})
         yield emulator
 
 
 def adapter(emulator: HubSpotEmulator, **env: str) -> HubSpotCrm:
-    return adapter_from_env(
-        base_url=emulator.http_url, timeout=5, env={"HUBSPOT_TOKEN": TOKEN, **env}
-    )
+    return adapter_from_env(base_url=None, timeout=5, env={**emulator.adapter_env(), **env})
 
 
 @pytest.fixture
@@ -60,7 +58,7 @@ def search_by_ref(emulator: HubSpotEmulator, object_type: str, ref: str) -> int:
     """What a search-based integration would see: HubSpot's search for our reference."""
     response = httpx.post(
         f"{emulator.http_url}/crm/v3/objects/{object_type}/search",
-        headers={"Authorization": f"Bearer {TOKEN}"},
+        headers={"Authorization": f"Bearer {DEFAULT_TOKEN}"},
         json={"filterGroups": [{"filters": [{"propertyName": "onefold_ref", "value": ref}]}]},
     )
     response.raise_for_status()
@@ -72,6 +70,13 @@ def test_the_adapter_speaks_the_crm_protocol(crm):
     caps = crm.capabilities
     assert (caps.unique_external_ref, caps.lookup, caps.lookup_proves_absence) == (True, True, True)
     assert (caps.idempotency_keys, caps.merge) == (False, True)
+    # Tasks have no unique property in HubSpot: found by lookup, which proves absence.
+    tasks = caps.for_tasks()
+    assert (tasks.unique_external_ref, tasks.lookup, tasks.lookup_proves_absence) == (
+        False,
+        True,
+        True,
+    )
 
 
 # -- contact, enquiry, task ---------------------------------------------------------
@@ -153,19 +158,61 @@ def test_a_lost_contact_answer_is_followed_by_one_contact(hubspot, crm):
     assert (stats(hubspot)["contacts"], stats(hubspot)["records"]) == (1, 1)
 
 
-def test_a_lost_task_answer_is_adopted_on_the_retry(hubspot, crm):
+def test_a_task_whose_answer_was_lost_is_found_through_the_deals_associations(hubspot, crm):
     record = crm.create_record(external_ref="opk_1", fields=ADA).ref
+    other = crm.create_task(record_id=record, external_ref="opk_t0", title="Earlier", assignee="")
     fault(hubspot, "create_task", "drop_response_after_commit")
     with pytest.raises(DestinationError) as lost:
         crm.create_task(record_id=record, external_ref="opk_t", title="Follow up", assignee="sales")
     assert lost.value.classification == Classification.AMBIGUOUS
+    # Search has not seen the task yet; the deal's own association list has.
+    assert search_by_ref(hubspot, "tasks", "opk_t") == 0
     found = crm.find_task(record_id=record, external_ref="opk_t")
-    retried = crm.create_task(
-        record_id=record, external_ref="opk_t", title="Follow up", assignee="sales"
+    assert found is not None and found != other.ref
+    assert (
+        hubspot.hubspot.read("tasks", found, id_property=None, wanted=None, with_associations=())[
+            "properties"
+        ]["onefold_ref"]
+        == "opk_t"
     )
-    assert retried.adopted and retried.ref == found
     counts = stats(hubspot)
-    assert (counts["tasks"], counts["tasks_by_external_ref"]) == (1, {"opk_t": 1})
+    assert (counts["tasks"], counts["tasks_by_external_ref"]) == (2, {"opk_t": 1, "opk_t0": 1})
+    assert (counts["calls"]["lookup_task"], counts["calls"]["batch_read"]) == (1, 1)
+
+
+def test_a_task_never_created_is_proven_absent(hubspot, crm):
+    record = crm.create_record(external_ref="opk_1", fields=ADA).ref
+    crm.create_task(record_id=record, external_ref="opk_t0", title="Earlier", assignee="")
+    fault(hubspot, "create_task", "fail_before_commit")
+    with pytest.raises(DestinationError) as failed:
+        crm.create_task(record_id=record, external_ref="opk_t", title="Follow up", assignee="")
+    assert failed.value.classification == Classification.AMBIGUOUS
+    assert crm.find_task(record_id=record, external_ref="opk_t") is None
+    # So creating it now makes the one task, not a second.
+    crm.create_task(record_id=record, external_ref="opk_t", title="Follow up", assignee="")
+    assert stats(hubspot)["tasks_by_external_ref"] == {"opk_t": 1, "opk_t0": 1}
+
+
+def test_a_task_lookup_reads_every_page_of_associations(hubspot, crm):
+    """More tasks than one page of the v4 association read (500) holds: the match on the
+    second page is found, and each batch read stays within HubSpot's 100 inputs."""
+    hubspot.hubspot.set_config({"rate_limits": False})  # 520 task creates in a row
+    record = crm.create_record(external_ref="opk_1", fields=ADA).ref
+    refs = [f"opk_t{n}" for n in range(520)]
+    made = {
+        ref: crm.create_task(record_id=record, external_ref=ref, title="T", assignee="").ref
+        for ref in refs
+    }
+    assert crm.find_task(record_id=record, external_ref="opk_t519") == made["opk_t519"]
+    counts = stats(hubspot)["calls"]
+    assert (counts["lookup_task"], counts["batch_read"]) == (2, 6)
+
+
+def test_a_task_on_another_deal_is_not_found(hubspot, crm):
+    first = crm.create_record(external_ref="opk_1", fields=ADA).ref
+    second = crm.create_record(external_ref="opk_2", fields=ADA).ref
+    crm.create_task(record_id=first, external_ref="opk_t", title="T", assignee="")
+    assert crm.find_task(record_id=second, external_ref="opk_t") is None
 
 
 def test_a_conflict_on_another_property_is_not_adopted(hubspot, crm):
@@ -257,6 +304,7 @@ def test_the_ten_second_limit_waits_ten_seconds_or_retry_after(hubspot, crm):
     with pytest.raises(DestinationError) as limited:
         crm.create_record(external_ref="opk_1", fields=ADA)
     assert limited.value.classification == Classification.RETRYABLE
+    assert limited.value.rate_limit == RateLimit.WINDOW
     assert limited.value.retry_after == 10
     assert "RATE_LIMIT (TEN_SECONDLY_ROLLING)" in limited.value.message
     hubspot.hubspot.set_config({"retry_after_header": True})
@@ -275,8 +323,85 @@ def test_the_daily_limit_waits_for_the_accounts_midnight(hubspot, zone):
     with pytest.raises(DestinationError) as limited:
         crm.create_record(external_ref="opk_1", fields=ADA)
     assert limited.value.classification == Classification.RETRYABLE
+    assert limited.value.rate_limit == RateLimit.DAILY
     assert "RATE_LIMIT (DAILY)" in limited.value.message
     assert limited.value.retry_after == pytest.approx(seconds_to_midnight(zone), abs=5)
+
+
+def test_past_hubspots_ten_second_limit_the_adapter_is_told_to_wait(hubspot, crm):
+    # Four requests allowed per ten seconds: the contact, the deal, then a second
+    # enquiry's contact and deal; the fifth request is refused, nothing created by it.
+    hubspot.hubspot.set_config({"rate_limits": {"ten_secondly": 4}})
+    crm.create_record(external_ref="opk_1", fields=ADA)
+    crm.create_record(external_ref="opk_2", fields=ADA)
+    with pytest.raises(DestinationError) as limited:
+        crm.create_record(external_ref="opk_3", fields=ADA)
+    assert (limited.value.classification, limited.value.rate_limit) == (
+        Classification.RETRYABLE,
+        RateLimit.WINDOW,
+    )
+    assert limited.value.retry_after == 10  # X-HubSpot-RateLimit-Interval-Milliseconds
+    assert "RATE_LIMIT (TEN_SECONDLY_ROLLING)" in limited.value.message
+    counts = stats(hubspot)
+    assert (counts["records"], counts["calls"]["rate_limited"]) == (2, 1)
+
+
+def test_a_spent_day_parks_until_the_accounts_midnight(hubspot):
+    crm = adapter(hubspot, HUBSPOT_ACCOUNT_TIMEZONE="Europe/Paris")
+    hubspot.hubspot.set_config({"rate_limits": {"daily": 2}})
+    crm.create_record(external_ref="opk_1", fields=ADA)
+    with pytest.raises(DestinationError) as limited:
+        crm.create_record(external_ref="opk_2", fields=ADA)
+    assert limited.value.rate_limit == RateLimit.DAILY
+    assert "RATE_LIMIT (DAILY)" in limited.value.message
+    assert limited.value.retry_after == pytest.approx(seconds_to_midnight("Europe/Paris"), abs=5)
+    hubspot.hubspot.new_day()
+    assert not crm.create_record(external_ref="opk_2", fields=ADA).adopted
+    assert stats(hubspot)["records_by_external_ref"] == {"opk_1": 1, "opk_2": 1}
+
+
+def test_a_clash_answered_400_on_our_reference_is_adopted_by_reading_it(hubspot, crm):
+    hubspot.hubspot.set_config({"unique_clash_status": 400})
+    first = crm.create_record(external_ref="opk_1", fields=ADA)
+    again = crm.create_record(external_ref="opk_1", fields=ADA)
+    assert again.adopted and again.ref == first.ref and str(again.reply) == "HTTP 400"
+    counts = stats(hubspot)
+    assert (counts["records"], counts["calls"]["lookup_record"]) == (1, 1)
+
+
+def test_a_clash_answered_400_on_another_property_stays_a_refusal(hubspot, crm):
+    hubspot.hubspot.set_config(
+        {"unique_clash_status": 400, "unique_properties": {"deals": ["dealname"]}}
+    )
+    crm.create_record(external_ref="opk_1", fields=ADA)
+    with pytest.raises(DestinationError) as refused:
+        crm.create_record(external_ref="opk_2", fields=ADA)
+    assert refused.value.classification == Classification.PERMANENT
+    assert str(refused.value.reply) == "HTTP 400"
+    assert stats(hubspot)["records_by_external_ref"] == {"opk_1": 1}
+    assert stats(hubspot)["calls"]["lookup_record"] == 0
+
+
+def test_a_contact_create_carries_the_associations_the_spec_requires(hubspot, crm):
+    """The Contacts v3 spec marks `associations` required on create: the request on the
+    wire, read from the shared client's own hook, carries it (empty)."""
+    sent: list[httpx.Request] = []
+    hooks = shared_client().event_hooks["request"]
+    hooks.append(sent.append)
+    try:
+        crm.create_record(external_ref="opk_1", fields=ADA)
+    finally:
+        hooks.remove(sent.append)
+    contact = next(r for r in sent if r.url.path == "/crm/v3/objects/contacts")
+    assert json.loads(contact.content) == {
+        "properties": {
+            "email": "ada@example.com",
+            "firstname": "Ada",
+            "lastname": "Lovelace",
+            "phone": "+44 20 7946 0000",
+        },
+        "associations": [],
+    }
 
 
 def test_midnight_is_the_accounts_own():
@@ -313,35 +438,47 @@ def test_lookup_by_a_property_that_is_not_unique_is_refused(hubspot, crm):
 # -- verification -------------------------------------------------------------------
 
 
-def test_verify_holds_when_the_property_is_unique_on_both_objects(crm):
+def test_verify_requires_unique_values_on_the_enquiry_only(crm):
     checks = crm.verify()
     assert [(c.capability, c.verified) for c in checks] == [
         ("unique_external_ref", True),
         ("lookup", True),
+        ("tasks.lookup", True),
     ]
-    assert "GET /crm/v3/properties/deals/onefold_ref: hasUniqueValue=true" in checks[0].how
-    assert "GET /crm/v3/properties/tasks/onefold_ref: hasUniqueValue=true" in checks[0].how
+    assert checks[0].how == "GET /crm/v3/properties/deals/onefold_ref: hasUniqueValue=true"
+    assert checks[2].how == (
+        "GET /crm/v3/properties/tasks/onefold_ref: hasUniqueValue=false; lookup through the "
+        "deal's associations (GET /crm/v4/objects/deals/{id}/associations/tasks)"
+    )
 
 
-def test_verify_refuses_a_reference_without_unique_values(hubspot, crm):
+def test_verify_refuses_an_enquiry_reference_without_unique_values(hubspot, crm):
+    # What an account whose deal property lost its uniqueness (re-created without it) shows.
     hubspot.hubspot.set_config({"reference_unique": False})
     checks = crm.verify()
-    assert [c.verified for c in checks] == [False, False]
+    assert [c.verified for c in checks] == [False, False, True]
     assert "deals/onefold_ref: hasUniqueValue=false" in checks[0].how
 
 
 def test_verify_refuses_when_tasks_lack_the_property(hubspot):
     hubspot.hubspot.set_config({"reference_missing_on": ["tasks"]})
     checks = adapter(hubspot, HUBSPOT_ENQUIRY_OBJECT="tickets").verify()
-    assert [c.verified for c in checks] == [False, False]
+    assert [(c.capability, c.verified) for c in checks] == [
+        ("unique_external_ref", True),
+        ("lookup", True),
+        ("tasks.lookup", False),
+    ]
     assert "tickets/onefold_ref: hasUniqueValue=true" in checks[0].how
-    assert "tasks/onefold_ref: 404, the property does not exist on tasks" in checks[0].how
+    assert "tasks/onefold_ref: 404, the property does not exist on tasks" in checks[2].how
+    assert "ticket's associations (GET /crm/v4/objects/tickets/{id}/associations/tasks)" in (
+        checks[2].how
+    )
 
 
 def test_verify_without_a_token_asks_nothing(hubspot):
     crm = adapter_from_env(base_url=hubspot.http_url, timeout=5, env={})
     checks = crm.verify()
-    assert [c.verified for c in checks] == [False, False]
+    assert [c.verified for c in checks] == [False, False, False]
     assert "HUBSPOT_TOKEN is not set" in checks[0].how
     assert stats(hubspot)["calls"].get("get_property", 0) == 0
 

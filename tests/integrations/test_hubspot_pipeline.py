@@ -24,12 +24,11 @@ from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Operation, ReviewCase
 from idempotency_core.reconciliation.compare import reconcile, run_summary
 from integrations.hubspot.adapter import seconds_to_midnight
-from lab.emulators.hubspot import HubSpotEmulator
+from lab.emulators.hubspot import DEFAULT_TOKEN, HubSpotEmulator
 from tests.factories import completed, ingest, op, submission
 from tests.support.processes import wait_for
 from tests.support.vendors import all_settled, deliver_at_once
 
-TOKEN = "pat-na1-pipeline-secret"
 STEPS = ("create_enquiry", "assign_task", "send_confirmation")
 
 
@@ -37,10 +36,9 @@ STEPS = ("create_enquiry", "assign_task", "send_confirmation")
 def hubspot(sandbox, settings, monkeypatch) -> Iterator[HubSpotEmulator]:
     """The emulator, with the default CRM pointed at it (email stays on the sandbox)."""
     with HubSpotEmulator() as emulator:
-        emulator.hubspot.set_config({"token": TOKEN})
         settings.ONEFOLD_CRM = "hubspot"
-        monkeypatch.setenv("HUBSPOT_TOKEN", TOKEN)
-        monkeypatch.setenv("HUBSPOT_BASE_URL", emulator.http_url)
+        for variable, value in emulator.adapter_env().items():
+            monkeypatch.setenv(variable, value)
         verification_forget()
         yield emulator
         verification_forget()
@@ -92,19 +90,42 @@ def test_lost_create_answers_under_a_lagging_search_give_one_of_each(hubspot, sa
 
 
 @pytest.mark.django_db
-def test_a_lost_task_answer_is_retried_into_one_task(hubspot, sandbox):
+def test_a_lost_task_answer_is_found_through_the_deal_and_not_repeated(hubspot, sandbox):
+    """HubSpot has no unique task property: after the lost answer the task step looks
+    through the deal's associations first (the task capabilities: lookup), finds the
+    task and adopts it; create_task is never called twice."""
     event = ingest("hs-task")
     assert operation_execute(operation_id=op(event, "create_enquiry").pk) == "succeeded"
     hubspot.hubspot.add_fault(action="create_task", mode="drop_response_after_commit")
     task = op(event, "assign_task")
     assert operation_execute(operation_id=task.pk) == "ambiguous"
+    task.refresh_from_db()
+    assert task.recovery == "lookup_first"
     assert run_now(task) == "succeeded"
     assert task.attempts.order_by("-number").first().adopted
     assert operation_execute(operation_id=op(event, "send_confirmation").pk) == "succeeded"
     counts = stats(hubspot)
     assert (counts["records"], counts["tasks"]) == (1, 1)
     assert counts["tasks_by_external_ref"] == {task.key: 1}
+    assert (counts["calls"]["create_task"], counts["calls"]["lookup_task"]) == (1, 1)
     assert sandbox.stats()["messages"] == 1
+
+
+@pytest.mark.django_db
+def test_a_clash_answered_400_is_adopted_like_the_409(hubspot):
+    """The variant HubSpot's docs do not rule out: a repeated reference refused with 400.
+    The lost deal's retry is refused so, and the deal is read by reference and adopted."""
+    hubspot.hubspot.set_config({"unique_clash_status": 400})
+    hubspot.hubspot.add_fault(action="create_record", mode="drop_response_after_commit")
+    event = ingest("hs-400")
+    enquiry = op(event, "create_enquiry")
+    assert operation_execute(operation_id=enquiry.pk) == "ambiguous"
+    assert run_now(enquiry) == "succeeded"
+    adopted = enquiry.attempts.order_by("-number").first()
+    assert adopted.adopted and adopted.http_status == 400
+    counts = stats(hubspot)
+    assert (counts["contacts"], counts["records"]) == (1, 1)
+    assert not ReviewCase.objects.exists()
 
 
 @pytest.mark.django_db
@@ -139,19 +160,24 @@ def test_a_reference_without_unique_values_is_refused_and_never_called(hubspot):
 
 @pytest.mark.django_db
 def test_check_destinations_refuses_a_reference_hubspot_does_not_keep_unique(hubspot):
+    # Tasks' property has no unique values (HubSpot offers none there): verified all the same.
     out = io.StringIO()
     call_command("check_destinations", "crm", stdout=out, stderr=out)
     assert "crm\tunique_external_ref\tverified\tGET /crm/v3/properties/deals/onefold_ref" in (
         out.getvalue()
     )
+    assert "crm\ttasks.lookup\tverified\tGET /crm/v3/properties/tasks/onefold_ref" in (
+        out.getvalue()
+    )
+    assert "lookup through the deal's associations" in out.getvalue()
     hubspot.hubspot.set_config({"reference_missing_on": ["tasks"]})
     out = io.StringIO()
     with pytest.raises(CommandError, match="refused: crm") as refused:
         call_command("check_destinations", "crm", stdout=out, stderr=out)
     assert refused.value.returncode == 1
-    assert "crm\tunique_external_ref\trefused\t" in out.getvalue()
+    assert "crm\ttasks.lookup\trefused\t" in out.getvalue()
     assert "tasks/onefold_ref: 404, the property does not exist on tasks" in out.getvalue()
-    assert TOKEN not in out.getvalue()
+    assert DEFAULT_TOKEN not in out.getvalue()
 
 
 @pytest.mark.django_db
@@ -192,19 +218,14 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
     submission, one contact per customer."""
     with HubSpotEmulator() as emulator:
         control = emulator.hubspot
-        control.set_config({"token": TOKEN, "search_lag_seconds": 5, "retry_after_header": True})
+        control.set_config({"search_lag_seconds": 5, "retry_after_header": True})
         control.add_fault(action="create_record", mode="drop_response_after_commit", times=4)
         control.add_fault(action="create_record", mode="http_429", seconds=1)
         control.add_fault(action="create_contact", mode="drop_response_after_commit", times=2)
         control.add_fault(action="create_task", mode="drop_response_after_commit", times=3)
         # The faults serve whichever calls come first, so one operation may meet all
         # seven create faults in a row: enough attempts that none is exhausted.
-        env = {
-            "ONEFOLD_CRM": "hubspot",
-            "HUBSPOT_TOKEN": TOKEN,
-            "HUBSPOT_BASE_URL": emulator.http_url,
-            "ONEFOLD_MAX_ATTEMPTS": "10",
-        }
+        env = {"ONEFOLD_CRM": "hubspot", **emulator.adapter_env(), "ONEFOLD_MAX_ATTEMPTS": "10"}
         qcluster_factory("qcluster", **env)
         qcluster_factory.sweeper("sweeper", **env)
         _, _, key = source_create_with_key(name="website")
@@ -242,10 +263,12 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
     assert (counted["records"], counted["tasks"]) == (ROUNDS, ROUNDS)
     assert counted["contacts"] == CUSTOMERS
     assert set(counted["contacts_by_email"].values()) == {1}
-    # Each lost or refused answer cost one more call, answered 409 and adopted.
+    # Each lost or refused deal answer cost one more call, answered 409 and adopted; a
+    # lost task answer cost a lookup through the deal's associations, no second create.
     assert counted["calls"]["create_record"] == ROUNDS + 4 + 1
     assert counted["calls"]["create_contact"] == counted["calls"]["create_record"] + 2
-    assert counted["calls"]["create_task"] == ROUNDS + 3
+    assert counted["calls"]["create_task"] == ROUNDS
+    assert counted["calls"]["lookup_task"] == 3
     assert counted["calls"]["search"] == 0  # never asked: it lags
     assert len(sandbox.messages()) == ROUNDS
     assert not ReviewCase.objects.exists()
