@@ -150,6 +150,9 @@ Control and inspection (tests and drills only)
     ``http_500_after_commit``
         Processed and committed, then HTTP 500 ``injected failure after
         commit``; SMTP stores, then ``451 4.3.0 injected failure after commit``.
+    ``http_502_after_commit``
+        Processed and committed, then HTTP 502 in a gateway's words, whatever the
+        vendor emulated (a proxy in front of it lost the answer); SMTP as above.
     ``http_429`` / ``http_503``
         HTTP 429 / 503 with ``Retry-After: <seconds>`` (rounded up); SMTP
         ``421 4.7.0 try again later``. Nothing is stored.

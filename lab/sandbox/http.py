@@ -294,6 +294,10 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
             return Reply(drop=True)
         if fault.mode == "http_500_after_commit":
             return self.fault_reply_after_commit(fault)
+        if fault.mode == "http_502_after_commit":
+            # A proxy or load balancer in front of the service lost its answer: the
+            # gateway's words, whatever the vendor (RFC 9110, 15.6.3).
+            return _error(502, "bad gateway: the upstream answer was lost after commit")
         return reply
 
     def fault_reply_before_commit(self, fault: Fault) -> Reply | None:

@@ -78,7 +78,7 @@ class SinkHandler:
             if server.transport is not None:
                 server.transport.close()
             await asyncio.sleep(3600)
-        if mode == "http_500_after_commit":
+        if mode in ("http_500_after_commit", "http_502_after_commit"):
             return "451 4.3.0 injected failure after commit"
         return "250 OK"
 

@@ -34,6 +34,7 @@ FAULT_MODES = (
     "fail_before_commit",
     "drop_response_after_commit",
     "http_500_after_commit",
+    "http_502_after_commit",
     "http_429",
     "http_503",
     "http_400",
