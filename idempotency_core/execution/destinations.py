@@ -112,10 +112,12 @@ class AdapterUnavailableError(DestinationError):
 
 class DestinationRefusedError(DestinationError):
     """The destination's declared capabilities do not hold (or could not be checked):
-    it is not called. Retryable: a corrected configuration is used at the next check."""
+    it is not called. Retryable: a corrected configuration is used at the next check.
+    `unreachable`: it could not be asked at all (no answer, no credentials)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
         super().__init__(message, classification=Classification.RETRYABLE)
+        self.unreachable = unreachable
 
 
 def destination_for(source: Source, role: str) -> Destination:
@@ -331,14 +333,20 @@ def _configuration_key(destination: Destination) -> tuple[str, ...]:
     return (destination.name, kind, destination.base_url, digest)
 
 
-def destination_checks(destination: Destination) -> list[CapabilityCheck]:
+def destination_checks(
+    destination: Destination, *, rate_limits_raise: bool = False
+) -> list[CapabilityCheck]:
     """The destination's declared capabilities checked against it (network calls).
 
     A destination that cannot be built or reached gives one refused check,
-    "reachable", with the reason."""
+    "reachable", with the reason. `rate_limits_raise`: a rate limit's refusal is
+    raised instead (a worker waits for it: the destination said nothing of its
+    capabilities)."""
     try:
         return list(adapter_for(destination).verify())
     except DestinationError as exc:
+        if exc.rate_limit and rate_limits_raise:
+            raise
         return [CapabilityCheck("reachable", False, exc.message)]
     except httpx.HTTPError as exc:
         return [CapabilityCheck("reachable", False, f"{type(exc).__name__}: {exc}")]
@@ -364,8 +372,9 @@ def destination_ready(
     key = _configuration_key(destination)
     with _verified_lock:
         cached = None if fresh else _verified.get(key)
+    unreachable = False
     if cached is None or cached[0] <= now:
-        checks = destination_checks(destination)
+        checks = destination_checks(destination, rate_limits_raise=True)
         refusal = destination_refusal(checks)
         unreachable = any(c.capability == "reachable" for c in checks)
         if refusal:
@@ -383,7 +392,8 @@ def destination_ready(
         cached = (now, refusal)
     if cached[1]:
         raise DestinationRefusedError(
-            f"destination {destination.name} refused, not called: {cached[1]}"
+            f"destination {destination.name} refused, not called: {cached[1]}",
+            unreachable=unreachable,
         )
 
 

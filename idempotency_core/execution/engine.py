@@ -43,6 +43,7 @@ from idempotency_core.execution.budget import (
 from idempotency_core.execution.destinations import (
     AdapterUnavailableError,
     DestinationRefusedError,
+    adapter_for,
     destination_ready,
 )
 from idempotency_core.execution.policy import (
@@ -69,7 +70,7 @@ from idempotency_core.execution.steps import (
     step_context,
     step_of,
 )
-from idempotency_core.models import Attempt, DestinationBudget, Operation
+from idempotency_core.models import Attempt, Destination, DestinationBudget, Operation
 from integrations.base import DestinationError, RateLimit, Reply
 from integrations.http import request_gate
 
@@ -339,19 +340,24 @@ def operation_perform(claim: Claim) -> AttemptResult:
             "longer recognise a repeat; not called",
         )
     try:
-        # Never a call to a destination whose declared capabilities do not hold.
-        destination_ready(operation.destination)
-        if rule in _RELIES_ON_CAPABILITY:
-            lost = _reliance_check(operation)
-            if lost:
-                return AttemptResult(
-                    outcome=Attempt.Outcome.AMBIGUOUS,
-                    error_class="CapabilityLost",
-                    message=f"not called: {lost}",
-                    capability_lost=lost,
-                )
-        return _call_destination(operation, rule=rule, refs=claim.refs)
+        with _within_budget(operation.destination):
+            # Never a call to a destination whose declared capabilities do not hold.
+            destination_ready(operation.destination)
+            if rule in _RELIES_ON_CAPABILITY:
+                lost = _reliance_check(operation)
+                if lost:
+                    return AttemptResult(
+                        outcome=Attempt.Outcome.AMBIGUOUS,
+                        error_class="CapabilityLost",
+                        message=f"not called: {lost}",
+                        capability_lost=lost,
+                    )
+            return _call_destination(operation, rule=rule, refs=claim.refs)
     except DestinationRefusedError as exc:
+        if exc.unreachable:  # no verdict at all: an ordinary retry
+            return AttemptResult(
+                outcome=str(exc.classification), message=exc.message, error_class=type(exc).__name__
+            )
         # Its declaration does not hold: the destination's work waits, one pause for all
         # of it, and resumes when it verifies again (no case per submission).
         return _waited(operation, exc, pause=DestinationBudget.Pause.REFUSED)
@@ -419,10 +425,13 @@ def _waited(operation: Operation, exc: DestinationError, *, pause: str) -> Attem
 def _reliance_check(operation: Operation) -> str:
     """Recovery is about to rely on what the destination recognises of a repeat: that is
     read again now, whatever the last verification said ("" when it holds). A stale
-    verdict could repeat a create the destination no longer refuses."""
+    verdict could repeat a create the destination no longer refuses. A destination that
+    cannot be asked (or asks to wait) raises: nothing is called, and no verdict given."""
     try:
         destination_ready(operation.destination, fresh=True)
     except DestinationRefusedError as exc:
+        if exc.unreachable:
+            raise
         destination_pause(
             operation.destination,
             seconds=settings.ONEFOLD_VERIFY_RETRY_SECONDS,
@@ -433,22 +442,27 @@ def _reliance_check(operation: Operation) -> str:
     return ""
 
 
+@contextmanager
+def _within_budget(destination: Destination) -> Iterator[None]:
+    """Every request of this attempt, its verifications included, within the
+    destination's shared budget (budget.py)."""
+    try:
+        budget = budget_for(destination, adapter_for(destination).request_budget)
+    except BudgetSettingError as exc:
+        raise AdapterUnavailableError(str(exc)) from exc
+    gate = request_gate.set(BudgetGate(destination, budget))
+    try:
+        yield
+    finally:
+        request_gate.reset(gate)
+
+
 def _call_destination(
     operation: Operation, *, rule: str, refs: dict[str, str] | None
 ) -> AttemptResult:
-    """Reads first where the rule allows it, else performs the step's effect; every
-    request within the destination's shared budget (budget.py)."""
+    """Reads first where the rule allows it, else performs the step's effect."""
     step = step_of(operation)
-    context = step_context(operation, refs=refs)
-    try:
-        budget = budget_for(operation.destination, context.adapter.request_budget)
-    except BudgetSettingError as exc:
-        raise AdapterUnavailableError(str(exc)) from exc
-    gate = request_gate.set(BudgetGate(operation.destination, budget))
-    try:
-        return _read_or_perform(operation, step, context, rule=rule)
-    finally:
-        request_gate.reset(gate)
+    return _read_or_perform(operation, step, step_context(operation, refs=refs), rule=rule)
 
 
 def _read_or_perform(

@@ -42,7 +42,7 @@ from integrations.base import (
     RequestBudget,
     http_reply,
 )
-from integrations.http import header_delay, json_object, send, status_error, timeout_of
+from integrations.http import RETRY_LATER, header_delay, json_object, send, status_error, timeout_of
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and
@@ -227,6 +227,9 @@ class HubSpotCrm:
         response = self._send("GET", path)
         if response.status_code == 404:
             return _PropertyRead(path, f"404, the property does not exist on {object_type}")
+        if response.status_code in RETRY_LATER or response.status_code >= 500:
+            # No verdict: a rate limit (waited for) or an outage (asked again).
+            self._raise_for_status(response)
         if response.status_code >= 400:
             return _PropertyRead(path, _described(response))
         unique = json_object(response).get("hasUniqueValue") is True
