@@ -46,7 +46,9 @@ def configure(api: httpx.Client, **settings: Any) -> httpx.Response:
     return api.post("/_sandbox/config", json=settings)
 
 
-def send(api: httpx.Client, headers: dict[str, str] | None = None, **changes: Any) -> httpx.Response:
+def send(
+    api: httpx.Client, headers: dict[str, str] | None = None, **changes: Any
+) -> httpx.Response:
     return api.post("/emails", json={**EMAIL, **changes}, headers={**AUTH, **(headers or {})})
 
 
@@ -245,7 +247,9 @@ def test_domain_statuses_are_resends_own(api: httpx.Client) -> None:
         ("from", "Onefold <enquiries@onefold.example"),
     ],
 )
-def test_an_address_resend_does_not_accept_is_422(api: httpx.Client, field: str, value: Any) -> None:
+def test_an_address_resend_does_not_accept_is_422(
+    api: httpx.Client, field: str, value: Any
+) -> None:
     refused = send(api, **{field: value})
     assert refusal(refused) == (422, "validation_error")
     assert f"Invalid `{field}` field" in refused.json()["message"]
