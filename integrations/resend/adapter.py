@@ -158,7 +158,7 @@ class ResendSender:
         if 400 <= response.status_code < 500 and response.status_code != 429:
             how = f"GET /domains: HTTP {response.status_code} {name}: the API key is refused"
             return [CapabilityCheck("idempotency_keys", False, how.replace("  ", " "))]
-        raise _error(response)
+        raise destination_error(response)
 
     @property
     def sender_domain(self) -> str:
@@ -212,14 +212,14 @@ class ResendSender:
                 classification=Classification.AMBIGUOUS,
                 reply=http_reply(200),
             )
-        raise _error(response)
+        raise destination_error(response)
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self._api_key}", **kwargs.pop("headers", {})}
         return send(method, self.base_url + path, timeout=self.timeout, headers=headers, **kwargs)
 
 
-def _error(response: httpx.Response) -> DestinationError:
+def destination_error(response: httpx.Response) -> DestinationError:
     """Resend's answer as the engine's vocabulary (https://resend.com/docs/api-reference/errors)."""
     status = response.status_code
     body = json_object(response)

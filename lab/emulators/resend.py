@@ -784,11 +784,6 @@ class ResendEmulator(EmulatorServer):
     handler_class = ResendRequestHandler
     store_class = ResendStore
 
-    @property
-    def resend(self) -> ResendStore:
-        assert isinstance(self.store, ResendStore), "the emulator is not running"
-        return self.store
-
     def adapter_env(self) -> dict[str, str]:
         """The RESEND_* variables that point the adapter at this emulator as it starts:
         its URL, the key it accepts and a From address on its verified domain."""

@@ -18,8 +18,8 @@ import pytest
 from integrations.base import Classification, DestinationError, EmailAdapter, RateLimit
 from integrations.resend.adapter import (
     ResendSender,
-    _error,
     adapter_from_env,
+    destination_error,
     seconds_to_utc_midnight,
 )
 from lab.emulators.resend import DEFAULT_API_KEY, DEFAULT_DOMAIN, ResendEmulator
@@ -193,7 +193,7 @@ def test_a_429_without_retry_after_waits_for_ratelimit_reset() -> None:
         headers={"ratelimit-limit": "2", "ratelimit-remaining": "0", "ratelimit-reset": "3"},
         request=request,
     )
-    error = _error(answer)
+    error = destination_error(answer)
     assert (error.rate_limit, error.retry_after) == (RateLimit.WINDOW, 3)
 
 
