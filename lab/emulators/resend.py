@@ -1,56 +1,62 @@
 """A local stand-in for Resend's email API (https://resend.com/docs/api-reference).
 
-Answers `POST /emails` with Resend's idempotency-key contract, `GET /emails/{id}`
-and `GET /domains`, in Resend's error shape, plus the `/_sandbox/` controls every
-emulator shares (lab/emulators/kit.py). The part below describes
-the API, the controls and what is simplified.
-
-The emulated API
-================
-
-Resend, the transactional email API: its adapter and a local emulator.
-
-The adapter (`adapter.py`, `ResendSender`) sends the confirmation email with
-`POST /emails` and `Idempotency-Key: <operation key>`; its capabilities are
-`idempotency_keys=True` with `key_retention` 24 hours (Resend's documented
-window). Configuration: `adapter_from_env()` reads `RESEND_API_KEY` (required,
-sent as `Authorization: Bearer`), `RESEND_BASE_URL` (default
-https://api.resend.com), `RESEND_FROM` (default: Django's `DEFAULT_FROM_EMAIL`,
-itself read from the environment variable of that name) and
-`RESEND_KEY_RETENTION_SECONDS` (optional; can only shorten the 24 hours).
+Answers `POST /emails` with Resend's idempotency-key contract, `GET /emails/{id}`,
+`GET /domains` and `GET /domains/{id}`, in Resend's error shape, as strict as
+Resend's documentation: one API key, the team's rate limit, verified sending
+domains, checked addresses. Plus the `/_sandbox/` controls every emulator shares
+(lab/emulators/kit.py). The part below describes the API, the controls and what
+is simplified.
 
 Running the emulator
 ====================
 
 In-process (tests)::
 
-    from lab.emulators.resend import ResendEmulator
+    from lab.emulators.resend import DEFAULT_API_KEY, DEFAULT_SENDER, ResendEmulator
 
     with ResendEmulator() as resend:            # port 0: a free port
-        httpx.post(f"{resend.http_url}/emails", json={...},
-                   headers={"Authorization": "Bearer re_test", "Idempotency-Key": "k"})
+        httpx.post(f"{resend.http_url}/emails",
+                   json={"from": DEFAULT_SENDER, "to": "ada@example.com", ...},
+                   headers={"Authorization": f"Bearer {DEFAULT_API_KEY}",
+                            "Idempotency-Key": "k"})
 
-A real HTTP/1.1 server on loopback; its state lives in memory, never in the
-app's database.
+`adapter_env()` gives the RESEND_* variables that point the adapter at it: its
+URL, its key and a From address on its verified domain. A real HTTP/1.1 server
+on loopback; its state lives in memory, never in the app's database.
 
 Resend API (what the adapter calls)
 ===================================
 
-Every answer carries `ratelimit-limit`, `ratelimit-remaining`, `ratelimit-reset`
-(https://resend.com/docs/api-reference/rate-limit). Errors are Resend's shape
-`{"statusCode", "message", "name"}` (https://resend.com/docs/api-reference/errors).
+Errors are Resend's shape `{"statusCode", "message", "name"}`
+(https://resend.com/docs/api-reference/errors). Each API request is checked in
+this order: the key, the team's rate limit, the key's permission, the request.
 
-Authentication: `Authorization: Bearer re_...`. None: 401 `missing_api_key`; a
-key that does not start with `re_`, or differs from the configured `api_key`:
-403 `invalid_api_key`. A key with `api_key_permission` `sending_access` may send
-and nothing else: 401 `restricted_api_key` on the other paths.
+Authentication (https://resend.com/docs/api-reference/introduction, "Authentication";
+codes from the errors page): `Authorization: Bearer <key>`. None: 401
+`missing_api_key`; any key but the configured `api_key` (default
+`DEFAULT_API_KEY`): 403 `invalid_api_key` "API key is invalid.". A key with
+`api_key_permission` `sending_access` may send and nothing else: the other paths
+answer 401 `restricted_api_key`.
+
+Rate limit (https://resend.com/docs/api-reference/rate-limit): `rate_limit`
+requests in any second for the whole team, whichever key sends them (default 2,
+the figure Resend announced for every team: https://resend.com/changelog/api-rate-limit;
+`null` lifts it). Every API answer carries `ratelimit-limit`, `ratelimit-remaining`
+and `ratelimit-reset` (whole seconds until a request is free again); a request
+over the limit is refused before anything else with 429 `rate_limit_exceeded`
+and `retry-after`. A refused request does not count.
 
 ``POST /emails`` ``{"from", "to": str | [str] (1-50), "subject", "text" | "html",
 "headers"?: {...}}``
     200 ``{"id": "<uuid>"}``: the email is sent (stored, see the controls).
-    Missing fields: 422 `missing_required_field`; a malformed address: 422
-    `validation_error`. When `domains` are configured, a `from` domain that is
-    not listed as verified: 403 `validation_error`.
+    Missing fields: 422 `missing_required_field`. An address that is not
+    `email@example.com` or `Name <email@example.com>`: 422 `validation_error`
+    (resend/resend-python#65 quotes the answer). A `from` domain that is not one
+    of the team's `domains`, or is not `verified`: 403 `validation_error` "The X
+    domain is not verified. Please, add and verify your domain on
+    https://resend.com/domains" (errors page; the full text as resend/resend-node#455
+    quotes it). The domain must match exactly, subdomain included
+    (https://resend.com/docs/knowledge-base/403-error-domain-mismatch).
     ``Idempotency-Key`` (https://resend.com/docs/dashboard/emails/idempotency-keys):
     outside 1-256 characters: 400 `invalid_idempotency_key`. A key seen within
     `idempotency_window_seconds` (default 86400) with the same payload (the
@@ -59,49 +65,76 @@ and nothing else: 401 `restricted_api_key` on the other paths.
     while the first request with it is still in progress (e.g. held by a `slow`
     fault) 409 `concurrent_idempotent_requests`. Older keys are forgotten: the
     same request then sends a second email, as Resend would after 24 hours. A
-    request refused before sending (a 429 or 500 fault) leaves the key unbound.
+    request refused before sending (a 429 or 500 fault, a quota) leaves the key
+    unbound.
+    Quotas (https://resend.com/docs/api-reference/rate-limit, "Email Quotas"):
+    with `daily_quota` set (the Free plan's; each recipient counts as one email,
+    https://resend.com/docs/knowledge-base/account-quotas-and-limits), a send past
+    the emails of the current UTC day answers 429 `daily_quota_exceeded`; with
+    `monthly_quota`, past the current UTC month's, 429 `monthly_quota_exceeded`.
+    Every answer to a send then carries `x-resend-daily-quota` (only with a daily
+    quota) and `x-resend-monthly-quota`: the emails used.
 
 ``GET /emails/{id}``
     200 with the email (`object`, `id`, `from`, `to`, `subject`, `text`, `html`,
     `headers`, `created_at`, `last_event`), 404 `not_found`.
 
-``GET /domains``
-    200 ``{"object": "list", "data": [{"id", "name", "status", "created_at",
-    "region"}]}`` from the configured `domains`.
+``GET /domains`` (https://resend.com/docs/api-reference/domains/list-domains)
+    200 ``{"object": "list", "has_more": false, "data": [{"id", "name", "status",
+    "created_at", "region"}]}``: the configured `domains`, by default
+    `DEFAULT_DOMAIN` `verified`. Each `status` is one of Resend's
+    (https://resend.com/docs/dashboard/domains/manage-domains, "Understand a domain
+    status"): not_started, pending, verified, partially_verified,
+    partially_failed, failed, temporary_failure.
+
+``GET /domains/{id}`` (https://resend.com/docs/api-reference/domains/get-domain)
+    200 with the domain (`object` "domain", the fields above, `records` []); an
+    id that is not a UUID: 422 `invalid_parameter`; another: 404 `not_found`.
 
 Controls (tests and drills)
 ===========================
 
-The sandbox's `/_sandbox/reset`, `/_sandbox/faults` (action `send_email`; the
-before-commit modes answer in Resend's words: `http_429` is 429
-`rate_limit_exceeded` with `retry-after`, `fail_before_commit` and
-`http_500_after_commit` are 500 `internal_server_error`, `http_400` is 422
-`validation_error`), `/_sandbox/chaos` and `/_sandbox/stats`: records and tasks
-0, `messages` the emails sent, `messages_by_recipient`, and
+The sandbox's `/_sandbox/reset` (also empties the rate window),
+`/_sandbox/faults` (action `send_email`; the before-commit modes answer in
+Resend's words: `http_429` is 429 `rate_limit_exceeded` with `retry-after`,
+`fail_before_commit` and `http_500_after_commit` are 500 `application_error`,
+`http_400` is 422 `validation_error`), `/_sandbox/chaos` and `/_sandbox/stats`:
+records and tasks 0, `messages` the emails sent, `messages_by_recipient`,
 `messages_by_message_id` keyed by the idempotency key (the email id when sent
-without one).
+without one), `calls` (`send_email`, `read_domains`, and `rate_limited`: the
+requests refused by the rate limit).
 
 ``GET|POST /_sandbox/config`` ``{"idempotency_window_seconds", "api_key",
-"api_key_permission", "domains"}``: read or change the settings above.
+"api_key_permission", "rate_limit", "daily_quota", "monthly_quota", "domains"}``:
+read or change the settings above; a test lifts the rate limit with
+``{"rate_limit": null}`` and marks a domain pending with ``{"domains": [{"name":
+"onefold.example", "status": "pending"}]}``.
 
 ``GET /_sandbox/messages``: ``{"results": [emails, oldest first]}``, each with
 the `idempotency_key` it was sent with.
 
-Simplified: no batch sending, attachments, scheduling, webhooks or per-second
-rate limiting of its own (429s come from faults); the payload comparison is on
-the JSON body as sent.
+Simplified: no batch sending, attachments, scheduling, webhooks, cc/bcc,
+templates or domain management (domains are configured, not created), no
+pagination of `GET /domains` (every domain in one answer, as Resend answers a
+list without `limit`); the payload comparison is on the JSON body as sent; the
+month of a monthly quota is the UTC calendar month (Resend does not say when it
+starts); only `verified` sends (Resend says a `partially_verified` domain may
+send when its sending records are verified).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
 import re
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -109,17 +142,41 @@ from lab.emulators.kit import EmulatorServer
 from lab.sandbox.http import CONTROL_ROUTES, Reply, Route, SandboxRequestHandler
 from lab.sandbox.store import Fault, InvalidInput, SandboxStore
 
+# The one API key the emulator accepts unless configured otherwise.
+DEFAULT_API_KEY = "re_emulator_0123456789abcdef"
+# The team's one sending domain, verified, and an address on it.
+DEFAULT_DOMAIN = "onefold.example"
+DEFAULT_SENDER = f"Onefold <enquiries@{DEFAULT_DOMAIN}>"
 # Resend keeps idempotency keys 24 hours
 # (https://resend.com/docs/dashboard/emails/idempotency-keys).
 DEFAULT_WINDOW_SECONDS = 86400.0
 # "Idempotency keys can be up to 256 characters" (same page); 400
 # invalid_idempotency_key otherwise (https://resend.com/docs/api-reference/errors).
 MAX_KEY_LENGTH = 256
-# The documented default rate: 2 requests per second per team
-# (https://resend.com/docs/api-reference/rate-limit); only shown in the headers here.
-RATE_LIMIT = 2
-_ADDRESS = re.compile(r"^[^\s@<>]+@[^\s@<>]+\.[^\s@<>]+$")
-_FROM = re.compile(r"^(?:[^<>]*<)?(?P<address>[^\s@<>]+@(?P<domain>[^\s@<>]+))>?$")
+# Requests per second per team: Resend announced 2 for every team
+# (https://resend.com/changelog/api-rate-limit) and raises it per team on request; later
+# versions of https://resend.com/docs/api-reference/rate-limit give 5, then 10. The
+# lowest documented figure, so that a client that respects it respects them all.
+DEFAULT_RATE_LIMIT = 2
+RATE_WINDOW_SECONDS = 1.0
+# https://resend.com/docs/dashboard/domains/manage-domains, "Understand a domain status".
+DOMAIN_STATUSES = (
+    "not_started",
+    "pending",
+    "verified",
+    "partially_verified",
+    "partially_failed",
+    "failed",
+    "temporary_failure",
+)
+MAX_RECIPIENTS = 50
+
+# An address, alone or as `Name <address>`: the two forms Resend accepts in `from` and
+# `to`. The domain needs a dot: Resend refuses `a@localhost`.
+_ADDRESS = r"[^\s@<>,;\"]+@(?P<{}>(?:[A-Za-z0-9-]+\.)+[A-Za-z0-9-]{{2,}})"
+_MAILBOX = re.compile(
+    r"^(?:[^<>]*<" + _ADDRESS.format("named") + r">|" + _ADDRESS.format("bare") + r")$"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resend_emails (
@@ -147,13 +204,17 @@ CREATE TABLE IF NOT EXISTS resend_config (name TEXT PRIMARY KEY, value TEXT NOT 
 DEFAULT_CONFIG: dict[str, Any] = {
     # Seconds an idempotency key is remembered (tests step outside it).
     "idempotency_window_seconds": DEFAULT_WINDOW_SECONDS,
-    # The one API key accepted; None: any key that starts with re_.
-    "api_key": None,
+    # The one API key accepted.
+    "api_key": DEFAULT_API_KEY,
     # "full_access" or "sending_access" (Resend's two permissions).
     "api_key_permission": "full_access",
-    # [{"name": "example.com", "status": "verified"}]: what GET /domains lists. When
-    # any are listed, a send from another domain or an unverified one is refused (403).
-    "domains": [],
+    # Requests per second for the team; None lifts the limit.
+    "rate_limit": DEFAULT_RATE_LIMIT,
+    # Emails a UTC day (the Free plan's 100) and a UTC month; None: no such quota.
+    "daily_quota": None,
+    "monthly_quota": None,
+    # What GET /domains lists; only a domain listed as verified may send.
+    "domains": [{"name": DEFAULT_DOMAIN, "status": "verified"}],
 }
 
 
@@ -163,32 +224,69 @@ def resend_error(status: int, name: str, message: str, **headers: str) -> Reply:
     return Reply(status, {"statusCode": status, "message": message, "name": name}, dict(headers))
 
 
-def rate_headers(remaining: int = RATE_LIMIT - 1, reset: int = 1) -> dict[str, str]:
-    """The IETF-style headers Resend sends with every answer
-    (https://resend.com/docs/api-reference/rate-limit)."""
-    return {
-        "ratelimit-limit": str(RATE_LIMIT),
-        "ratelimit-remaining": str(remaining),
-        "ratelimit-reset": str(reset),
-    }
-
-
 def fingerprint(body: Mapping[str, Any]) -> str:
     """The payload a key is bound to: the request body, canonical JSON."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def sender_domain(value: Any) -> str | None:
+    """The domain of `email@example.com` or `Name <email@example.com>`; None when
+    the value is neither (Resend's two accepted forms)."""
+    match = _MAILBOX.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        return None
+    return (match.group("named") or match.group("bare")).lower()
+
+
+class RateWindow:
+    """The team's requests of the last second (a sliding window), shared by every key:
+    "This limit applies across all API keys associated with your team"
+    (https://resend.com/docs/api-reference/rate-limit)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._admitted: deque[float] = deque()
+
+    def take(self, limit: int) -> tuple[bool, dict[str, str]]:
+        """Admits one request if the window has room: (admitted, the answer's headers)."""
+        now = time.monotonic()
+        with self._lock:
+            while self._admitted and self._admitted[0] <= now - RATE_WINDOW_SECONDS:
+                self._admitted.popleft()
+            admitted = len(self._admitted) < limit
+            if admitted:
+                self._admitted.append(now)
+            remaining = max(0, limit - len(self._admitted))
+            free_in = self._admitted[0] + RATE_WINDOW_SECONDS - now
+        reset = str(max(1, math.ceil(free_in)))
+        headers = {
+            "ratelimit-limit": str(limit),
+            "ratelimit-remaining": str(remaining),
+            "ratelimit-reset": reset,
+        }
+        if not admitted:
+            headers["retry-after"] = reset
+        return admitted, headers
+
+    def clear(self) -> None:
+        with self._lock:
+            self._admitted.clear()
+
+
 class ResendStore(SandboxStore):
-    """The sandbox store (faults, chaos, call counts) plus Resend's emails and keys."""
+    """The sandbox store (faults, chaos, call counts) plus Resend's emails, keys and
+    the team's rate window."""
 
     def __init__(self, db_path: str | None = None) -> None:
         super().__init__(db_path)
+        self.rate_window = RateWindow()
         with self._lock:
             self._conn.executescript(_SCHEMA)
 
     def reset(self) -> None:
         super().reset()
+        self.rate_window.clear()
         with self._transaction() as db:
             for table in ("resend_emails", "resend_keys", "resend_config"):
                 db.execute(f"DELETE FROM {table}")
@@ -198,7 +296,7 @@ class ResendStore(SandboxStore):
     def config(self) -> dict[str, Any]:
         with self._lock:
             rows = self._conn.execute("SELECT name, value FROM resend_config").fetchall()
-        current = dict(DEFAULT_CONFIG)
+        current = copy.deepcopy(DEFAULT_CONFIG)
         current.update({row["name"]: json.loads(row["value"]) for row in rows})
         return current
 
@@ -206,22 +304,29 @@ class ResendStore(SandboxStore):
         unknown = set(changes) - set(DEFAULT_CONFIG)
         if unknown:
             raise InvalidInput(f"unknown settings: {', '.join(sorted(unknown))}")
-        window = changes.get("idempotency_window_seconds", 1.0)
-        if isinstance(window, bool) or not isinstance(window, int | float) or window < 0:
-            raise InvalidInput("idempotency_window_seconds must be a number >= 0")
-        if changes.get("api_key_permission", "full_access") not in (
-            "full_access",
-            "sending_access",
-        ):
-            raise InvalidInput("api_key_permission must be full_access or sending_access")
-        if not isinstance(changes.get("domains", []), list):
-            raise InvalidInput("domains must be a list of {name, status}")
+        for name, value in changes.items():
+            problem = _CONFIG_CHECKS[name](value)
+            if problem:
+                raise InvalidInput(f"{name} {problem}")
         with self._transaction() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO resend_config (name, value) VALUES (?, ?)",
                 [(name, json.dumps(value)) for name, value in changes.items()],
             )
         return self.config()
+
+    def domains(self) -> list[dict[str, Any]]:
+        """The team's domains in the shape of GET /domains' items."""
+        return [
+            {
+                "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, domain["name"])),
+                "name": domain["name"],
+                "status": domain["status"],
+                "created_at": "2026-01-01 00:00:00.000000+00",
+                "region": "us-east-1",
+            }
+            for domain in self.config()["domains"]
+        ]
 
     # -- idempotency keys ----------------------------------------------------
 
@@ -288,6 +393,22 @@ class ResendStore(SandboxStore):
                 )
         return answer
 
+    def emails_used(self) -> tuple[int, int]:
+        """Emails sent this UTC day and this UTC month, one per recipient ("Multiple
+        To, CC, or BCC recipients in sent emails count as separate emails",
+        https://resend.com/docs/knowledge-base/account-quotas-and-limits)."""
+        now = datetime.now(UTC)
+        month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT recipients, created_at FROM resend_emails WHERE created_at >= ?",
+                (month.isoformat(),),
+            ).fetchall()
+        by_row = [(len(json.loads(r["recipients"])), r["created_at"]) for r in rows]
+        today = sum(n for n, created in by_row if created >= day.isoformat())
+        return today, sum(n for n, _ in by_row)
+
     def email(self, email_id: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._conn.execute(
@@ -341,6 +462,44 @@ class ResendStore(SandboxStore):
         }
 
 
+def _whole_or_none(minimum: int) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value is None or (type(value) is int and value >= minimum):
+            return ""
+        return f"must be null or a whole number >= {minimum}"
+
+    return check
+
+
+def _domains_problem(value: Any) -> str:
+    if not isinstance(value, list) or not all(
+        isinstance(d, dict)
+        and isinstance(d.get("name"), str)
+        and d["name"]
+        and d.get("status") in DOMAIN_STATUSES
+        for d in value
+    ):
+        return f"must be a list of {{name, status}}, status one of {', '.join(DOMAIN_STATUSES)}"
+    return ""
+
+
+_CONFIG_CHECKS: dict[str, Callable[[Any], str]] = {
+    "idempotency_window_seconds": lambda v: (
+        ""
+        if not isinstance(v, bool) and isinstance(v, int | float) and v >= 0
+        else "must be a number >= 0"
+    ),
+    "api_key": lambda v: "" if isinstance(v, str) and v else "must be a non-empty string",
+    "api_key_permission": lambda v: (
+        "" if v in ("full_access", "sending_access") else "must be full_access or sending_access"
+    ),
+    "rate_limit": _whole_or_none(1),
+    "daily_quota": _whole_or_none(0),
+    "monthly_quota": _whole_or_none(0),
+    "domains": _domains_problem,
+}
+
+
 class ResendRequestHandler(SandboxRequestHandler):
     """Resend's paths in Resend's words; the sandbox's controls for tests."""
 
@@ -349,6 +508,7 @@ class ResendRequestHandler(SandboxRequestHandler):
         (re.compile(r"/emails"), {"POST": "emails_post"}),
         (re.compile(r"/emails/(?P<email_id>[^/]+)"), {"GET": "email_get"}),
         (re.compile(r"/domains"), {"GET": "domains_get"}),
+        (re.compile(r"/domains/(?P<domain_id>[^/]+)"), {"GET": "domain_get"}),
         (re.compile(r"/_sandbox/config"), {"GET": "config_get", "POST": "config_post"}),
         (re.compile(r"/_sandbox/messages"), {"GET": "messages_get"}),
         *CONTROL_ROUTES,
@@ -364,9 +524,87 @@ class ResendRequestHandler(SandboxRequestHandler):
 
     def emails_post(self) -> Reply:
         self.store.count_call("send_email")
-        refused = self._authenticate(sending=True)
+        return self._api(self._send_request, sending=True)
+
+    def email_get(self, email_id: str) -> Reply:
+        def read() -> Reply:
+            email = self.resend.email(email_id)
+            if email is None:
+                return resend_error(404, "not_found", "Email not found")
+            return Reply(200, {k: v for k, v in email.items() if k != "idempotency_key"})
+
+        return self._api(read, sending=False)
+
+    def domains_get(self) -> Reply:
+        """GET /domains (https://resend.com/docs/api-reference/domains/list-domains)."""
+        self.store.count_call("read_domains")
+        return self._api(
+            lambda: Reply(
+                200, {"object": "list", "has_more": False, "data": self.resend.domains()}
+            ),
+            sending=False,
+        )
+
+    def domain_get(self, domain_id: str) -> Reply:
+        """GET /domains/{id} (https://resend.com/docs/api-reference/domains/get-domain);
+        an id that is not a UUID is 422 invalid_parameter (errors page)."""
+        self.store.count_call("read_domains")
+
+        def read() -> Reply:
+            try:
+                uuid.UUID(domain_id)
+            except ValueError:
+                return resend_error(422, "invalid_parameter", "The `id` must be a valid UUID.")
+            for domain in self.resend.domains():
+                if domain["id"] == domain_id:
+                    return Reply(200, {"object": "domain", **domain, "records": []})
+            return resend_error(404, "not_found", "Domain not found")
+
+        return self._api(read, sending=False)
+
+    def _api(self, answer: Callable[[], Reply], *, sending: bool) -> Reply:
+        """The checks every API request meets, in order: the key, the team's rate
+        limit, the key's permission; then `answer`, with the rate-limit headers."""
+        config = self.resend.config()
+        refused = self._unauthenticated(config)
         if refused is not None:
             return refused
+        headers: dict[str, str] = {}
+        if config["rate_limit"] is not None:
+            admitted, headers = self.resend.rate_window.take(config["rate_limit"])
+            if not admitted:
+                self.store.count_call("rate_limited")
+                # The errors page's rate_limit_exceeded, with the documented headers.
+                return resend_error(
+                    429,
+                    "rate_limit_exceeded",
+                    "Too many requests. Please limit the number of requests per second. "
+                    "Or contact support to increase rate limit.",
+                    **headers,
+                )
+        if not sending and config["api_key_permission"] == "sending_access":
+            reply = resend_error(
+                401, "restricted_api_key", "This API key is restricted to only send emails."
+            )
+        else:
+            reply = answer()
+        reply.headers = {**headers, **reply.headers}
+        return reply
+
+    def _unauthenticated(self, config: Mapping[str, Any]) -> Reply | None:
+        """Bearer API key (https://resend.com/docs/api-reference/introduction): none is
+        401 missing_api_key, any other than the team's 403 invalid_api_key (errors page)."""
+        header = self.headers.get("Authorization") or ""
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return resend_error(
+                401, "missing_api_key", "Missing API key in the authorization header."
+            )
+        if token.strip() != config["api_key"]:
+            return resend_error(403, "invalid_api_key", "API key is invalid.")
+        return None
+
+    def _send_request(self) -> Reply:
         body = self._json_body()
         invalid = self._invalid_email(body)
         if invalid is not None:
@@ -393,72 +631,59 @@ class ResendRequestHandler(SandboxRequestHandler):
             if outcome == "replay":
                 # "our API will give the same response, without actually sending the
                 # email again" (idempotency-keys page).
-                return Reply(status, first, rate_headers())
-        return self._send_email(body, key)
-
-    def _send_email(self, body: dict[str, Any], key: str | None) -> Reply:
-        email = {**body, "to": _recipients(body["to"])}
-
-        def work() -> Reply:
-            return Reply(200, self.resend.store_email(email, key=key), rate_headers())
-
-        reply = self._faulted("send_email", work)
+                return Reply(status, first)
+        recipients = _recipients(body["to"])
+        reply = self._over_quota(len(recipients)) or self._send_email(
+            {**body, "to": recipients}, key
+        )
         if key is not None and reply.status >= 400 and not reply.drop:
-            # Refused before sending (a 429, a 500 before commit): nothing is bound to
+            # Refused before sending (a quota, a 429 or 500 fault): nothing is bound to
             # the key. After a commit the key is already done, so this changes nothing.
             self.resend.release_key(key)
         return reply
 
-    def email_get(self, email_id: str) -> Reply:
-        refused = self._authenticate(sending=False)
-        if refused is not None:
-            return refused
-        email = self.resend.email(email_id)
-        if email is None:
-            return resend_error(404, "not_found", "Email not found")
-        return Reply(200, {k: v for k, v in email.items() if k != "idempotency_key"})
+    def _send_email(self, email: dict[str, Any], key: str | None) -> Reply:
+        def work() -> Reply:
+            answer = self.resend.store_email(email, key=key)
+            used = self._quota_headers(self.resend.config(), *self.resend.emails_used())
+            return Reply(200, answer, used)
 
-    def domains_get(self) -> Reply:
-        """GET /domains (https://resend.com/docs/api-reference/domains/list-domains):
-        a sending-only key is refused with 401 restricted_api_key."""
-        refused = self._authenticate(sending=False)
-        if refused is not None:
-            return refused
-        domains = [
-            {
-                "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, str(domain.get("name")))),
-                "name": domain.get("name"),
-                "status": domain.get("status", "verified"),
-                "created_at": "2026-01-01T00:00:00.000Z",
-                "region": "us-east-1",
-            }
-            for domain in self.resend.config()["domains"]
-        ]
-        return Reply(200, {"object": "list", "data": domains}, rate_headers())
+        return self._faulted("send_email", work)
 
-    def _authenticate(self, *, sending: bool) -> Reply | None:
-        """Bearer API key (https://resend.com/docs/api-reference/introduction): none is
-        401 missing_api_key, a wrong one 403 invalid_api_key; a sending-only key may send
-        and nothing else (401 restricted_api_key; errors page)."""
-        header = self.headers.get("Authorization") or ""
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return resend_error(
-                401, "missing_api_key", "Missing API key in the authorization header."
-            )
+    def _over_quota(self, emails: int) -> Reply | None:
+        """The quotas' 429s (https://resend.com/docs/api-reference/rate-limit, "Email
+        Quotas"; messages from the errors page)."""
         config = self.resend.config()
-        expected = config["api_key"]
-        if (expected is not None and token != expected) or not token.startswith("re_"):
-            return resend_error(403, "invalid_api_key", "API key is invalid.")
-        if not sending and config["api_key_permission"] == "sending_access":
+        day, month = self.resend.emails_used()
+        headers = self._quota_headers(config, day, month)
+        if config["daily_quota"] is not None and day + emails > config["daily_quota"]:
             return resend_error(
-                401, "restricted_api_key", "This API key is restricted to only send emails."
+                429,
+                "daily_quota_exceeded",
+                "You have exceeded your daily email sending quota.",
+                **headers,
+            )
+        if config["monthly_quota"] is not None and month + emails > config["monthly_quota"]:
+            return resend_error(
+                429,
+                "monthly_quota_exceeded",
+                "You have exceeded your monthly email sending quota.",
+                **headers,
             )
         return None
 
+    @staticmethod
+    def _quota_headers(config: Mapping[str, Any], day: int, month: int) -> dict[str, str]:
+        """`x-resend-daily-quota` (Free plan only) and `x-resend-monthly-quota`: the
+        emails used (https://resend.com/docs/api-reference/rate-limit)."""
+        headers = {"x-resend-monthly-quota": str(month)}
+        if config["daily_quota"] is not None:
+            headers["x-resend-daily-quota"] = str(day)
+        return headers
+
     def _invalid_email(self, body: Mapping[str, Any]) -> Reply | None:
-        """Required fields (422 missing_required_field) and field checks (422
-        validation_error), as the errors page names them."""
+        """Required fields (422 missing_required_field), addresses (422
+        validation_error) and the sending domain (403 validation_error)."""
         missing = [name for name in ("from", "to", "subject") if not body.get(name)]
         if missing:
             return resend_error(
@@ -470,29 +695,32 @@ class ResendRequestHandler(SandboxRequestHandler):
             recipients = _recipients(body["to"])
         except InvalidInput as exc:
             return resend_error(422, "validation_error", exc.detail)
-        if not 1 <= len(recipients) <= 50:
-            return resend_error(422, "validation_error", "`to` takes 1 to 50 addresses.")
-        match = _FROM.match(str(body["from"]).strip())
-        if match is None:
+        if not 1 <= len(recipients) <= MAX_RECIPIENTS:
+            return resend_error(
+                422, "validation_error", f"`to` takes 1 to {MAX_RECIPIENTS} addresses."
+            )
+        domain = sender_domain(body["from"])
+        if domain is None:
             return resend_error(
                 422,
                 "validation_error",
                 "Invalid `from` field. The email address needs to follow the "
                 "`email@example.com` or `Name <email@example.com>` format.",
             )
-        return self._refused_domain(match.group("domain"))
+        return self._unverified(domain)
 
-    def _refused_domain(self, domain: str) -> Reply | None:
-        listed = {
-            d.get("name"): d.get("status", "verified") for d in self.resend.config()["domains"]
-        }
-        if listed and listed.get(domain) != "verified":
-            return resend_error(
-                403,
-                "validation_error",
-                f"The {domain} domain is not verified. Please, add and verify your domain.",
-            )
-        return None
+    def _unverified(self, domain: str) -> Reply | None:
+        """A `from` domain the team has not verified, in Resend's words (errors page;
+        resend/resend-node#455 quotes the whole answer)."""
+        statuses = {d["name"].lower(): d["status"] for d in self.resend.config()["domains"]}
+        if statuses.get(domain) == "verified":
+            return None
+        return resend_error(
+            403,
+            "validation_error",
+            f"The {domain} domain is not verified. Please, add and verify your domain "
+            "on https://resend.com/domains",
+        )
 
     # -- faults in Resend's words -------------------------------------------
 
@@ -502,21 +730,25 @@ class ResendRequestHandler(SandboxRequestHandler):
             return resend_error(
                 429,
                 "rate_limit_exceeded",
-                "Too many requests. You can only make 2 requests per second. See rate limit "
-                "response headers for more information.",
-                **rate_headers(remaining=0, reset=int(retry_after)),
-                **{"retry-after": retry_after},
+                "Too many requests. Please limit the number of requests per second. "
+                "Or contact support to increase rate limit.",
+                **{
+                    "ratelimit-limit": str(DEFAULT_RATE_LIMIT),
+                    "ratelimit-remaining": "0",
+                    "ratelimit-reset": retry_after,
+                    "retry-after": retry_after,
+                },
             )
         if fault.mode == "http_503":
-            return resend_error(503, "application_error", "Service unavailable, try again.")
+            return resend_error(503, "service_unavailable", "API is temporarily unavailable")
         if fault.mode == "http_400":
             return resend_error(422, "validation_error", "Injected validation error.")
         if fault.mode == "fail_before_commit":
-            return resend_error(500, "internal_server_error", "An unexpected error occurred.")
+            return resend_error(500, "application_error", "An unexpected error occurred.")
         return None
 
     def fault_reply_after_commit(self, fault: Fault) -> Reply:
-        return resend_error(500, "internal_server_error", "An unexpected error occurred.")
+        return resend_error(500, "application_error", "An unexpected error occurred.")
 
     # -- controls ------------------------------------------------------------
 
@@ -531,16 +763,17 @@ class ResendRequestHandler(SandboxRequestHandler):
 
 
 def _recipients(value: Any) -> list[str]:
-    """`to`: one address or a list of them (send-email reference)."""
+    """`to`: one address or a list of them, each `email@example.com` or `Name
+    <email@example.com>` (send-email reference; the 422 as resend/resend-python#65
+    quotes it)."""
     addresses = [value] if isinstance(value, str) else value
     if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
         raise InvalidInput("Invalid `to` field: a string or a list of strings.")
-    for address in addresses:
-        if _ADDRESS.match(address.strip()) is None:
-            raise InvalidInput(
-                "Invalid `to` field. The email address needs to follow the "
-                "`email@example.com` or `Name <email@example.com>` format."
-            )
+    if any(sender_domain(address) is None for address in addresses):
+        raise InvalidInput(
+            "Invalid `to` field. The email address needs to follow the "
+            "`email@example.com` or `Name <email@example.com>` format."
+        )
     return [address.strip() for address in addresses]
 
 
@@ -552,6 +785,10 @@ class ResendEmulator(EmulatorServer):
     store_class = ResendStore
 
     def adapter_env(self) -> dict[str, str]:
-        """The RESEND_* variables that point the adapter at this emulator as it starts
-        (after a reset any key that starts with re_ is accepted)."""
-        return {"RESEND_API_KEY": "re_emulator_key", "RESEND_BASE_URL": self.http_url}
+        """The RESEND_* variables that point the adapter at this emulator as it starts:
+        its URL, the key it accepts and a From address on its verified domain."""
+        return {
+            "RESEND_API_KEY": DEFAULT_API_KEY,
+            "RESEND_BASE_URL": self.http_url,
+            "RESEND_FROM": DEFAULT_SENDER,
+        }

@@ -9,17 +9,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
-from integrations.base import Classification, DestinationError, EmailAdapter
-from integrations.resend.adapter import ResendSender, adapter_from_env
-from lab.emulators.resend import ResendEmulator
+from integrations.base import Classification, DestinationError, EmailAdapter, RateLimit
+from integrations.resend.adapter import (
+    ResendSender,
+    adapter_from_env,
+    destination_error,
+    seconds_to_utc_midnight,
+)
+from lab.emulators.resend import DEFAULT_API_KEY, DEFAULT_DOMAIN, ResendEmulator
 
-API_KEY = "re_test_0123456789"
+API_KEY = DEFAULT_API_KEY
+SENDER = f"enquiries@{DEFAULT_DOMAIN}"
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +36,16 @@ def emulator() -> Iterator[ResendEmulator]:
 
 @pytest.fixture
 def control(emulator: ResendEmulator) -> Iterator[httpx.Client]:
+    """The emulator's controls, reset: its default key, Resend's rate limit, the
+    sender's domain verified."""
     with httpx.Client(base_url=emulator.http_url, timeout=30) as http:
         assert http.post("/_sandbox/reset").status_code == 200
-        assert http.post("/_sandbox/config", json={"api_key": API_KEY}).status_code == 200
         yield http
 
 
 @pytest.fixture
 def sender(emulator: ResendEmulator, control: httpx.Client) -> ResendSender:
-    return ResendSender(
-        emulator.http_url, api_key=API_KEY, sender="enquiries@onefold.example", timeout=5
-    )
+    return ResendSender(emulator.http_url, api_key=API_KEY, sender=SENDER, timeout=5)
 
 
 def configure(control: httpx.Client, **settings: Any) -> None:
@@ -159,23 +164,66 @@ def test_the_same_key_while_the_first_is_in_flight_is_retryable(
     assert len(messages(control)) == 1
 
 
-def test_a_rate_limit_is_retryable_after_resends_retry_after(sender: ResendSender, control) -> None:
-    fault(control, "http_429", seconds=3)
-    raw = httpx.post(
-        f"{sender.base_url}/emails",
-        json={"from": "a@onefold.example", "to": "b@example.com", "subject": "s", "text": "t"},
-        headers={"Authorization": f"Bearer {API_KEY}"},
-    )
-    assert raw.status_code == 429
-    assert raw.json()["name"] == "rate_limit_exceeded"
-    assert raw.headers["retry-after"] == "3"
-    assert raw.headers["ratelimit-remaining"] == "0"
-    fault(control, "http_429", seconds=2)
+def test_resends_rate_limit_is_a_window_asked_again_after_retry_after(
+    sender: ResendSender, control
+) -> None:
+    """Two requests a second for the team: the third, at once, is refused before
+    anything is sent, a short window (never a failed attempt for the engine)."""
+    confirm(sender, key="opk_1")
+    confirm(sender, key="opk_2")
     with pytest.raises(DestinationError) as limited:
-        confirm(sender)
+        confirm(sender, key="opk_3")
     assert limited.value.classification == Classification.RETRYABLE
-    assert limited.value.retry_after == 2
-    assert messages(control) == []
+    assert limited.value.rate_limit == RateLimit.WINDOW
+    assert limited.value.retry_after == 1
+    assert "rate_limit_exceeded" in limited.value.message
+    assert len(messages(control)) == 2
+    time.sleep(limited.value.retry_after + 0.05)
+    confirm(sender, key="opk_3")
+    assert len(messages(control)) == 3
+
+
+def test_a_429_without_retry_after_waits_for_ratelimit_reset() -> None:
+    """Resend documents both headers; an answer with only `ratelimit-reset` still
+    names the wait (pure classification of one answer)."""
+    request = httpx.Request("POST", "https://api.resend.com/emails")
+    answer = httpx.Response(
+        429,
+        json={"statusCode": 429, "name": "rate_limit_exceeded", "message": "Too many requests."},
+        headers={"ratelimit-limit": "2", "ratelimit-remaining": "0", "ratelimit-reset": "3"},
+        request=request,
+    )
+    error = destination_error(answer)
+    assert (error.rate_limit, error.retry_after) == (RateLimit.WINDOW, 3)
+
+
+@pytest.mark.parametrize("quota", ["daily_quota", "monthly_quota"])
+def test_a_spent_quota_is_a_days_limit_until_midnight_utc(
+    sender: ResendSender, control, quota: str
+) -> None:
+    configure(control, **{quota: 1})
+    confirm(sender, key="opk_1")
+    with pytest.raises(DestinationError) as spent:
+        confirm(sender, key="opk_2")
+    error = spent.value
+    assert error.classification == Classification.RETRYABLE
+    assert error.rate_limit == RateLimit.DAILY
+    assert error.reply is not None and error.reply.code == 429
+    assert f"{quota}_exceeded" in error.message
+    assert error.retry_after is not None
+    assert abs(error.retry_after - seconds_to_utc_midnight()) < 5
+    if quota == "daily_quota":
+        assert "resets at midnight UTC" in error.message
+    else:
+        assert "monthly email quota is spent" in error.message
+        assert "plan is upgraded" in error.message
+    assert len(messages(control)) == 1
+
+
+def test_seconds_to_utc_midnight() -> None:
+    late = datetime(2026, 3, 1, 23, 59, 30, tzinfo=UTC)
+    assert seconds_to_utc_midnight(late) == 30
+    assert seconds_to_utc_midnight(datetime(2026, 3, 1, tzinfo=UTC)) == 86400
 
 
 def test_a_key_over_256_characters_is_refused_before_sending(sender: ResendSender, control) -> None:
@@ -211,36 +259,81 @@ def test_a_refusal_never_quotes_the_recipients_address(sender: ResendSender, con
     with pytest.raises(DestinationError) as unverified:
         confirm(sender)
     assert unverified.value.reply is not None and unverified.value.reply.code == 403
-    assert "onefold.example domain is not verified" in unverified.value.message
+    assert f"{DEFAULT_DOMAIN} domain is not verified" in unverified.value.message
     assert "ada@example.com" not in str(unverified.value)
 
 
-def test_verify_accepts_a_full_access_key_and_reports_the_sender_domain(
+def test_verify_accepts_the_key_and_the_verified_sender_domain(
     sender: ResendSender, control
 ) -> None:
-    configure(control, domains=[{"name": "onefold.example", "status": "verified"}])
-    [check] = sender.verify()
-    assert (check.capability, check.verified) == ("idempotency_keys", True)
-    assert "API key accepted" in check.how
-    assert "onefold.example: verified" in check.how
-    assert "documented contract" in check.how
+    key, domain = sender.verify()
+    assert (key.capability, key.verified) == ("idempotency_keys", True)
+    assert "API key accepted" in key.how and "documented contract" in key.how
+    assert (domain.capability, domain.verified) == ("sender_domain", True)
+    assert domain.how == f"GET /domains: sender domain {DEFAULT_DOMAIN} is verified"
 
 
-def test_verify_accepts_a_sending_only_key(sender: ResendSender, control) -> None:
+@pytest.mark.parametrize("status", ["pending", "not_started", "failed", "temporary_failure"])
+def test_verify_refuses_a_sender_domain_that_is_not_verified_and_names_it(
+    sender: ResendSender, control, status: str
+) -> None:
+    configure(control, domains=[{"name": DEFAULT_DOMAIN, "status": status}])
+    key, domain = sender.verify()
+    assert key.verified  # the key is fine; the domain is what Resend would refuse
+    assert not domain.verified
+    assert domain.how.startswith(
+        f"GET /domains: sender domain {DEFAULT_DOMAIN} is {status}, not verified: "
+        "Resend refuses every send from it (403 validation_error)"
+    )
+    with pytest.raises(DestinationError) as refused:  # what verify() spares every send
+        confirm(sender)
+    assert refused.value.reply is not None and refused.value.reply.code == 403
+
+
+def test_verify_refuses_a_sender_domain_the_team_has_not_added(emulator, control) -> None:
+    """Resend matches the From domain exactly, subdomain included."""
+    sub = ResendSender(
+        emulator.http_url,
+        api_key=API_KEY,
+        sender=f"Onefold <hello@mail.{DEFAULT_DOMAIN}>",
+        timeout=5,
+    )
+    _, domain = sub.verify()
+    assert not domain.verified
+    assert f"sender domain mail.{DEFAULT_DOMAIN} is not one of the team's domains" in domain.how
+
+
+def test_verify_with_a_sending_only_key_says_it_cannot_read_the_domain(
+    sender: ResendSender, control
+) -> None:
     configure(control, api_key_permission="sending_access")
     [check] = sender.verify()
-    assert check.verified
-    assert "restricted_api_key" in check.how
+    assert check.verified  # the key is accepted
+    assert "401 restricted_api_key" in check.how
+    assert f"cannot read domains, so sender domain {DEFAULT_DOMAIN} is not checked" in check.how
+    assert "Resend refuses every send (403)" in check.how
     confirm(sender)  # such a key can still send
     assert len(messages(control)) == 1
 
 
 def test_verify_refuses_a_key_resend_does_not_accept(emulator, control) -> None:
-    wrong = ResendSender(emulator.http_url, api_key="re_nope", sender="a@b.example", timeout=5)
+    wrong = ResendSender(emulator.http_url, api_key="re_nope", sender=SENDER, timeout=5)
     [check] = wrong.verify()
     assert not check.verified
     assert "403" in check.how and "invalid_api_key" in check.how
     assert "re_nope" not in check.how
+
+
+def test_verify_under_the_rate_limit_raises_rather_than_refuses(
+    sender: ResendSender, control
+) -> None:
+    """A 429 says nothing of the key or the domain: the check is asked again later
+    (check_destinations shows it as unreachable, and the worker does not cache it)."""
+    confirm(sender, key="opk_1")
+    confirm(sender, key="opk_2")
+    with pytest.raises(DestinationError) as limited:
+        sender.verify()
+    assert limited.value.rate_limit == RateLimit.WINDOW
 
 
 def test_configuration_from_the_environment(emulator: ResendEmulator, settings) -> None:
