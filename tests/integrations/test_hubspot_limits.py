@@ -156,7 +156,7 @@ def test_a_daily_limit_parks_the_work_visibly_and_it_resumes_after_the_reset(
     submissions = 12
     with HubSpotEmulator() as emulator:
         control = emulator.hubspot
-        control.set_config({"rate_limits": {"daily": 40}})
+        control.set_config({"rate_limits": {"daily": 20}})  # spent part-way
         env = {"ONEFOLD_CRM": "hubspot", **emulator.adapter_env(), "ONEFOLD_METRICS_TOKEN": "t"}
         qcluster_factory("qcluster", **env)
         qcluster_factory.sweeper("sweeper", **env)
@@ -184,13 +184,21 @@ def test_a_daily_limit_parks_the_work_visibly_and_it_resumes_after_the_reset(
         assert "its requests for the day are used up" in client.get("/console/").content.decode()
         assert not ReviewCase.objects.exists()
         assert control.stats()["records"] < submissions
-        # Midnight in the account's zone: HubSpot's allowance is whole, and the pause is over.
+        # Midnight in the account's zone: HubSpot's allowance is whole, and the pause is
+        # over (once the attempts that met the limit have written what they met).
+        wait_for(
+            lambda: not Operation.objects.filter(status="running").exists(),
+            timeout=60,
+            what="no attempt in flight",
+        )
+        time.sleep(1)
+        control.set_config({"rate_limits": {"daily": 250000}})  # enough for the rest
         control.new_day()
         DestinationBudget.objects.update(paused_until=timezone.now())
-        Operation.objects.filter(status="retry_scheduled").update(next_attempt_at=timezone.now())
-        wait_for(
-            lambda: all_settled(submissions * 3), timeout=120, what="the rest, after the reset"
-        )
+        Operation.objects.filter(
+            status__in=Operation.CLAIMABLE, next_attempt_at__isnull=False
+        ).update(next_attempt_at=timezone.now())
+        wait_for(lambda: all_settled(submissions * 3), timeout=120, what="the rest, after it")
         counted = control.stats()
     assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
     assert (counted["records"], counted["tasks"]) == (submissions, submissions)

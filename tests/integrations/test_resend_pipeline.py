@@ -125,7 +125,7 @@ def test_outside_the_window_a_case_and_no_second_message(
 def test_a_key_resend_refuses_stops_the_worker_before_any_send(resend: httpx.Client) -> None:
     configure(resend, api_key="re_the_accounts_real_key")
     _, confirmation = confirmation_of("rs-refused")
-    assert operation_execute(operation_id=confirmation.pk) == Attempt.Outcome.RETRYABLE
+    assert operation_execute(operation_id=confirmation.pk) == Attempt.Outcome.WAITED
     message = confirmation.attempts.get().error_message
     assert "idempotency_keys" in message and "invalid_api_key" in message
     assert DEFAULT_API_KEY not in message
@@ -138,7 +138,7 @@ def test_a_sender_domain_that_is_not_verified_stops_the_worker_before_any_send(
 ) -> None:
     configure(resend, domains=[{"name": DEFAULT_DOMAIN, "status": "pending"}])
     _, confirmation = confirmation_of("rs-pending")
-    assert operation_execute(operation_id=confirmation.pk) == Attempt.Outcome.RETRYABLE
+    assert operation_execute(operation_id=confirmation.pk) == Attempt.Outcome.WAITED
     message = confirmation.attempts.get().error_message
     assert f"sender_domain: GET /domains: sender domain {DEFAULT_DOMAIN} is pending" in message
     counted = stats(resend)
