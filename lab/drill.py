@@ -648,16 +648,8 @@ VENDOR_SETUP: dict[str, VendorSetup] = {
         env=lambda emulator: {**emulator.adapter_env(), "PIPEDRIVE_SETTLE_SECONDS": "3"},
         remove=_pipedrive_remove,
     ),
-    # Any non-empty secret is taken unless one is configured (lab/emulators/dataverse.py).
-    "dataverse": VendorSetup(
-        env=lambda emulator: {
-            "DATAVERSE_URL": emulator.http_url,
-            "DATAVERSE_TOKEN_URL": emulator.token_url,
-            "DATAVERSE_CLIENT_ID": "onefold-drill",
-            "DATAVERSE_CLIENT_SECRET": "drill-secret",
-        },
-        remove=_dataverse_remove,
-    ),
+    # The token endpoint takes only the app registration it knows (lab/emulators/dataverse.py).
+    "dataverse": VendorSetup(env=lambda emulator: emulator.adapter_env(), remove=_dataverse_remove),
 }
 
 
