@@ -197,7 +197,7 @@ LEAD_COLUMNS = frozenset(
     }
 )
 # MaxLength of the text columns (the lead and task references above).
-MAX_LENGTHS = {
+MAX_LENGTHS: dict[str, dict[str, int]] = {
     "lead": {
         "subject": 300,
         "firstname": 50,
@@ -210,7 +210,7 @@ MAX_LENGTHS = {
     "task": {"subject": 200, "description": 2000},
 }
 # Choice columns and their options (the same references).
-OPTIONS = {
+OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
     "lead": {"leadsourcecode": tuple(range(1, 11))},
     "task": {"prioritycode": (0, 1, 2)},
 }
