@@ -161,7 +161,10 @@ class DrillContext:
 
     @property
     def email(self) -> str:
-        return f"drill-{self.run}@example.com"
+        """One customer's address per run. Named by a digest of the run, not the run
+        itself: the run's name passes the 64 characters of an address's local part
+        (RFC 5321, 4.5.3.1.1) and the 80 of Salesforce's Email field."""
+        return f"drill-{uuid.uuid5(uuid.NAMESPACE_URL, self.run).hex[:16]}@example.com"
 
     def fault(self, action: str, mode: str, times: int = 1) -> None:
         control = (
@@ -645,16 +648,8 @@ VENDOR_SETUP: dict[str, VendorSetup] = {
         env=lambda emulator: {**emulator.adapter_env(), "PIPEDRIVE_SETTLE_SECONDS": "3"},
         remove=_pipedrive_remove,
     ),
-    # Any non-empty secret is taken unless one is configured (lab/emulators/dataverse.py).
-    "dataverse": VendorSetup(
-        env=lambda emulator: {
-            "DATAVERSE_URL": emulator.http_url,
-            "DATAVERSE_TOKEN_URL": emulator.token_url,
-            "DATAVERSE_CLIENT_ID": "onefold-drill",
-            "DATAVERSE_CLIENT_SECRET": "drill-secret",
-        },
-        remove=_dataverse_remove,
-    ),
+    # The token endpoint takes only the app registration it knows (lab/emulators/dataverse.py).
+    "dataverse": VendorSetup(env=lambda emulator: emulator.adapter_env(), remove=_dataverse_remove),
 }
 
 

@@ -19,6 +19,16 @@ work once Active, which `verify()` checks
 Tokens come from Microsoft Entra ID by client credentials (integrations/oauth.py,
 scope `<org URL>/.default`); a 401 drops the token and the call is made once more
 with a new one. Neither the secret nor the token ever appears in an error's text.
+
+After an unclear create the engine reads before creating again (`find_record`,
+`find_task`): `leads(<guid>)`, `leads(onefold_ref='<key>')` and `tasks(<guid>)` are
+retrieves of a row by its key, not a search, so a row committed a moment ago is
+found and a 404 proves it absent (`lookup_proves_absence`).
+
+Service protection limits
+(https://learn.microsoft.com/power-apps/developer/data-platform/api-limits): per
+user, 6000 requests in a 300-second sliding window and 52 at once; past them a
+429 with Retry-After, a short WINDOW (there is no daily limit that refuses).
 """
 
 from __future__ import annotations
@@ -46,6 +56,9 @@ from integrations.http import json_object, send, status_error, timeout_of
 from integrations.oauth import ClientCredentials
 
 API_PATH = "/api/data/v9.2"
+LIMITS_PAGE = "https://learn.microsoft.com/power-apps/developer/data-platform/api-limits"
+# MaxLength of the lead's and the task's description (the lead and task references).
+_DESCRIPTION_LENGTH = 2000
 # The namespace of every record id Onefold chooses. Never change it: the ids of
 # records already created derive from it, and a repeat must derive the same one.
 RECORD_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://onefold.invalid/dataverse/records")
@@ -108,11 +121,17 @@ def adapter_from_env(
 class DataverseCrm:
     """`CrmAdapter` for Dataverse: leads and the tasks regarding them."""
 
-    request_budget: RequestBudget | None = None
+    # The service protection limit on requests: 6000 per user in 300 seconds.
+    request_budget: RequestBudget | None = RequestBudget(
+        requests=6000, per_seconds=300, source=LIMITS_PAGE
+    )
 
     # Create-once by chosen GUID and the alternate key (unique_external_ref), read by
-    # GUID or key (lookup; reads are not a lagging search), the Merge action (merge).
-    capabilities = Capabilities(unique_external_ref=True, lookup=True, merge=True)
+    # GUID or key (lookup, a retrieve that proves absence: no lagging search), the
+    # Merge action (merge).
+    capabilities = Capabilities(
+        unique_external_ref=True, lookup=True, lookup_proves_absence=True, merge=True
+    )
 
     def __init__(
         self,
@@ -280,7 +299,7 @@ class DataverseCrm:
         guid = record_guid("task", external_ref)
         body: dict[str, Any] = {
             "subject": title[:200],
-            "description": f"Assignee: {assignee}" if assignee else "",
+            "description": f"Assignee: {assignee}"[:_DESCRIPTION_LENGTH] if assignee else "",
             "regardingobjectid_lead_task@odata.bind": f"/leads({_guid(record_id)})",
         }
         if _GUID.fullmatch(assignee or ""):
@@ -410,12 +429,14 @@ def _lead_body(fields: Mapping[str, Any]) -> dict[str, Any]:
         ]
     message = str(fields.get("message") or "")
     description = message + ("\n\n--\n" + "\n".join(trailer) if trailer else "")
+    # Each column's MaxLength (the lead reference): a longer value is refused, and a
+    # message cut short is better than no lead.
     return {
         "subject": f"{fields.get('form') or 'Website'} enquiry"[:300],
         "lastname": name[:50] or "(no name)",
         "emailaddress1": fields.get("email") or None,
-        "telephone1": fields.get("phone") or None,
-        "description": description,
+        "telephone1": str(fields["phone"])[:50] if fields.get("phone") else None,
+        "description": description[:_DESCRIPTION_LENGTH],
     }
 
 

@@ -19,6 +19,18 @@ not found, it opens a case instead of creating again.
   activities (`GET /api/v2/activities?lead_id=`).
 - the API token travels in the `x-api-token` header, never in a URL, so it cannot
   reach a log line or an error message.
+
+Rate limits (https://pipedrive.readme.io/docs/core-api-concepts-rate-limiting):
+a burst limit per token on a rolling 2-second window (Lite: 20 requests with an
+API token; searches 10), and a company-wide daily budget of tokens (30,000 x the
+plan's multiplier x seats), each request spending its endpoint's cost. Both
+refuse with 429 and the 2-second window's `x-ratelimit-limit/-remaining/-reset`.
+The page names no header for the budget, so the window tells them apart
+(pipedrive/client-nodejs#725 asks for one): no room left in it (or no headers)
+is the burst, a WINDOW asked again after `x-ratelimit-reset`; a 429 while the
+window still has room can only be the day's budget, DAILY until the next midnight
+in the server's time zone ("may not be aligned with timezone of customer
+location": `PIPEDRIVE_BUDGET_TIMEZONE`, default UTC).
 """
 
 from __future__ import annotations
@@ -27,9 +39,10 @@ import html
 import re
 import uuid
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 
@@ -39,10 +52,18 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RateLimit,
     RequestBudget,
     http_reply,
 )
-from integrations.http import json_object, parse_retry_after, send, status_error, timeout_of
+from integrations.http import (
+    header_delay,
+    json_object,
+    parse_retry_after,
+    send,
+    status_error,
+    timeout_of,
+)
 
 DEFAULT_BASE_URL = "https://api.pipedrive.com"
 # How long after an unclear create the search is worth asking. Pipedrive documents no
@@ -58,12 +79,21 @@ CUSTOM_FIELD_KEY = re.compile(r"[0-9a-f]{40}")
 _REFERENCE_LINE = "Onefold reference: {}"
 _REFERENCE_IN_NOTE = re.compile(r"Onefold reference: ([^\s<]+)")
 _PAGE = 500  # "a maximum value of 500 is allowed" (v2 activities-api.ts, limit)
+RATE_LIMITS_PAGE = "https://pipedrive.readme.io/docs/core-api-concepts-rate-limiting"
+# The burst window's length, when a 429 names no reset.
+_BURST_SECONDS = 2.0
 
 
 class PipedriveCrm:
     """`CrmAdapter` for Pipedrive (emulated in lab/emulators/pipedrive.py)."""
 
-    request_budget: RequestBudget | None = None
+    # The burst limit of the smallest plan (Lite) for an API token: 20 requests per
+    # 2 seconds; the answers' x-ratelimit-* teach the engine a larger plan's. The daily
+    # budget is in tokens, company-wide and shared with every other integration, so
+    # it is no count of Onefold's requests: its 429 parks the work instead (DAILY).
+    request_budget: RequestBudget | None = RequestBudget(
+        requests=20, per_seconds=2, source=RATE_LIMITS_PAGE
+    )
 
     def __init__(
         self,
@@ -75,8 +105,10 @@ class PipedriveCrm:
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         activity_type: str = "task",
         message_field: str | None = None,
+        budget_timezone: str = "UTC",
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.budget_timezone = budget_timezone
         self._token = api_token
         self.reference_field = reference_field
         self.message_field = message_field
@@ -339,8 +371,14 @@ class PipedriveCrm:
         }
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request; a 429 is raised here, read as the burst or the day's budget."""
         headers = {"x-api-token": self._token, **kwargs.pop("headers", {})}
-        return send(method, self.base_url + path, timeout=self.timeout, headers=headers, **kwargs)
+        response = send(
+            method, self.base_url + path, timeout=self.timeout, headers=headers, **kwargs
+        )
+        if response.status_code == 429:
+            raise rate_limit_error(response, budget_timezone=self.budget_timezone)
+        return response
 
 
 def adapter_from_env(
@@ -364,6 +402,11 @@ def adapter_from_env(
         raise _misconfigured(
             "PIPEDRIVE_MESSAGE_FIELD, when set, must be the 40-hex key of a text lead field"
         )
+    zone = env.get("PIPEDRIVE_BUDGET_TIMEZONE", "").strip() or "UTC"
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise _misconfigured("PIPEDRIVE_BUDGET_TIMEZONE must be an IANA time zone") from None
     raw_settle = env.get("PIPEDRIVE_SETTLE_SECONDS", "")
     try:
         settle = float(raw_settle) if raw_settle else DEFAULT_SETTLE_SECONDS
@@ -379,6 +422,7 @@ def adapter_from_env(
         settle_seconds=settle,
         activity_type=env.get("PIPEDRIVE_ACTIVITY_TYPE") or "task",
         message_field=message_field,
+        budget_timezone=zone,
     )
 
 
@@ -421,6 +465,40 @@ def _raise_for_status(response: httpx.Response) -> None:
         f"HTTP {response.status_code}: {error}",
         retry_after=parse_retry_after(response.headers.get("x-ratelimit-reset")),
     )
+
+
+def rate_limit_error(response: httpx.Response, *, budget_timezone: str) -> DestinationError:
+    """A 429 read as the module's docstring says: the day's token budget when its
+    2-second window still has room, else the burst window. Nothing was applied."""
+    error = json_object(response).get("error") or response.reason_phrase
+    remaining = response.headers.get("x-ratelimit-remaining", "").strip()
+    if remaining.isdigit() and int(remaining) > 0:
+        return DestinationError(
+            f"HTTP 429: {error} (the day's token budget is spent; it resets at midnight "
+            f"{budget_timezone})",
+            classification=Classification.RETRYABLE,
+            reply=http_reply(429),
+            retry_after=seconds_to_midnight(budget_timezone),
+            rate_limit=RateLimit.DAILY,
+        )
+    reset = parse_retry_after(response.headers.get("x-ratelimit-reset"))
+    if reset is None:
+        reset = header_delay(response)
+    return DestinationError(
+        f"HTTP 429: {error}",
+        classification=Classification.RETRYABLE,
+        reply=http_reply(429),
+        retry_after=reset if reset is not None else _BURST_SECONDS,
+        rate_limit=RateLimit.WINDOW,
+    )
+
+
+def seconds_to_midnight(zone: str, *, now: datetime | None = None) -> float:
+    """Seconds from `now` to the next midnight in time zone `zone`."""
+    local = (now or datetime.now(UTC)).astimezone(ZoneInfo(zone))
+    midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    # Subtracted in UTC: wall clocks of one zone subtract wrongly across a DST change.
+    return max(1.0, (midnight.astimezone(UTC) - local.astimezone(UTC)).total_seconds())
 
 
 def _data(response: httpx.Response) -> dict[str, Any]:

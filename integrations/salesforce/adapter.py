@@ -24,9 +24,25 @@ What becomes a case (PERMANENT, with the ids in the message, which the engine
 keeps as the attempt's text and the case's summary): 300 multiple matches
 (`SalesforceMultipleMatches`), 400 DUPLICATES_DETECTED from a duplicate rule
 (`SalesforceDuplicatesDetected`; where the rule only alerts, a reviewer may
-create anyway with `create_record_allowing_duplicates`). 403
-REQUEST_LIMIT_EXCEEDED is RETRYABLE after `limit_retry_seconds`; a 401 fetches
-a new token and asks once more.
+create anyway with `create_record_allowing_duplicates`). A 401 fetches a new
+token and asks once more.
+
+Request limits ([LIMITS] in the emulator's store): Salesforce has no short
+window, only the org's total API requests over a rolling 24 hours, shared by
+every integration of the org, with usage in every answer's `Sforce-Limit-Info`.
+Spent, it answers 403 REQUEST_LIMIT_EXCEEDED "TotalRequests Limit exceeded.":
+a DAILY limit, asked again after `limit_retry_seconds` (an hour by default).
+The window rolls, so room comes back as the calls of 24 hours earlier age out,
+not at a reset moment the answer could name: an hour's wait costs at most 24
+probes a day against an allocation of at least 15,000, and resumes the work
+within an hour of room coming back. The same code for the limit on concurrent
+long-running requests (20 seconds or longer) is a WINDOW: it clears as those
+requests end.
+
+After an unclear create the engine reads before creating again (`find_record`,
+`find_task`): a GET by the external id field is a read of the record, not a
+search, so a record committed a moment ago is found, and a 404 proves it absent
+(`lookup_proves_absence`).
 
 Merge: Salesforce's REST API has no merge (SOAP `merge()` does); it is not
 implemented, so `capabilities.merge` is False and duplicates are merged in
@@ -51,18 +67,35 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    RateLimit,
     RequestBudget,
     http_reply,
 )
-from integrations.http import header_delay, json_object, send, status_error, timeout_of
+from integrations.http import (
+    budget_hint,
+    header_delay,
+    json_object,
+    send,
+    status_error,
+    timeout_of,
+)
 from integrations.oauth import ClientCredentials
 
 KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
 DEFAULT_API_VERSION = "62.0"
 DEFAULT_REFERENCE_FIELD = "Onefold_Ref__c"
-# Salesforce's daily API allowance is a rolling 24 hours and its 403 names no
-# time: wait long (the engine caps it at ONEFOLD_RETRY_MAX_SECONDS).
+# Salesforce's API allocation is a rolling 24 hours and its 403 names no time:
+# probe hourly (the module's docstring says why).
 DEFAULT_LIMIT_RETRY_SECONDS = 3600.0
+# The concurrent long-running request limit clears as requests of 20 seconds or
+# longer end ([LIMITS]).
+CONCURRENT_LIMIT_RETRY_SECONDS = 20.0
+LIMITS_PAGE = (
+    "https://developer.salesforce.com/docs/platform/salesforce-app-limits-cheatsheet/"
+    "guide/salesforce-app-limits-platform-api.html"
+)
+# [FIELDS]: the lengths of the fields Onefold writes (Lead and Contact).
+_NAME_LENGTHS = {"FirstName": 40, "LastName": 80, "Company": 255, "Phone": 40}
 _ID = re.compile(r"[A-Za-z0-9]{15}(?:[A-Za-z0-9]{3})?")
 _SUFFIX = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"
 
@@ -158,7 +191,12 @@ def adapter_from_env(
 class SalesforceCrm:
     """`CrmAdapter` for Salesforce's REST API (see the module's docstring)."""
 
-    request_budget: RequestBudget | None = None
+    # The org's total API requests in any 24 hours: 15,000 for Developer Edition, the
+    # smallest allocation (Enterprise: 100,000 plus 1,000 per licence); the answers'
+    # Sforce-Limit-Info teaches the engine the org's own.
+    request_budget: RequestBudget | None = RequestBudget(
+        requests=15_000, per_seconds=24 * 3600, daily=15_000, source=LIMITS_PAGE
+    )
 
     def __init__(
         self, config: SalesforceConfig, *, timeout: float, problems: list[str] | None = None
@@ -171,8 +209,9 @@ class SalesforceCrm:
         self.credentials = ClientCredentials(
             config.token_url, config.client_id, config.client_secret
         )
-        # Unique + External ID: a repeat finds the first record (lookup) and a
-        # racing insert is refused (unique); verify() checks both before use.
+        # Unique + External ID: a repeat finds the first record (lookup, a read by the
+        # external id that proves absence) and a racing insert is refused (unique);
+        # verify() checks both before use.
         self.capabilities = Capabilities(
             idempotency_keys=False,
             unique_external_ref=True,
@@ -351,6 +390,11 @@ class SalesforceCrm:
         }
         if self.config.sobject == "Lead":
             body["Company"] = str(fields.get("company") or "[not provided]")
+        # [FIELDS]: a longer value is refused (STRING_TOO_LONG), and a name cut short
+        # is better than no lead. An email is never cut: a wrong address is worse.
+        for name, limit in _NAME_LENGTHS.items():
+            if isinstance(body.get(name), str):
+                body[name] = body[name][:limit]
         return body
 
     # -- tasks ----------------------------------------------------------------------
@@ -493,20 +537,31 @@ class SalesforceCrm:
             return _duplicates_detected(first, text)
         message = f"HTTP {status} {code}: {text}".replace("  ", " ")
         if status == 403 and code == "REQUEST_LIMIT_EXCEEDED":
-            # Salesforce's rate limit is a 403, not a 429: asked again later.
-            retry = header_delay(response)
-            return DestinationError(
-                f"{message} ({response.headers.get('Sforce-Limit-Info', 'no usage header')})",
-                classification=Classification.RETRYABLE,
-                reply=http_reply(status),
-                retry_after=retry if retry is not None else self.config.limit_retry_seconds,
-            )
+            return self._limit_error(response, message, text)
         error = status_error(response, message)
         if error.classification != Classification.PERMANENT:
             return error
         # _create_once reads DUPLICATE_VALUE (a racing insert won on the unique field).
         return SalesforceError(
             message, error_code=code, classification=error.classification, reply=error.reply
+        )
+
+    def _limit_error(self, response: httpx.Response, message: str, text: str) -> DestinationError:
+        """403 REQUEST_LIMIT_EXCEEDED: Salesforce's rate limit is a 403, not a 429, and
+        nothing was applied. The org's 24-hour total ("TotalRequests", or usage at the
+        allocation in Sforce-Limit-Info) is DAILY; the concurrent long-running request
+        limit a WINDOW ([LIMITS]; see the module's docstring for the delays)."""
+        usage = budget_hint(response)
+        spent = "TotalRequests" in text or (usage is not None and usage.remaining == 0)
+        retry = header_delay(response)
+        if retry is None:
+            retry = self.config.limit_retry_seconds if spent else CONCURRENT_LIMIT_RETRY_SECONDS
+        return DestinationError(
+            f"{message} ({response.headers.get('Sforce-Limit-Info', 'no usage header')})",
+            classification=Classification.RETRYABLE,
+            reply=http_reply(response.status_code),
+            retry_after=retry,
+            rate_limit=RateLimit.DAILY if spent else RateLimit.WINDOW,
         )
 
 

@@ -42,9 +42,12 @@ Token endpoint (Microsoft Entra ID)
 `client_id`, `client_secret`, `scope` ending in `/.default`;
 https://learn.microsoft.com/entra/identity-platform/v2-oauth2-client-creds-grant-flow)
     200 ``{"token_type": "Bearer", "expires_in", "ext_expires_in",
-    "access_token"}``; a wrong secret (when `client_secret` is configured; else any
-    non-empty one is taken) 401 ``{"error": "invalid_client", ...}``; another
-    scope 400 `invalid_scope`; another grant 400 `unsupported_grant_type`.
+    "access_token"}``. Only the app registration's own id and secret
+    (``DEFAULT_CLIENT_ID``, ``DEFAULT_CLIENT_SECRET`` unless configured): another
+    client id 400 ``{"error": "unauthorized_client", ...}`` (AADSTS700016, "not
+    found in the directory"), a wrong secret 401 ``{"error": "invalid_client",
+    ...}`` (AADSTS7000215); another scope 400 `invalid_scope`; another grant 400
+    `unsupported_grant_type` (the page's error table).
 
 Web API (``/api/data/v9.2``; every call needs ``Authorization: Bearer <token>``)
 ==============================================================================
@@ -53,6 +56,36 @@ A missing, expired or revoked token: 401 with `WWW-Authenticate`. Errors are
 Dataverse's ``{"error": {"code", "message"}}``
 (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/compose-http-requests-handle-errors).
 Date-times are UTC whole seconds with a Z.
+
+Service protection limits
+(https://learn.microsoft.com/power-apps/developer/data-platform/api-limits), per
+user (the app's client id), on by default (``rate_limits``):
+
+* requests: 6000 within a 300-second sliding window (``requests_per_window``,
+  ``window_seconds``); past it 429 code ``0x80072322`` "Number of requests
+  exceeded the limit of 6000 over time window of 300 seconds." with
+  ``Retry-After`` in seconds (until room comes back);
+* concurrent requests: 52 (``concurrent_requests``); past it 429 code
+  ``0x80072326`` "Number of concurrent requests exceeded the limit of 52." at
+  once, with ``Retry-After: 1``;
+* every answer carries ``x-ms-ratelimit-burst-remaining-xrm-requests``, the
+  requests left in the window ("for debugging purposes").
+
+Not emulated: the combined execution time limit (1,200 seconds per 300; code
+``0x80072321``): the emulator's requests take milliseconds.
+
+Values (the lead and task column references,
+https://learn.microsoft.com/power-apps/developer/data-platform/reference/entities/lead
+and .../task): a choice column takes only its options (lead ``leadsourcecode``
+1-10, task ``prioritycode`` 0 Low, 1 Normal, 2 High): 400 "A validation error
+occurred. The value 7 of 'prioritycode' on record of type 'task' is outside the
+valid range. Accepted Values: 0,1,2" (the wording Microsoft's Project Operations
+docs quote); text past a column's MaxLength (lead ``lastname`` 50, ``subject``
+300, ``description`` 2000, ...; task ``subject`` 200) is 400 "A validation error
+occurred. The length of the 'description' attribute of the 'lead' entity
+exceeded the maximum allowed length of '2000'." (wording as commonly reported,
+unverified). Business-required columns are not checked: the Web API enforces only
+system-required ones, which the platform fills (ownerid).
 
 ``PATCH /leads(<guid>)`` (lead columns `subject`, `firstname`, `lastname`,
 `emailaddress1`, `telephone1`, `description`, `companyname` and the reference
@@ -112,8 +145,9 @@ of 300 seconds." (https://learn.microsoft.com/power-apps/developer/data-platform
 counts `token` requests too.
 
 ``GET|POST /_sandbox/config`` ``{"alternate_key_status": "Active" | "Pending" |
-"InProgress" | "Failed", "reference_column", "client_secret",
-"token_lifetime_seconds", "revoke_tokens": true}``: `revoke_tokens` forgets every
+"InProgress" | "Failed", "reference_column", "client_id", "client_secret",
+"token_lifetime_seconds", "rate_limits", "requests_per_window", "window_seconds",
+"concurrent_requests", "revoke_tokens": true}``: `revoke_tokens` forgets every
 issued token (the next call answers 401).
 
 Simplified: only leads and tasks; no business rules, plug-ins, duplicate
@@ -140,6 +174,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
 from lab.emulators.kit import EmulatorServer
+from lab.emulators.limits import RollingWindow
 from lab.sandbox.http import CONTROL_ROUTES, Reply, Route, SandboxRequestHandler
 from lab.sandbox.store import Fault, InvalidInput, SandboxStore
 
@@ -158,8 +193,34 @@ LEAD_COLUMNS = frozenset(
         "telephone1",
         "description",
         "companyname",
+        "leadsourcecode",
     }
 )
+# MaxLength of the text columns (the lead and task references above).
+MAX_LENGTHS: dict[str, dict[str, int]] = {
+    "lead": {
+        "subject": 300,
+        "firstname": 50,
+        "lastname": 50,
+        "emailaddress1": 100,
+        "telephone1": 50,
+        "description": 2000,
+        "companyname": 100,
+    },
+    "task": {"subject": 200, "description": 2000},
+}
+# Choice columns and their options (the same references).
+OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
+    "lead": {"leadsourcecode": tuple(range(1, 11))},
+    "task": {"prioritycode": (0, 1, 2)},
+}
+# The app registration the token endpoint knows.
+DEFAULT_CLIENT_ID = "onefold-emulator"
+DEFAULT_CLIENT_SECRET = "emulator-secret"
+# Service protection limits per user and web server (api-limits).
+REQUESTS_PER_WINDOW = 6000
+WINDOW_SECONDS = 300
+CONCURRENT_REQUESTS = 52
 TASK_COLUMNS = frozenset(
     {
         "subject",
@@ -177,9 +238,14 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # https://learn.microsoft.com/power-apps/developer/data-platform/webapi/reference/entitykeyindexstatus).
     "alternate_key_status": "Active",
     "reference_column": "onefold_ref",
-    # The one client secret the token endpoint accepts; None: any non-empty one.
-    "client_secret": None,
+    # The one app registration the token endpoint accepts.
+    "client_id": DEFAULT_CLIENT_ID,
+    "client_secret": DEFAULT_CLIENT_SECRET,
     "token_lifetime_seconds": 3599,
+    "rate_limits": True,
+    "requests_per_window": REQUESTS_PER_WINDOW,
+    "window_seconds": WINDOW_SECONDS,
+    "concurrent_requests": CONCURRENT_REQUESTS,
 }
 MAX_PAGE_SIZE = 5000
 
@@ -248,8 +314,11 @@ class DataverseStore(SandboxStore):
         super().__init__(db_path)
         with self._lock:
             self._conn.executescript(_SCHEMA)
-        self._tokens: dict[str, float] = {}
+        # token -> (expiry, the client id it was issued to: the "user" limits count).
+        self._tokens: dict[str, tuple[float, str]] = {}
         self._tokens_lock = threading.Lock()
+        self._window = RollingWindow(REQUESTS_PER_WINDOW, WINDOW_SECONDS)
+        self._in_flight: dict[str, int] = {}
 
     def reset(self) -> None:
         super().reset()
@@ -257,6 +326,7 @@ class DataverseStore(SandboxStore):
             for table in ("dv_leads", "dv_tasks", "dv_config"):
                 db.execute(f"DELETE FROM {table}")
         self.revoke_tokens()
+        self._window.clear()
 
     # -- configuration and tokens --------------------------------------------
 
@@ -276,9 +346,20 @@ class DataverseStore(SandboxStore):
             raise InvalidInput(f"unknown settings: {', '.join(sorted(unknown))}")
         if changes.get("alternate_key_status", "Active") not in KEY_STATUSES:
             raise InvalidInput(f"alternate_key_status must be one of {', '.join(KEY_STATUSES)}")
-        lifetime = changes.get("token_lifetime_seconds", 1)
-        if isinstance(lifetime, bool) or not isinstance(lifetime, int) or lifetime < 0:
-            raise InvalidInput("token_lifetime_seconds must be a whole number >= 0")
+        for name in (
+            "token_lifetime_seconds",
+            "requests_per_window",
+            "window_seconds",
+            "concurrent_requests",
+        ):
+            value = changes.get(name, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(f"{name} must be a whole number >= 0")
+        if not isinstance(changes.get("rate_limits", True), bool):
+            raise InvalidInput("rate_limits must be true or false")
+        for name in ("client_id", "client_secret"):
+            if name in changes and not isinstance(changes[name], str):
+                raise InvalidInput(f"{name} must be a string")
         with self._transaction() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO dv_config (name, value) VALUES (?, ?)",
@@ -286,17 +367,60 @@ class DataverseStore(SandboxStore):
             )
         return self.config()
 
-    def issue_token(self) -> tuple[str, int]:
+    def issue_token(self, client_id: str) -> tuple[str, int]:
         lifetime = int(self.config()["token_lifetime_seconds"])
         token = "eyJ0eXAiOiJKV1Qi." + secrets.token_urlsafe(32)
         with self._tokens_lock:
-            self._tokens[token] = time.monotonic() + lifetime
+            self._tokens[token] = (time.monotonic() + lifetime, client_id)
         return token, lifetime
 
-    def token_valid(self, token: str) -> bool:
+    def token_user(self, token: str) -> str | None:
+        """The client id a live token was issued to, else None."""
         with self._tokens_lock:
-            expires = self._tokens.get(token)
-        return expires is not None and time.monotonic() < expires
+            issued = self._tokens.get(token)
+        if issued is None or time.monotonic() >= issued[0]:
+            return None
+        return issued[1]
+
+    # -- service protection limits (api-limits) --------------------------------------------
+
+    def enter(self, user: str) -> DataverseError | None:
+        """One request of `user` begins: counted among its concurrent requests and in its
+        sliding window, or refused as the module's docstring says (then not counted).
+        A request admitted must `leave`."""
+        config = self.config()
+        if not config["rate_limits"]:
+            return None
+        with self._tokens_lock:
+            limit = int(config["concurrent_requests"])
+            if self._in_flight.get(user, 0) >= limit:
+                return DataverseError(
+                    429,
+                    f"Number of concurrent requests exceeded the limit of {limit}.",
+                    "0x80072326",
+                    **{"Retry-After": "1"},
+                )
+            self._window.limit = int(config["requests_per_window"])
+            self._window.seconds = float(config["window_seconds"])
+            waited = self._window.take(user)
+            if waited is not None:
+                return DataverseError(
+                    429,
+                    f"Number of requests exceeded the limit of {self._window.limit} over time "
+                    f"window of {config['window_seconds']} seconds.",
+                    "0x80072322",
+                    **{"Retry-After": str(max(1, math.ceil(waited)))},
+                )
+            self._in_flight[user] = self._in_flight.get(user, 0) + 1
+        return None
+
+    def leave(self, user: str) -> None:
+        with self._tokens_lock:
+            if self._in_flight.get(user, 0) > 0:
+                self._in_flight[user] -= 1
+
+    def requests_left(self, user: str) -> int:
+        return self._window.remaining(user)
 
     def revoke_tokens(self) -> None:
         with self._tokens_lock:
@@ -315,6 +439,7 @@ class DataverseStore(SandboxStore):
         *) or "upsert" (neither). Returns True when it created the lead."""
         ref_column = self.config()["reference_column"]
         _check_columns(body, LEAD_COLUMNS | {ref_column}, "lead")
+        _check_values(body, "lead")
         stamp = now_stamp()
         with self._transaction() as db:
             row = db.execute("SELECT * FROM dv_leads WHERE leadid = ?", (leadid,)).fetchone()
@@ -419,6 +544,7 @@ class DataverseStore(SandboxStore):
         """PATCH tasks(id), with the same conditions as `put_lead`."""
         ref_column = self.config()["reference_column"]
         _check_columns(body, TASK_COLUMNS | {ref_column}, "task")
+        _check_values(body, "task")
         regarding = _bound_lead(body.get("regardingobjectid_lead_task@odata.bind"))
         stamp = now_stamp()
         with self._transaction() as db:
@@ -582,6 +708,29 @@ def _check_columns(
             )
 
 
+def _check_values(body: Mapping[str, Any], entity: str) -> None:
+    """Choice options and text lengths, as the module's docstring says."""
+    for name, options in OPTIONS[entity].items():
+        value = body.get(name)
+        if value is not None and value not in options:
+            accepted = ",".join(str(option) for option in options)
+            raise DataverseError(
+                400,
+                f"A validation error occurred. The value {value} of '{name}' on record of type "
+                f"'{entity}' is outside the valid range. Accepted Values: {accepted}",
+                "0x8004431A",
+            )
+    for name, limit in MAX_LENGTHS[entity].items():
+        value = body.get(name)
+        if isinstance(value, str) and len(value) > limit:
+            raise DataverseError(
+                400,
+                f"A validation error occurred. The length of the '{name}' attribute of the "
+                f"'{entity}' entity exceeded the maximum allowed length of '{limit}'.",
+                "0x80044331",
+            )
+
+
 def _bound_lead(value: Any) -> str | None:
     """`/leads(<guid>)` of an @odata.bind (associate on create, Web API docs)."""
     if value is None:
@@ -693,26 +842,48 @@ class DataverseRequestHandler(SandboxRequestHandler):
         return store
 
     def _answer(self, work: Callable[[], Reply], *, authorized: bool = True) -> Reply:
-        """Runs `work` behind the bearer token; Dataverse's errors become answers."""
+        """Runs `work` behind the bearer token and the user's service protection
+        limits; Dataverse's errors become answers."""
+        if not authorized:
+            return self._run(work)
         try:
-            if authorized:
-                self._authorize()
+            user = self._authorize()
+        except DataverseError as exc:
+            return exc.reply()
+        refused = self.dataverse.enter(user)
+        if refused is not None:
+            return refused.reply()
+        try:
+            reply = self._run(work)
+        finally:
+            self.dataverse.leave(user)
+        if self.dataverse.config()["rate_limits"]:
+            remaining = str(self.dataverse.requests_left(user))
+            reply.headers.setdefault("x-ms-ratelimit-burst-remaining-xrm-requests", remaining)
+        return reply
+
+    @staticmethod
+    def _run(work: Callable[[], Reply]) -> Reply:
+        try:
             return work()
         except DataverseError as exc:
             return exc.reply()
 
-    def _authorize(self) -> None:
+    def _authorize(self) -> str:
         """Every Web API call needs `Authorization: Bearer <token>` from Entra ID
         (https://learn.microsoft.com/power-apps/developer/data-platform/authenticate-oauth);
-        a missing, expired or revoked token is 401 with WWW-Authenticate."""
+        a missing, expired or revoked token is 401 with WWW-Authenticate. Returns the
+        user the limits count: the client id the token was issued to."""
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-        if scheme.lower() != "bearer" or not self.dataverse.token_valid(token):
+        user = self.dataverse.token_user(token) if scheme.lower() == "bearer" else None
+        if user is None:
             tenant_url = f"http://{self.headers.get('Host', 'localhost')}/emulator-tenant"
             raise DataverseError(
                 401,
                 "The bearer token is missing, expired or not valid.",
                 **{"WWW-Authenticate": f'Bearer authorization_uri="{tenant_url}/oauth2/authorize"'},
             )
+        return user
 
     def _condition(self) -> str:
         """If-None-Match: * only creates, If-Match: * only updates, neither upserts
@@ -740,17 +911,27 @@ class DataverseRequestHandler(SandboxRequestHandler):
     def dv_token_post(self, tenant: str) -> Reply:
         """Client credentials grant (https://learn.microsoft.com/entra/identity-platform/v2-oauth2-client-creds-grant-flow):
         200 {"token_type": "Bearer", "expires_in", "ext_expires_in", "access_token"};
-        a wrong secret 401 invalid_client (AADSTS7000215); a scope that is not
-        `<resource>/.default` 400 invalid_scope."""
+        an unknown client id 400 unauthorized_client (AADSTS700016), a wrong secret
+        401 invalid_client (AADSTS7000215); a scope that is not `<resource>/.default`
+        400 invalid_scope."""
         self.store.count_call("token")
         form = {k: v[-1] for k, v in parse_qs(self.raw_body.decode(errors="replace")).items()}
-        expected = self.dataverse.config()["client_secret"]
+        config = self.dataverse.config()
         if form.get("grant_type") != "client_credentials":
             return Reply(
                 400, {"error": "unsupported_grant_type", "error_description": "AADSTS70003"}
             )
-        secret = form.get("client_secret", "")
-        if not form.get("client_id") or not secret or (expected is not None and secret != expected):
+        client_id = form.get("client_id", "")
+        if client_id != config["client_id"]:
+            return Reply(
+                400,
+                {
+                    "error": "unauthorized_client",
+                    "error_description": f"AADSTS700016: Application with identifier "
+                    f"'{client_id}' was not found in the directory '{tenant}'.",
+                },
+            )
+        if form.get("client_secret", "") != config["client_secret"]:
             return Reply(
                 401,
                 {
@@ -760,7 +941,7 @@ class DataverseRequestHandler(SandboxRequestHandler):
             )
         if not form.get("scope", "").endswith("/.default"):
             return Reply(400, {"error": "invalid_scope", "error_description": "AADSTS1002012"})
-        token, lifetime = self.dataverse.issue_token()
+        token, lifetime = self.dataverse.issue_token(client_id)
         body = {
             "token_type": "Bearer",
             "expires_in": lifetime,
@@ -1001,10 +1182,10 @@ class DataverseEmulator(EmulatorServer):
 
     def adapter_env(self) -> dict[str, str]:
         """The DATAVERSE_* variables that point the adapter at this emulator as it starts
-        (after a reset any non-empty client id and secret get a token)."""
+        (after a reset): its URLs and the app registration its token endpoint knows."""
         return {
             "DATAVERSE_URL": self.http_url,
-            "DATAVERSE_CLIENT_ID": "onefold-emulator",
-            "DATAVERSE_CLIENT_SECRET": "emulator-secret",
+            "DATAVERSE_CLIENT_ID": DEFAULT_CLIENT_ID,
+            "DATAVERSE_CLIENT_SECRET": DEFAULT_CLIENT_SECRET,
             "DATAVERSE_TOKEN_URL": self.token_url,
         }

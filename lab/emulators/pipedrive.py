@@ -36,9 +36,40 @@ Conventions
 
 JSON in and out. Every Pipedrive path needs the API token, in the ``x-api-token``
 header or the ``api_token`` query parameter
-(pipedrive.readme.io/docs/core-api-concepts-authentication); the emulator's is
-``DEFAULT_API_TOKEN`` unless ``/_sandbox/config`` changes it. Without it: 401
-``{"success": false, "error": "unauthorized access", "errorCode": 401, ...}``.
+(pipedrive.readme.io/docs/core-api-concepts-authentication), or an OAuth access
+token as ``Authorization: Bearer``; the emulator's are ``DEFAULT_API_TOKEN`` and
+``DEFAULT_ACCESS_TOKEN`` unless ``/_sandbox/config`` changes them. Any other: 401
+``{"success": false, "error": "unauthorized access", "errorCode": 401, ...}``
+(the `unathorizedResponse` of Pipedrive's OpenAPI document).
+
+Rate limits
+===========
+
+As pipedrive.readme.io/docs/core-api-concepts-rate-limiting describes them, on
+by default (``rate_limits``):
+
+* **Daily token budget** of the company: "30,000 base tokens x subscription plan
+  multiplier x number of seats" (Lite 1, Growth 2, Premium 5, Ultimate 7); each
+  request spends its endpoint's cost in tokens (``x-token-cost`` in Pipedrive's
+  OpenAPI documents: v2 POST persons 5, v2 searches 20, POST /v1/leads 10, ...).
+  "Once the daily budget is fully depleted, all further API requests will be
+  rejected with a 429 ... until the budget resets the following day", at
+  midnight in the server's time zone (``budget_timezone``, UTC here).
+* **Burst limits**, "per token" on "a rolling 2-second window": Lite 20 requests
+  with an api_token, 80 with an OAuth token (Growth 40/160, Premium 100/400,
+  Ultimate 120/480); "the Search API has unique burst limits": 10 per 2 seconds.
+* Every answer carries ``x-ratelimit-limit``, ``x-ratelimit-remaining`` and
+  ``x-ratelimit-reset`` (seconds until room comes back) of the 2-second window
+  the request counted in (the search window for searches). A burst refusal
+  shows that window with no room left; a budget refusal shows a window with room
+  (the page names no header of the budget, so that is how a client tells them
+  apart). Both are 429 ``"Request over limit"`` (the page shows no body); a
+  refused request spends no tokens.
+
+Knobs (``/_sandbox/config``): ``plan`` (``lite``), ``seats`` (1),
+``daily_token_budget`` (null: the formula; a number: another budget, as a top-up
+would make it), ``burst_limit`` and ``search_burst_limit`` (null: the plan's),
+``rate_limits`` (false lifts all three).
 Successes are ``{"success": true, "data": ..., "additional_data"?: ...}``;
 refusals ``{"success": false, "error", "error_info", "data": null,
 "additional_data": null}`` (client-nodejs v1 models/lead-not-found-response.ts).
@@ -90,7 +121,12 @@ Vendor API
 
 ``POST /api/v2/activities`` ``{"subject", "type", "lead_id", "note", "owner_id"?, ...}``
     200 with the activity (``id`` an integer); 404 when ``lead_id`` names no
-    lead. Faultable as ``create_task``.
+    lead. ``type`` must be the ``key_string`` of one of the company's activity
+    types (``activity_types``: Pipedrive's default call, meeting, task, deadline,
+    email, lunch; pipedrive.readme.io/docs/adding-an-activity); numbers must be
+    JSON numbers ("Numeric fields no longer coerce string input to number and
+    instead throw a validation error", pipedrive-api-v2-migration-guide): 400
+    otherwise. Faultable as ``create_task``.
 
 ``GET /api/v2/activities?lead_id=&limit=&cursor=``
     The lead's activities by id, ``additional_data.next_cursor``. A filtered
@@ -115,7 +151,8 @@ Controls
 ========
 
 The sandbox's ``/_sandbox/reset``, ``/_sandbox/faults``, ``/_sandbox/chaos`` and
-``/_sandbox/stats`` (records: live leads; tasks: activities of live leads;
+``/_sandbox/stats`` (``daily_tokens_left``: the day's budget left; records: live
+leads; tasks: activities of live leads;
 ``records_by_external_ref`` by the value of the reference field,
 ``tasks_by_external_ref`` by the "Onefold reference: KEY" line of the
 activity's note; messages always 0; ``calls`` adds ``create_person`` and
@@ -143,14 +180,33 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lab.emulators.kit import EmulatorServer
+from lab.emulators.limits import RollingWindow
 from lab.sandbox.http import CONTROL_ROUTES, Reply, Route, SandboxRequestHandler
 from lab.sandbox.store import Fault, InvalidInput, NotFound, SandboxStore
 
 DEFAULT_API_TOKEN = "pipedrive-emulator-token"
+DEFAULT_ACCESS_TOKEN = "pipedrive-emulator-oauth-access-token"
+# pipedrive.readme.io/docs/core-api-concepts-rate-limiting: plan multiplier of the daily
+# token budget, and burst requests per 2 seconds with an api_token and with OAuth.
+PLANS: dict[str, tuple[int, int, int]] = {
+    "lite": (1, 20, 80),
+    "growth": (2, 40, 160),
+    "premium": (5, 100, 400),
+    "ultimate": (7, 120, 480),
+}
+BASE_TOKENS = 30_000
+BURST_SECONDS = 2.0
+SEARCH_BURST_LIMIT = 10
+# Pipedrive's default activity types (their key_string); ActivityTypes lists a company's.
+DEFAULT_ACTIVITY_TYPES = ("call", "meeting", "task", "deadline", "email", "lunch")
+# Fields of an activity that v2 takes as numbers only (pipedrive-api-v2-migration-guide).
+_ACTIVITY_NUMBERS = ("owner_id", "deal_id", "person_id", "org_id", "project_id", "priority")
 # Custom field keys are 40 hex characters, generated by Pipedrive when the field is
 # created (client-nodejs v1 models/field.ts: "For custom fields this is generated upon
 # creation"). The emulator's reference field has a fixed one so that tests can name it.
@@ -259,9 +315,24 @@ class PipedriveStore(SandboxStore):
             self.config: dict[str, Any] = {
                 "search_lag_seconds": DEFAULT_SEARCH_LAG_SECONDS,
                 "api_token": DEFAULT_API_TOKEN,
+                "access_token": DEFAULT_ACCESS_TOKEN,
                 "lead_fields": default_lead_fields(),
                 "reference_field": REFERENCE_FIELD_KEY,
+                "activity_types": list(DEFAULT_ACTIVITY_TYPES),
+                "rate_limits": True,
+                "plan": "lite",
+                "seats": 1,
+                "daily_token_budget": None,
+                "burst_limit": None,
+                "search_burst_limit": None,
+                "budget_timezone": "UTC",
             }
+            self._bursts = {
+                "api": RollingWindow(0, BURST_SECONDS),
+                "search": RollingWindow(0, BURST_SECONDS),
+            }
+            self._budget_day: date | None = None
+            self._tokens_spent = 0
             self._persons: dict[int, dict[str, Any]] = {}
             self._leads: dict[str, dict[str, Any]] = {}
             self._activities: dict[int, dict[str, Any]] = {}
@@ -282,12 +353,66 @@ class PipedriveStore(SandboxStore):
             cleaned["search_lag_seconds"] = float(lag)
         if "lead_fields" in cleaned:
             cleaned["lead_fields"] = _clean_fields(cleaned["lead_fields"])
-        for name in ("api_token", "reference_field"):
+        for name in ("api_token", "access_token", "reference_field"):
             if name in cleaned and not isinstance(cleaned[name], str):
                 raise InvalidInput(f"{name} must be a string")
+        _check_limit_config(cleaned)
         with self._lock:
             self.config.update(cleaned)
             return dict(self.config)
+
+    # -- rate limits (pipedrive.readme.io/docs/core-api-concepts-rate-limiting) -----------
+
+    def admit(self, token: str, *, kind: str, cost: int, search: bool) -> Admission:
+        """One request of `token` (an api_token or OAuth `kind`) costing `cost` tokens:
+        counted in its 2-second window, then charged to the day's budget. A refusal
+        spends no tokens."""
+        with self._lock:
+            if not self.config["rate_limits"]:
+                return Admission(headers={})
+            window = self._bursts["search" if search else "api"]
+            window.limit = self._burst_limit(kind, search=search)
+            waited = window.take(token)
+            headers = {
+                "x-ratelimit-limit": str(window.limit),
+                "x-ratelimit-remaining": str(window.remaining(token)),
+                "x-ratelimit-reset": str(window.reset_seconds(token)),
+            }
+            if waited is not None:
+                return Admission(headers=headers, refused=True)
+            self._roll_budget_day()
+            if self._tokens_spent + cost > self._daily_budget():
+                return Admission(headers=headers, refused=True)
+            self._tokens_spent += cost
+            return Admission(headers=headers)
+
+    def tokens_left(self) -> int:
+        with self._lock:
+            self._roll_budget_day()
+            return max(0, self._daily_budget() - self._tokens_spent)
+
+    def _burst_limit(self, kind: str, *, search: bool) -> int:
+        if search:
+            override = self.config["search_burst_limit"]
+            return int(override) if override is not None else SEARCH_BURST_LIMIT
+        override = self.config["burst_limit"]
+        if override is not None:
+            return int(override)
+        _, api_token, oauth = PLANS[self.config["plan"]]
+        return oauth if kind == "oauth" else api_token
+
+    def _daily_budget(self) -> int:
+        override = self.config["daily_token_budget"]
+        if override is not None:
+            return int(override)
+        multiplier, _, _ = PLANS[self.config["plan"]]
+        return BASE_TOKENS * multiplier * int(self.config["seats"])
+
+    def _roll_budget_day(self) -> None:
+        """ "Tokens budget resets at midnight at server's timezone"."""
+        today = datetime.now(ZoneInfo(self.config["budget_timezone"])).date()
+        if today != self._budget_day:
+            self._budget_day, self._tokens_spent = today, 0
 
     def custom_lead_fields(self) -> dict[str, dict[str, Any]]:
         with self._lock:
@@ -433,7 +558,20 @@ class PipedriveStore(SandboxStore):
 
     # -- activities ----------------------------------------------------------
 
+    def check_activity(self, body: Mapping[str, Any]) -> None:
+        """v2's validation of an activity, storing nothing (the module's docstring)."""
+        kind = body.get("type")
+        if kind is not None and kind not in self.config["activity_types"]:
+            raise PipedriveError(400, f"Validation failed: type: {kind!r} is not an activity type")
+        for name in _ACTIVITY_NUMBERS:
+            value = body.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise PipedriveError(400, f"Validation failed: {name}: Expected number")
+        if body.get("lead_id") is not None and not isinstance(body["lead_id"], str):
+            raise PipedriveError(400, "Validation failed: lead_id: Expected string")
+
     def create_activity(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.check_activity(body)
         with self._lock:
             lead_id = body.get("lead_id")
             if lead_id is not None:
@@ -494,6 +632,7 @@ class PipedriveStore(SandboxStore):
             result["messages_by_recipient"] = {}
             result["messages_by_message_id"] = {}
         result["calls"] = {**dict.fromkeys(("create_person", "lookup_person"), 0), **base["calls"]}
+        result["daily_tokens_left"] = self.tokens_left()
         return result
 
     # -- plumbing ------------------------------------------------------------
@@ -580,6 +719,39 @@ def _clean_fields(fields: Any) -> list[dict[str, Any]]:
     return cleaned
 
 
+@dataclass(frozen=True)
+class Admission:
+    """A request's standing against the rate limits: the x-ratelimit-* headers of its
+    2-second window, and whether a limit refused it."""
+
+    headers: dict[str, str]
+    refused: bool = False
+
+
+def _check_limit_config(changes: Mapping[str, Any]) -> None:
+    if "rate_limits" in changes and not isinstance(changes["rate_limits"], bool):
+        raise InvalidInput("rate_limits must be true or false")
+    if "plan" in changes and changes["plan"] not in PLANS:
+        raise InvalidInput(f"plan must be one of {', '.join(PLANS)}")
+    for name in ("seats", "daily_token_budget", "burst_limit", "search_burst_limit"):
+        value = changes.get(name)
+        nullable = name != "seats"
+        if name in changes and not (
+            (value is None and nullable)
+            or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+        ):
+            raise InvalidInput(f"{name} must be a whole number >= 0")
+    if "activity_types" in changes:
+        types = changes["activity_types"]
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise InvalidInput("activity_types must be a list of key strings")
+    if "budget_timezone" in changes:
+        try:
+            ZoneInfo(str(changes["budget_timezone"]))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InvalidInput("budget_timezone must be an IANA time zone") from None
+
+
 def _contact_list(value: Any, name: str) -> list[dict[str, Any]]:
     """[{value, primary, label}] (client-nodejs v2 models/add-person-request.ts)."""
     if value is None:
@@ -641,16 +813,35 @@ class PipedriveHandler(SandboxRequestHandler):
         assert isinstance(store, PipedriveStore)
         return store
 
-    def _vendor(self, work: Callable[[], Reply]) -> Reply:
-        """Authenticates, then runs `work`, answering refusals in Pipedrive's words."""
-        # "The API token must be provided in the x-api-token header" or, as before, the
-        # api_token query parameter (pipedrive.readme.io/docs/core-api-concepts-authentication).
-        token = self.headers.get("x-api-token") or self._param("api_token")
-        if token != self.pipedrive.config["api_token"]:
+    def _vendor(self, work: Callable[[], Reply], *, cost: int, search: bool = False) -> Reply:
+        """Authenticates, admits the request under the rate limits (`cost`: the
+        endpoint's x-token-cost), then runs `work`, answering refusals in Pipedrive's
+        words; every admitted answer carries the x-ratelimit-* headers."""
+        credential = self._credential()
+        if credential is None:
             reply = _failure(401, "unauthorized access")
             reply.body["errorCode"] = 401
             return reply
-        return self._answer(work)
+        token, kind = credential
+        admission = self.pipedrive.admit(token, kind=kind, cost=cost, search=search)
+        if admission.refused:
+            return _failure(429, "Request over limit", admission.headers)
+        reply = self._answer(work)
+        for name, value in admission.headers.items():
+            reply.headers.setdefault(name, value)
+        return reply
+
+    def _credential(self) -> tuple[str, str] | None:
+        """The request's token and its kind ("api_token" or "oauth"), when it is one the
+        company issued. "The API token must be provided in the x-api-token header" or,
+        as before, the api_token query parameter; an OAuth app sends its access token as
+        a bearer (pipedrive.readme.io/docs/core-api-concepts-authentication)."""
+        config = self.pipedrive.config
+        scheme, _, bearer = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer":
+            return (bearer, "oauth") if bearer == config["access_token"] else None
+        token = self.headers.get("x-api-token") or self._param("api_token")
+        return (token, "api_token") if token and token == config["api_token"] else None
 
     @staticmethod
     def _answer(work: Callable[[], Reply]) -> Reply:
@@ -692,7 +883,10 @@ class PipedriveHandler(SandboxRequestHandler):
 
     def persons_post(self) -> Reply:
         self.store.count_call("create_person")
-        return self._vendor(lambda: self._ok(self.pipedrive.create_person(self._json_body())))
+        # x-token-cost: 5 (v2 POST /persons) in Pipedrive's OpenAPI documents, as below.
+        return self._vendor(
+            lambda: self._ok(self.pipedrive.create_person(self._json_body())), cost=5
+        )
 
     def persons_search(self) -> Reply:
         def work() -> Reply:
@@ -702,10 +896,10 @@ class PipedriveHandler(SandboxRequestHandler):
             items = self.pipedrive.search_persons(term, exact=exact) if "email" in fields else []
             return self._ok({"items": items}, next_cursor=None)
 
-        return self._vendor(work)
+        return self._vendor(work, cost=20, search=True)
 
     def person_get(self, person_id: str) -> Reply:
-        return self._vendor(lambda: self._ok(self.pipedrive.get_person(int(person_id))))
+        return self._vendor(lambda: self._ok(self.pipedrive.get_person(int(person_id))), cost=1)
 
     # -- leads ---------------------------------------------------------------
 
@@ -721,7 +915,7 @@ class PipedriveHandler(SandboxRequestHandler):
                 lambda: self._answer(lambda: self._ok(self.pipedrive.create_lead(body), 201)),
             )
 
-        return self._vendor(work)
+        return self._vendor(work, cost=10)
 
     def leads_get(self) -> Reply:
         def work() -> Reply:
@@ -734,7 +928,7 @@ class PipedriveHandler(SandboxRequestHandler):
             # (client-nodejs v1 models/get-leads-response.ts).
             return self._ok(page, start=start, limit=limit, more_items_in_collection=more)
 
-        return self._vendor(work)
+        return self._vendor(work, cost=20)
 
     def leads_search(self) -> Reply:
         def work() -> Reply:
@@ -746,15 +940,15 @@ class PipedriveHandler(SandboxRequestHandler):
             # (client-nodejs v2 models/get-lead-search-response-data.ts).
             return self._ok({"items": items}, next_cursor=None)
 
-        return self._vendor(work)
+        return self._vendor(work, cost=20, search=True)
 
     def lead_get(self, lead_id: str) -> Reply:
-        return self._vendor(lambda: self._ok(self.pipedrive.get_lead(lead_id)))
+        return self._vendor(lambda: self._ok(self.pipedrive.get_lead(lead_id)), cost=2)
 
     def lead_patch(self, lead_id: str) -> Reply:
         self.store.count_call("update_record")
         return self._vendor(
-            lambda: self._ok(self.pipedrive.update_lead(lead_id, self._json_body()))
+            lambda: self._ok(self.pipedrive.update_lead(lead_id, self._json_body())), cost=10
         )
 
     def lead_delete(self, lead_id: str) -> Reply:
@@ -764,7 +958,7 @@ class PipedriveHandler(SandboxRequestHandler):
             self.pipedrive.delete_lead(lead_id)
             return self._ok({"id": lead_id})
 
-        return self._vendor(work)
+        return self._vendor(work, cost=6)
 
     def lead_fields_get(self) -> Reply:
         def work() -> Reply:
@@ -774,7 +968,8 @@ class PipedriveHandler(SandboxRequestHandler):
             ]
             return self._ok(fields, start=0, limit=len(fields), more_items_in_collection=False)
 
-        return self._vendor(work)
+        # "Get list of entities": 20 (the rate-limiting page's table of costs).
+        return self._vendor(work, cost=20)
 
     # -- activities ----------------------------------------------------------
 
@@ -783,6 +978,7 @@ class PipedriveHandler(SandboxRequestHandler):
 
         def work() -> Reply:
             body = self._json_body()
+            self.pipedrive.check_activity(body)
             if body.get("lead_id") is not None:
                 self.pipedrive.get_lead(str(body["lead_id"]))  # 404 before any fault
             return self._faulted(
@@ -790,7 +986,7 @@ class PipedriveHandler(SandboxRequestHandler):
                 lambda: self._answer(lambda: self._ok(self.pipedrive.create_activity(body))),
             )
 
-        return self._vendor(work)
+        return self._vendor(work, cost=5)
 
     def activities_get(self) -> Reply:
         def work() -> Reply:
@@ -803,10 +999,10 @@ class PipedriveHandler(SandboxRequestHandler):
             )
             return self._ok(page, next_cursor=str(last) if last else None)
 
-        return self._vendor(work)
+        return self._vendor(work, cost=10)
 
     def activity_get(self, activity_id: str) -> Reply:
-        return self._vendor(lambda: self._ok(self.pipedrive.get_activity(int(activity_id))))
+        return self._vendor(lambda: self._ok(self.pipedrive.get_activity(int(activity_id))), cost=1)
 
     # -- control -------------------------------------------------------------
 

@@ -12,7 +12,7 @@ Salesforce: Onefold's adapter (`adapter.py`) and a local emulator of the REST AP
 The emulator is a real HTTP server on loopback, built from the sandbox's server,
 fault queue and controls (`lab/emulators/kit.py`). Each behaviour below
 is documented with its source in `salesforce_store.py` ([UPSERT], [ERRORS], [FACTS],
-[DUPRULE], [ASSIGN], [QUERY], [IDS]).
+[DUPRULE], [ASSIGN], [QUERY], [IDS], [LIMITS], [OAUTH], [FIELDS]).
 
 Running it
 ==========
@@ -24,8 +24,9 @@ In process (tests)::
     with SalesforceEmulator() as sf:          # port 0: a free port
         sf.http_url                            # the instance URL
 
-Credentials it accepts by default: client id ``onefold-emulator``, secret
-``emulator-secret`` (change them with ``POST /_sandbox/config``).
+Credentials it accepts by default: client id ``DEFAULT_CLIENT_ID``
+(``onefold-emulator``), secret ``DEFAULT_CLIENT_SECRET`` (``emulator-secret``);
+change them with ``POST /_sandbox/config``. Anything else is refused ([OAUTH]).
 
 API (what the adapter calls)
 ============================
@@ -42,7 +43,8 @@ api-usage=N/M``. Objects: ``Lead`` (ids ``00Q...``), ``Contact`` (``003...``),
     Form ``grant_type=client_credentials``, ``client_id``, ``client_secret``:
     200 ``{"access_token", "instance_url", "id", "token_type": "Bearer",
     "issued_at", "signature", "scope"}`` (no ``expires_in``, as Salesforce).
-    Wrong credentials: 400 ``{"error": "invalid_client", ...}``.
+    An unknown client id: 400 ``{"error": "invalid_client_id", ...}``; a wrong
+    secret: 400 ``{"error": "invalid_client", ...}``.
 
 ``GET .../sobjects/{Lead|Contact|Task}/describe``
     200 ``{"name", "keyPrefix", "fields": [{"name", "externalId", "unique",
@@ -64,7 +66,11 @@ api-usage=N/M``. Objects: ``Lead`` (ids ``00Q...``), ``Contact`` (``003...``),
     (later upserts of that value answer 300). Unknown fields: 400
     ``INVALID_FIELD``; Lead needs ``LastName`` and ``Company``, Contact
     ``LastName`` (400 ``REQUIRED_FIELD_MISSING``); a Task's ``WhoId`` must name a
-    Lead or Contact (400 ``INVALID_CROSS_REFERENCE_KEY``).
+    Lead or Contact (400 ``INVALID_CROSS_REFERENCE_KEY``). Values ([FIELDS]): an
+    Email that is no address, 400 ``INVALID_EMAIL_ADDRESS``; a Status, LeadSource
+    or Priority outside the picklist's values, 400
+    ``INVALID_OR_NULL_FOR_RESTRICTED_PICKLIST``; text past its length, 400
+    ``STRING_TOO_LONG``. Each error lists the field in ``fields``.
 
 ``POST .../sobjects/{object}``
     Plain create: 201 ``{"id", "success": true, "errors": []}``; the unique and
@@ -94,8 +100,11 @@ Quirks emulated
   "DUPLICATES_DETECTED", "message"}]`` (``duplicateResut`` sic). An alerting
   rule lets the create through with ``Sforce-Duplicate-Rule-Header:
   allowSave=true``; a blocking one never does. The rule runs on create only.
-* Rate limit: 403 ``REQUEST_LIMIT_EXCEEDED`` "TotalRequests Limit exceeded.",
-  no ``Retry-After``.
+* Rate limit ([LIMITS]): the org's API requests of the last 24 hours are counted
+  (``api_usage_limit``, 15,000 by default, Developer Edition's allocation); with
+  them spent every API call answers 403 ``REQUEST_LIMIT_EXCEEDED`` "TotalRequests
+  Limit exceeded." with no ``Retry-After`` and is not counted, until the oldest
+  requests age out of the 24 hours. Token requests are not counted.
 
 Simplified: no Recycle Bin (DELETE removes the row) and a deleted Lead's Tasks
 stay (whether Salesforce deletes a record's activities with it is *unverified*
@@ -132,7 +141,8 @@ before the body is read.
     and ``reference_unique`` (the field's flags on Lead and Contact),
     ``task_reference_external_id`` and ``task_reference_unique`` (on Task), all
     true by default; ``duplicate_rule``; ``upsert_race_seconds`` (0);
-    ``api_usage_limit``. Unknown names or wrong types: 400.
+    ``api_usage_limit`` (15,000; a test lowers it to spend the day, or lifts it);
+    ``restricted_picklists`` (true). Unknown names or wrong types: 400.
 
 ``POST /_sandbox/seed``
     ``{"sobject": "Lead", "records": [{field: value}, ...]}`` or
@@ -156,7 +166,8 @@ from urllib.parse import parse_qs, unquote
 
 from lab.emulators.kit import EmulatorServer
 from lab.emulators.salesforce_store import (
-    DEFAULT_CONFIG,
+    DEFAULT_CLIENT_ID,
+    DEFAULT_CLIENT_SECRET,
     RECORD_OBJECTS,
     Refused,
     SalesforceStore,
@@ -212,6 +223,9 @@ class SalesforceRequestHandler(SandboxRequestHandler):
         if auth and not self.org.token_valid(self.headers.get("Authorization")):
             # [ERRORS] in store.py: an expired or invalid session answers 401.
             return _errors(sf_error(401, "INVALID_SESSION_ID", "Session expired or invalid"))
+        spent = self.org.spend_api_request() if auth else None
+        if spent is not None:
+            return _errors(spent)
         try:
             status, body = call()
         except Refused as exc:
@@ -413,6 +427,6 @@ class SalesforceEmulator(EmulatorServer):
         starts (after a reset): its URL and its default client credentials."""
         return {
             "SALESFORCE_INSTANCE_URL": self.http_url,
-            "SALESFORCE_CLIENT_ID": str(DEFAULT_CONFIG["client_id"]),
-            "SALESFORCE_CLIENT_SECRET": str(DEFAULT_CONFIG["client_secret"]),
+            "SALESFORCE_CLIENT_ID": DEFAULT_CLIENT_ID,
+            "SALESFORCE_CLIENT_SECRET": DEFAULT_CLIENT_SECRET,
         }

@@ -27,6 +27,31 @@ Sources, cited once here and by name on each behaviour below:
 - [IDS] "ID Field Type" (15-character case-sensitive ids, 18-character
   case-safe ids with a 3-character suffix; key prefixes 00Q Lead, 003 Contact,
   00T Task).
+- [LIMITS] "API Request Limits and Allocations":
+  https://developer.salesforce.com/docs/platform/salesforce-app-limits-cheatsheet/guide/salesforce-app-limits-platform-api.html
+  (a total API request allocation per 24 hours, 15,000 for Developer Edition,
+  100,000 plus 1,000 per licence for Enterprise; past it REQUEST_LIMIT_EXCEEDED),
+  and Setup's "System Overview: API Usage":
+  https://help.salesforce.com/s/articleView?id=xcloud.setup_system_overview_api.htm
+  ("Limits are enforced against the aggregate of all API calls made to the org in
+  a 24-hour period ... Calls are blocked until usage for the preceding 24 hours
+  drops below the limit"). Usage travels in `Sforce-Limit-Info: api-usage=N/M`
+  ("Limit Info Header":
+  https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/headers_api_usage.htm).
+- [OAUTH] "OAuth 2.0 Client Credentials Flow for Server-to-Server Integration":
+  https://help.salesforce.com/s/articleView?id=sf.remoteaccess_oauth_client_credentials_flow.htm
+  (a wrong consumer key is 400 `invalid_client_id`, a wrong secret 400
+  `invalid_client`, RFC 6749 5.2).
+- [FIELDS] The Lead, Contact and Task objects (Object Reference:
+  https://developer.salesforce.com/docs/atlas.en-us.object_reference.meta/object_reference/sforce_api_objects_lead.htm,
+  ..._contact.htm, ..._task.htm): Email is of type email, checked as an address
+  (INVALID_EMAIL_ADDRESS in the StatusCode list,
+  https://developer.salesforce.com/docs/atlas.en-us.api.meta/api/sforce_api_calls_concepts_core_data_objects.htm);
+  Status, LeadSource and Priority are picklists, refused outside their values when
+  the picklist is restricted ("Restrict picklist to the values defined in the value
+  set", INVALID_OR_NULL_FOR_RESTRICTED_PICKLIST "bad value for restricted picklist
+  field"); the values are a new org's defaults; string lengths as each object's
+  reference gives them (STRING_TOO_LONG).
 """
 
 from __future__ import annotations
@@ -40,6 +65,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from lab.emulators.limits import RollingWindow
 from lab.sandbox.store import SandboxStore
 
 RECORD_OBJECTS = ("Lead", "Contact")
@@ -47,9 +73,15 @@ KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
 # The emulated org's API user and the queue its lead assignment rule assigns to.
 API_USER_ID = "0055g00000ApIUsAAN"
 ASSIGNMENT_QUEUE_ID = "00G5g00000LeadQAAA"
+# The connected app's consumer key and secret the token endpoint accepts ([OAUTH]).
+DEFAULT_CLIENT_ID = "onefold-emulator"
+DEFAULT_CLIENT_SECRET = "emulator-secret"
+# [LIMITS]: Developer Edition's allocation, the smallest a real org has.
+DEFAULT_API_USAGE_LIMIT = 15_000
+API_USAGE_WINDOW_SECONDS = 24 * 3600
 DEFAULT_CONFIG: dict[str, Any] = {
-    "client_id": "onefold-emulator",
-    "client_secret": "emulator-secret",
+    "client_id": DEFAULT_CLIENT_ID,
+    "client_secret": DEFAULT_CLIENT_SECRET,
     "reference_field": "Onefold_Ref__c",
     # The field's describe flags on Lead and Contact, and on Task.
     "reference_external_id": True,
@@ -60,10 +92,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "duplicate_rule": "off",
     # Seconds between an upsert's match and its insert (the race window).
     "upsert_race_seconds": 0.0,
-    # Sforce-Limit-Info: api-usage=N/limit.
-    "api_usage_limit": 15000,
+    # [LIMITS] The org's API requests in any 24 hours (a test lifts it with a large one).
+    "api_usage_limit": DEFAULT_API_USAGE_LIMIT,
+    # [FIELDS] Status, LeadSource and Priority refuse values outside their lists.
+    "restricted_picklists": True,
 }
 _BOOL_CONFIG = {
+    "restricted_picklists",
     "reference_external_id",
     "reference_unique",
     "task_reference_external_id",
@@ -99,6 +134,40 @@ _DEFAULTS = {
     "Contact": {},
     "Task": {"Status": "Not Started", "Priority": "Normal"},
 }
+# [FIELDS] A new org's picklist values.
+_PICKLISTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "Lead": {
+        "Status": (
+            "Open - Not Contacted",
+            "Working - Contacted",
+            "Closed - Converted",
+            "Closed - Not Converted",
+        ),
+        "LeadSource": ("Web", "Phone Inquiry", "Partner Referral", "Purchased List", "Other"),
+    },
+    "Contact": {
+        "LeadSource": ("Web", "Phone Inquiry", "Partner Referral", "Purchased List", "Other"),
+    },
+    "Task": {
+        "Status": (
+            "Not Started",
+            "In Progress",
+            "Completed",
+            "Waiting on someone else",
+            "Deferred",
+        ),
+        "Priority": ("High", "Normal", "Low"),
+    },
+}
+# [FIELDS] Maximum lengths of the text fields the emulator keeps.
+_LENGTHS: dict[str, dict[str, int]] = {
+    "Lead": {"FirstName": 40, "LastName": 80, "Company": 255, "Email": 80, "Phone": 40},
+    "Contact": {"FirstName": 40, "LastName": 80, "Email": 80, "Phone": 40},
+    "Task": {"Subject": 255, "Description": 32000},
+}
+# An address as Salesforce's email type takes it: a local part, @, a dotted domain.
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_LABELS = {"FirstName": "First Name", "LastName": "Last Name", "LeadSource": "Lead Source"}
 _SYSTEM_FIELDS = ("Id", "CreatedDate", "LastModifiedDate")
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _SUFFIX = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"
@@ -164,7 +233,7 @@ class SalesforceStore(SandboxStore):
             self.assignments: dict[str, int] = {}
             self.tokens: set[str] = set()
             self.locators: dict[str, list[dict[str, Any]]] = {}
-            self.api_usage = 0
+            self.api_requests = RollingWindow(DEFAULT_API_USAGE_LIMIT, API_USAGE_WINDOW_SECONDS)
             self._seq = 0
 
     def reset(self) -> None:
@@ -180,23 +249,43 @@ class SalesforceStore(SandboxStore):
         for name, value in changes.items():
             if name in _BOOL_CONFIG and not isinstance(value, bool):
                 raise sf_error(400, "INVALID_FIELD", f"{name} must be true or false")
+            if name == "api_usage_limit" and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise sf_error(400, "INVALID_FIELD", "api_usage_limit is a whole number >= 0")
             if name == "duplicate_rule" and value not in ("off", "alert", "block"):
                 raise sf_error(400, "INVALID_FIELD", "duplicate_rule is off, alert or block")
         with self._sf_lock:
             self.config.update(changes)
             return dict(self.config)
 
-    def limit_info(self) -> str:
-        """Sforce-Limit-Info, sent on every API answer ([FACTS])."""
+    def spend_api_request(self) -> Refused | None:
+        """[LIMITS] One API request against the org's allocation for the last 24 hours,
+        or, with it spent, 403 REQUEST_LIMIT_EXCEEDED ("TotalRequests Limit exceeded.")
+        and nothing counted: calls stay blocked until the usage of the preceding 24
+        hours drops below the limit, as the oldest of them age out."""
         with self._sf_lock:
-            self.api_usage += 1
-            return f"api-usage={self.api_usage}/{self.config['api_usage_limit']}"
+            self.api_requests.limit = int(self.config["api_usage_limit"])
+            if self.api_requests.take("org") is None:
+                return None
+        refusal = [
+            {"message": "TotalRequests Limit exceeded.", "errorCode": "REQUEST_LIMIT_EXCEEDED"}
+        ]
+        return Refused(403, refusal, {"Sforce-Limit-Info": self.limit_info()})
+
+    def limit_info(self) -> str:
+        """[LIMITS] Sforce-Limit-Info, sent on every API answer: the requests of the
+        last 24 hours against the allocation."""
+        with self._sf_lock:
+            used = self.api_requests.used("org")
+            return f"api-usage={used}/{self.config['api_usage_limit']}"
 
     # -- OAuth -----------------------------------------------------------------
 
     def issue_token(self, form: Mapping[str, str], instance_url: str) -> dict[str, Any]:
-        """OAuth 2.0 client credentials flow: 400 invalid_client for wrong credentials
-        (RFC 6749 5.2); Salesforce's token answer carries no expires_in."""
+        """[OAUTH] The client credentials flow: 400 invalid_client_id for a consumer key
+        the org does not know, 400 invalid_client for a wrong secret (RFC 6749 5.2);
+        Salesforce's token answer carries no expires_in."""
         if form.get("grant_type") != "client_credentials":
             raise Refused(
                 400,
@@ -206,11 +295,15 @@ class SalesforceStore(SandboxStore):
                 },
             )
         with self._sf_lock:
-            good = (form.get("client_id"), form.get("client_secret")) == (
-                self.config["client_id"],
-                self.config["client_secret"],
-            )
-            if not good:
+            if form.get("client_id") != self.config["client_id"]:
+                raise Refused(
+                    400,
+                    {
+                        "error": "invalid_client_id",
+                        "error_description": "client identifier invalid",
+                    },
+                )
+            if form.get("client_secret") != self.config["client_secret"]:
                 raise Refused(
                     400,
                     {"error": "invalid_client", "error_description": "invalid client credentials"},
@@ -289,6 +382,36 @@ class SalesforceStore(SandboxStore):
                     "INVALID_FIELD",
                     f"No such column '{name}' on sobject of type {sobject}",
                     [],
+                )
+        self._check_values(sobject, body)
+
+    def _check_values(self, sobject: str, body: Mapping[str, Any]) -> None:
+        """[FIELDS]: lengths, the email type and restricted picklists, in Salesforce's
+        errors, each naming the field by its label and listing it in `fields`."""
+        for name, limit in _LENGTHS[sobject].items():
+            value = body.get(name)
+            if isinstance(value, str) and len(value) > limit:
+                raise sf_error(
+                    400,
+                    "STRING_TOO_LONG",
+                    f"{_label(name)}: data value too large: {value[:40]} (max length={limit})",
+                    [name],
+                )
+        email = body.get("Email")
+        if email and not (isinstance(email, str) and _EMAIL.fullmatch(email)):
+            raise sf_error(
+                400, "INVALID_EMAIL_ADDRESS", f"Email: invalid email address: {email}", ["Email"]
+            )
+        if not self.config["restricted_picklists"]:
+            return
+        for name, values in _PICKLISTS[sobject].items():
+            value = body.get(name)
+            if value is not None and value not in values:
+                raise sf_error(
+                    400,
+                    "INVALID_OR_NULL_FOR_RESTRICTED_PICKLIST",
+                    f"{_label(name)}: bad value for restricted picklist field: {value}",
+                    [name],
                 )
 
     def _insert(self, sobject: str, body: Mapping[str, Any], *, auto_assign: bool) -> str:
@@ -493,7 +616,15 @@ class SalesforceStore(SandboxStore):
         with self._sf_lock:
             external_id, unique = self._field_flags(sobject)
             fields = [_describe_field(name, name == "Id") for name in _SYSTEM_FIELDS[:1]]
-            fields += [_describe_field(name) for name in (*_FIELDS[sobject], *_SYSTEM_FIELDS[1:])]
+            fields += [
+                _describe_field(
+                    name,
+                    picklist=_PICKLISTS[sobject].get(name),
+                    restricted=bool(self.config["restricted_picklists"]),
+                    length=_LENGTHS[sobject].get(name, 255),
+                )
+                for name in (*_FIELDS[sobject], *_SYSTEM_FIELDS[1:])
+            ]
             ref = _describe_field(self._ref_field(sobject))
             ref.update(externalId=external_id, unique=unique, idLookup=external_id or unique)
             fields.append(ref)
@@ -635,11 +766,25 @@ def _duplicates_detected(
     }
 
 
-def _describe_field(name: str, is_id: bool = False) -> dict[str, Any]:
+def _label(name: str) -> str:
+    return _LABELS.get(name, name.removesuffix("__c").replace("_", " "))
+
+
+def _describe_field(
+    name: str,
+    is_id: bool = False,
+    *,
+    picklist: tuple[str, ...] | None = None,
+    restricted: bool = False,
+    length: int = 255,
+) -> dict[str, Any]:
+    """A describe field entry; picklists list their values and say whether they are
+    restricted (`restrictedPicklist`, [FIELDS])."""
+    kind = "id" if is_id else "picklist" if picklist else "email" if name == "Email" else "string"
     return {
         "name": name,
-        "label": name.removesuffix("__c").replace("_", " "),
-        "type": "id" if is_id else "string",
+        "label": _label(name),
+        "type": kind,
         "custom": name.endswith("__c"),
         "externalId": False,
         "unique": False,
@@ -647,7 +792,12 @@ def _describe_field(name: str, is_id: bool = False) -> dict[str, Any]:
         "caseSensitive": False,
         "createable": not is_id,
         "updateable": not is_id,
-        "length": 18 if is_id else 255,
+        "length": 18 if is_id else length,
+        "restrictedPicklist": bool(picklist) and restricted,
+        "picklistValues": [
+            {"active": True, "defaultValue": False, "label": value, "value": value}
+            for value in picklist or ()
+        ],
     }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from integrations.base import Classification, CrmAdapter, DestinationError
+from integrations.base import Classification, CrmAdapter, DestinationError, RateLimit
 from integrations.dataverse.adapter import (
     API_PATH,
     DataverseCrm,
@@ -45,7 +45,7 @@ def emulator() -> Iterator[DataverseEmulator]:
 def control(emulator: DataverseEmulator) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=emulator.http_url, timeout=30) as http:
         assert http.post("/_sandbox/reset").status_code == 200
-        configure(http, client_secret=SECRET)
+        configure(http, client_id="onefold-app", client_secret=SECRET)
         yield http
 
 
@@ -142,7 +142,7 @@ def test_the_task_regards_its_lead_and_names_a_guid_assignee_as_owner(
 def control_token(control: httpx.Client) -> str:
     form = {
         "grant_type": "client_credentials",
-        "client_id": "test",
+        "client_id": "onefold-app",
         "client_secret": SECRET,
         "scope": f"{control.base_url}/.default",
     }
@@ -234,9 +234,82 @@ def test_a_rate_limit_is_retryable_after_retry_after(crm: DataverseCrm, control)
     with pytest.raises(DestinationError) as limited:
         crm.create_record(external_ref="opk_1", fields=FIELDS)
     assert limited.value.classification == Classification.RETRYABLE
+    assert limited.value.rate_limit == RateLimit.WINDOW
     assert limited.value.retry_after == 7
     assert "exceeded the limit" in limited.value.message
     assert stats(control)["records"] == 0
+
+
+def test_the_service_protection_window_spent_is_a_window_until_room_comes_back(
+    crm: DataverseCrm, control
+) -> None:
+    """The emulator's own sliding window, made small (3 requests in 300 seconds):
+    the fourth request is refused with the seconds until the first ages out."""
+    configure(control, requests_per_window=3)
+    crm.create_record(external_ref="opk_1", fields=FIELDS)
+    crm.find_record(external_ref="opk_1")
+    crm.find_task(record_id=record_guid("lead", "opk_1"), external_ref="opk_1-task")
+    with pytest.raises(DestinationError) as limited:
+        crm.create_record(external_ref="opk_2", fields=FIELDS)
+    error = limited.value
+    assert (error.classification, error.rate_limit) == (Classification.RETRYABLE, RateLimit.WINDOW)
+    assert error.retry_after is not None and 290 <= error.retry_after <= 300
+    assert "Number of requests exceeded the limit of 3 over time window of 300 seconds" in (
+        error.message
+    )
+    assert stats(control)["records_by_external_ref"] == {"opk_1": 1}
+
+
+def test_it_declares_the_documented_request_limit(crm: DataverseCrm) -> None:
+    budget = crm.request_budget
+    assert budget is not None
+    assert (budget.requests, budget.per_seconds, budget.daily) == (6000, 300, None)
+    assert budget.source.endswith("/data-platform/api-limits")
+
+
+def test_find_record_and_find_task_read_what_a_lost_answer_committed(
+    crm: DataverseCrm, control
+) -> None:
+    """What the engine relies on before creating again: retrieves by key, so a row
+    whose create answer was lost is found at once and a 404 proves absence."""
+    caps = crm.capabilities
+    assert (caps.lookup, caps.lookup_proves_absence, caps.lookup_settle_seconds) == (
+        True,
+        True,
+        0,
+    )
+    fault(control, "create_record", "drop_response_after_commit")
+    with pytest.raises(DestinationError):
+        crm.create_record(external_ref="opk_lost", fields=FIELDS)
+    lead = crm.find_record(external_ref="opk_lost")
+    assert lead == record_guid("lead", "opk_lost")
+    fault(control, "create_task", "drop_response_after_commit")
+    with pytest.raises(DestinationError):
+        crm.create_task(record_id=lead, external_ref="opk_lost-t", title="Call", assignee="")
+    assert crm.find_task(record_id=lead, external_ref="opk_lost-t") == record_guid(
+        "task", "opk_lost-t"
+    )
+    fault(control, "create_record", "fail_before_commit")
+    with pytest.raises(DestinationError):
+        crm.create_record(external_ref="opk_never", fields=FIELDS)
+    assert crm.find_record(external_ref="opk_never") is None
+    assert crm.find_task(record_id=lead, external_ref="opk_never-t") is None
+
+
+def test_a_long_message_is_cut_to_the_description_s_max_length(crm: DataverseCrm, control) -> None:
+    guid = crm.create_record(external_ref="opk_long", fields={**FIELDS, "message": "x" * 5000}).ref
+    record = crm.get_record(guid)
+    assert record is not None and len(record["message"]) == 2000
+
+
+def test_an_unknown_client_id_is_permanent(emulator, control) -> None:
+    crm = adapter_from_env(
+        base_url=None, timeout=5, env=env_for(emulator, DATAVERSE_CLIENT_ID="someone-else")
+    )
+    with pytest.raises(DestinationError) as refused:
+        crm.find_record(external_ref="opk_1")
+    assert refused.value.classification == Classification.PERMANENT
+    assert refused.value.reply is not None and refused.value.reply.code == 400
 
 
 def test_a_revoked_token_is_replaced_once_and_the_call_succeeds(crm: DataverseCrm, control) -> None:

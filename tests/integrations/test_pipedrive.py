@@ -14,8 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from integrations.base import Classification, CrmAdapter, DestinationError
-from integrations.pipedrive.adapter import DEFAULT_SETTLE_SECONDS, PipedriveCrm, adapter_from_env
+from integrations.base import Classification, CrmAdapter, DestinationError, RateLimit
+from integrations.pipedrive.adapter import (
+    DEFAULT_SETTLE_SECONDS,
+    PipedriveCrm,
+    adapter_from_env,
+    seconds_to_midnight,
+)
 from lab.emulators.pipedrive import (
     DEFAULT_API_TOKEN,
     MESSAGE_FIELD_KEY,
@@ -347,7 +352,7 @@ def test_429_is_retryable_after_the_reset_header(crm: PipedriveCrm, control: htt
     fault(control, "create_record", "http_429", seconds=7)
     error = raised(lambda: crm.create_record(external_ref="op-429", fields=enquiry()))
     assert error.classification == Classification.RETRYABLE
-    assert error.retry_after == 7.0
+    assert (error.retry_after, error.rate_limit) == (7.0, RateLimit.WINDOW)
     fault(control, "create_task", "http_429", seconds=3)
     lead = crm.create_record(external_ref="op-429", fields=enquiry()).ref
     task_error = raised(
@@ -355,6 +360,57 @@ def test_429_is_retryable_after_the_reset_header(crm: PipedriveCrm, control: htt
     )
     assert (task_error.classification, task_error.retry_after) == (Classification.RETRYABLE, 3.0)
     assert stats(control)["tasks"] == 0
+
+
+def test_the_burst_limit_is_a_window_asked_again_after_its_reset(
+    crm: PipedriveCrm, control: httpx.Client
+) -> None:
+    """The emulator's own burst window, made small so that one enquiry fills it: the
+    person search counts in the search window, the person and the lead in this one."""
+    configure(control, burst_limit=2)
+    crm.create_record(external_ref="op-burst-1", fields=enquiry("one@example.com"))
+    error = raised(
+        lambda: crm.create_record(external_ref="op-burst-2", fields=enquiry("two@example.com"))
+    )
+    assert (error.classification, error.rate_limit) == (Classification.RETRYABLE, RateLimit.WINDOW)
+    assert error.retry_after is not None and 0 < error.retry_after <= 2
+    assert error.reply is not None and error.reply.code == 429
+    time.sleep(error.retry_after)
+    crm.create_record(external_ref="op-burst-2", fields=enquiry("two@example.com"))
+    assert stats(control)["records_by_external_ref"] == {"op-burst-1": 1, "op-burst-2": 1}
+
+
+def test_a_spent_token_budget_is_daily_until_the_server_s_midnight(
+    emulator: PipedriveEmulator, control: httpx.Client
+) -> None:
+    """40 tokens: the first enquiry spends 35 (search 20, person 5, lead 10); the next
+    search (20) is refused while the 2-second window has room: the day's budget."""
+    configure(control, daily_token_budget=40)
+    env = {**emulator.adapter_env(), "PIPEDRIVE_BUDGET_TIMEZONE": "Europe/Tallinn"}
+    crm = adapter_from_env(base_url=None, timeout=5, env=env)
+    crm.create_record(external_ref="op-budget-1", fields=enquiry())
+    error = raised(lambda: crm.create_record(external_ref="op-budget-2", fields=enquiry()))
+    assert (error.classification, error.rate_limit) == (Classification.RETRYABLE, RateLimit.DAILY)
+    expected = seconds_to_midnight("Europe/Tallinn")
+    assert error.retry_after is not None and abs(error.retry_after - expected) < 5
+    assert "budget" in error.message
+    assert stats(control)["records_by_external_ref"] == {"op-budget-1": 1}
+
+
+def test_a_budget_time_zone_that_is_no_zone_refuses_the_configuration(
+    emulator: PipedriveEmulator,
+) -> None:
+    env = {**emulator.adapter_env(), "PIPEDRIVE_BUDGET_TIMEZONE": "Mars/Olympus"}
+    error = raised(lambda: adapter_from_env(base_url=None, timeout=5, env=env))
+    assert error.classification == Classification.RETRYABLE
+    assert "PIPEDRIVE_BUDGET_TIMEZONE" in error.message
+
+
+def test_it_declares_the_lite_plan_s_burst_limit_as_its_budget() -> None:
+    budget = PipedriveCrm.request_budget
+    assert budget is not None
+    assert (budget.requests, budget.per_seconds, budget.daily) == (20, 2, None)
+    assert budget.source == "https://pipedrive.readme.io/docs/core-api-concepts-rate-limiting"
 
 
 def test_400_is_permanent_and_a_lost_task_answer_ambiguous(
@@ -380,6 +436,9 @@ def test_400_is_permanent_and_a_lost_task_answer_ambiguous(
 def test_iter_records_pages_by_add_time_within_the_window(
     crm: PipedriveCrm, control: httpx.Client
 ) -> None:
+    # Lifted on purpose: this is about paging, and the 7 enquiries and their reads
+    # take about 30 requests in a second, past Lite's 20 per 2 seconds.
+    configure(control, rate_limits=False)
     refs = [f"op-list-{n}" for n in range(7)]
     leads = [crm.create_record(external_ref=ref, fields=enquiry()).ref for ref in refs]
     added = [vendor(control, "GET", f"/v1/leads/{lead}")["add_time"] for lead in leads]

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from integrations.base import Classification, DestinationError
+from integrations.base import Classification, DestinationError, RateLimit
 from integrations.salesforce.adapter import (
     SalesforceCrm,
     SalesforceDuplicatesDetected,
@@ -242,13 +242,14 @@ def test_an_alerting_duplicate_rule_lets_a_reviewer_create_with_allow_save(org: 
     assert org.stats()["records"] == 2
 
 
-def test_the_request_limit_is_retryable_after_a_long_wait(org: Org) -> None:
+def test_the_request_limit_is_a_daily_limit_asked_again_in_an_hour(org: Org) -> None:
     crm = org.adapter()
     org.fault("create_record", "http_429")
     with pytest.raises(DestinationError) as limited:
         crm.create_record(external_ref="op-10", fields=ADA)
     error = limited.value
     assert (error.classification, error.reply.code) == (Classification.RETRYABLE, 403)  # type: ignore[union-attr]
+    assert error.rate_limit == RateLimit.DAILY
     assert "REQUEST_LIMIT_EXCEEDED" in error.message
     assert error.retry_after == 3600
     # One setting changes the wait.
@@ -259,6 +260,80 @@ def test_the_request_limit_is_retryable_after_a_long_wait(org: Org) -> None:
         )
     assert shorter.value.retry_after == 900
     assert org.stats()["records"] == 0
+
+
+def test_the_org_s_24_hours_spent_is_daily_and_nothing_is_created(org: Org) -> None:
+    """The allocation really spent (not a fault): the token request is not counted,
+    the describe-free create reads by reference, then the upsert is refused."""
+    org.config(api_usage_limit=2)
+    crm = org.adapter()
+    crm.create_record(external_ref="op-10a", fields=ADA)  # GET by reference + PATCH
+    with pytest.raises(DestinationError) as limited:
+        crm.create_record(external_ref="op-10b", fields=ADA)
+    error = limited.value
+    assert error.rate_limit == RateLimit.DAILY
+    assert (error.classification, error.retry_after) == (Classification.RETRYABLE, 3600)
+    assert "api-usage=2/2" in error.message
+    assert org.stats()["records_by_external_ref"] == {"op-10a": 1}
+
+
+def test_the_concurrent_long_request_limit_is_a_short_window() -> None:
+    """The same 403 for the limit on concurrent requests of 20 seconds or longer
+    ([LIMITS]): it clears as they end. The answer alone is classified (pure logic)."""
+    crm = adapter_from_env(base_url="https://acme.my.salesforce.com", timeout=5, env=CREDENTIALS)
+    request = httpx.Request(
+        "POST", "https://acme.my.salesforce.com/services/data/v62.0/sobjects/Lead"
+    )
+    body = [
+        {
+            "message": "ConcurrentPerOrgLongTxn Limit exceeded.",
+            "errorCode": "REQUEST_LIMIT_EXCEEDED",
+        }
+    ]
+    answer = httpx.Response(
+        403, json=body, headers={"Sforce-Limit-Info": "api-usage=120/15000"}, request=request
+    )
+    error = crm._error(answer)
+    assert error.rate_limit == RateLimit.WINDOW
+    assert (error.classification, error.retry_after) == (Classification.RETRYABLE, 20)
+
+
+def test_find_record_reads_a_lead_committed_a_moment_ago_and_proves_absence(org: Org) -> None:
+    """What the engine relies on before creating again: a read by the external id, not
+    a search, so a lead whose create answer was lost is found at once, and a create
+    refused before commit is absent."""
+    crm = org.adapter()
+    assert (crm.capabilities.lookup, crm.capabilities.lookup_proves_absence) == (True, True)
+    assert crm.capabilities.lookup_settle_seconds == 0
+    org.fault("create_record", "drop_response_after_commit")
+    with pytest.raises(DestinationError):
+        crm.create_record(external_ref="op-10c", fields=ADA)
+    found = crm.find_record(external_ref="op-10c")
+    assert found is not None and found.startswith("00Q")
+    org.fault("create_record", "fail_before_commit")
+    with pytest.raises(DestinationError):
+        crm.create_record(external_ref="op-10d", fields=ADA)
+    assert crm.find_record(external_ref="op-10d") is None
+    org.fault("create_task", "drop_response_after_commit")
+    with pytest.raises(DestinationError):
+        crm.create_task(record_id=found, external_ref="op-10c-task", title="Call", assignee="")
+    task = crm.find_task(record_id=found, external_ref="op-10c-task")
+    assert task is not None and task.startswith("00T")
+    assert crm.find_task(record_id=found, external_ref="op-10d-task") is None
+
+
+def test_a_long_name_is_cut_to_the_field_and_a_bad_email_refused(org: Org) -> None:
+    crm = org.adapter()
+    long_name = {**ADA, "name": "Ada " + "L" * 120, "company": "C" * 300}
+    record = crm.create_record(external_ref="op-10e", fields=long_name)
+    row = org.client.get("/_sandbox/stats").json()
+    assert row["records_by_external_ref"] == {"op-10e": 1}
+    stored = crm.get_record(record.ref)
+    assert stored is not None and len(stored["name"]) == len("Ada ") + 80
+    with pytest.raises(DestinationError) as refused:
+        crm.create_record(external_ref="op-10f", fields={**ADA, "email": "ada(at)example"})
+    assert refused.value.classification == Classification.PERMANENT
+    assert "INVALID_EMAIL_ADDRESS" in refused.value.message
 
 
 @pytest.mark.parametrize(
@@ -305,6 +380,15 @@ def test_the_token_is_fetched_once_and_again_after_a_401(org: Org) -> None:
     org.client.post("/_sandbox/expire_tokens").raise_for_status()
     assert crm.find_record(external_ref="op-13") is not None
     assert org.stats()["calls"]["token"] == 2
+
+
+def test_an_unknown_client_id_is_permanent(org: Org) -> None:
+    crm = org.adapter(SALESFORCE_CLIENT_ID="someone-else")
+    with pytest.raises(DestinationError) as refused:
+        crm.find_record(external_ref="op-14a")
+    assert refused.value.classification == Classification.PERMANENT
+    assert refused.value.reply is not None and refused.value.reply.code == 400
+    assert org.stats()["calls"]["token"] == 1
 
 
 def test_wrong_credentials_are_permanent_and_never_shown(org: Org) -> None:
