@@ -393,6 +393,11 @@ class HubSpotStore(SandboxStore):
             "type": "string",
             "fieldType": "text",
             "groupName": f"{_SINGULAR[object_type]}information",
+            # Required by the Properties v3 document (Property: "description", "options",
+            # lab/specs/hubspot/properties.json); options "will be empty for other
+            # property types" than enumerations (its description of `options`).
+            "description": "",
+            "options": [],
             "hasUniqueValue": unique,
             "hidden": False,
             "formField": False,
