@@ -21,7 +21,7 @@ import pytest
 from integrations.base import DestinationError
 from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env
 from integrations.resend.adapter import ResendSender
-from lab.emulators.hubspot import HubObject, HubSpotEmulator
+from lab.emulators.hubspot import HubSpotEmulator
 from lab.emulators.resend import ResendEmulator, ResendStore
 from tests.support.vendor_specs import (
     EXCUSES,
@@ -43,8 +43,8 @@ ADA = {
     "form": "contact",
     "fields": {"budget": "10k"},
 }
-# Every test that creates a contact relies on it until the adapter sends
-# `associations: []` (issue 26); then this tuple empties and the excuse goes.
+# Every test that creates a contact needs this excuse until the adapter sends
+# `associations: []`; then the tuple empties and the excuse leaves EXCUSES.
 CONTACT_CREATE = ("hubspot-contact-create-without-associations",)
 
 
@@ -243,8 +243,8 @@ def test_the_emulators_other_answers_keep_resends_document(resend):
 
 
 def test_a_request_with_a_property_of_the_wrong_type_breaks_the_contract(hubspot, monkeypatch):
-    """HubSpot's property values are strings; an adapter that sent a number would be
-    refused by the document before the emulator said a word."""
+    """HubSpot's property values are strings: a number breaks the document, whatever
+    the emulator makes of it."""
     crm = hubspot_adapter(hubspot)
     original = HubSpotCrm._enquiry_properties
     monkeypatch.setattr(
@@ -264,11 +264,11 @@ def test_a_request_with_a_property_of_the_wrong_type_breaks_the_contract(hubspot
 
 def test_an_answer_missing_a_required_field_breaks_the_contract(hubspot, monkeypatch):
     crm = hubspot_adapter(hubspot)
-    original = HubObject.as_json
+    create = hubspot.hubspot.create
     monkeypatch.setattr(
-        HubObject,
-        "as_json",
-        lambda self, *args: {k: v for k, v in original(self, *args).items() if k != "archived"},
+        hubspot.hubspot,
+        "create",
+        lambda *args: {k: v for k, v in create(*args).items() if k != "archived"},
     )
     with recording() as traffic:
         crm.create_record(external_ref="opk_1", fields=ADA)
@@ -278,13 +278,18 @@ def test_an_answer_missing_a_required_field_breaks_the_contract(hubspot, monkeyp
     )
 
 
-def test_an_answer_with_a_value_the_vendor_does_not_have_breaks_the_contract(resend):
+def test_an_answer_with_a_field_of_the_wrong_type_breaks_the_contract(resend, monkeypatch):
     assert isinstance(resend.store, ResendStore)
-    resend.store.set_config({"domains": [{"name": "onefold.example", "status": "active"}]})
-    with recording() as traffic:
-        resend_adapter(resend).verify()
-    [problem] = resend_contract().problems(traffic)
-    assert problem.startswith("GET /domains answer 200: body $.data[0].status: 'active' is not one")
+    store_email = resend.store.store_email
+    monkeypatch.setattr(
+        resend.store,
+        "store_email",
+        lambda *args, **kwargs: {**store_email(*args, **kwargs), "id": 1234},
+    )
+    with recording() as traffic, pytest.raises(DestinationError):
+        confirm(resend_adapter(resend))
+    problems = resend_contract().problems(traffic)
+    assert problems == ["POST /emails answer 200: body $.id: 1234 is not of type 'string'"]
 
 
 def test_an_excuse_that_excuses_nothing_fails(resend):

@@ -65,7 +65,7 @@ def recording() -> Iterator[list[httpx.Response]]:
 
 
 def operations(traffic: Iterable[httpx.Response]) -> set[str]:
-    """ "METHOD /path STATUS" of each exchange, ids as `{id}`: what a test covered."""
+    """Each exchange as `METHOD /path STATUS`, numeric ids as `{id}`: what a test covered."""
     return {
         f"{a.request.method} {re.sub(r'/[0-9]+(?=/|$)', '/{id}', a.request.url.path)} "
         f"{a.status_code}"
@@ -144,9 +144,9 @@ EXCUSES = {
             "hubspot-contact-create-without-associations",
             ("POST /crm/v3/objects/contacts request: body: 'associations' is a required property",),
             "The Contacts v3 document marks `associations` required on a create "
-            "(SimplePublicObjectInputForCreate); the adapter does not send it yet. Issue 26 "
-            "asks for `associations: []` on contact creates: once the adapter sends it, this "
-            "excuse fails as unused and goes.",
+            "(SimplePublicObjectInputForCreate) and the adapter does not send it; "
+            "`associations: []` meets it. Once the adapter sends that, this excuse excuses "
+            "nothing, its tests fail, and it goes.",
             "lab/specs/hubspot/contacts.json, components.schemas.SimplePublicObjectInputForCreate",
         ),
         Excuse(
