@@ -43,8 +43,6 @@ ADA = {
     "form": "contact",
     "fields": {"budget": "10k"},
 }
-# Every test that creates a contact needs this excuse until the adapter sends
-# `associations: []`; then the tuple empties and the excuse leaves EXCUSES.
 
 
 # -- HubSpot -----------------------------------------------------------------------
