@@ -11,6 +11,8 @@ for name, value in {
     "ONEFOLD_LEASE_SECONDS": "6",
     "ONEFOLD_HTTP_TIMEOUT_SECONDS": "1.5",
     "ONEFOLD_Q_TIMEOUT": "4",
+    # Within the task timeout with the HTTP timeout (onefold.E006).
+    "ONEFOLD_BUDGET_MAX_WAIT_SECONDS": "2",
     "ONEFOLD_RETRY_BASE_SECONDS": "0.2",
     "ONEFOLD_RETRY_MAX_SECONDS": "2",
     "ONEFOLD_MAX_ATTEMPTS": "4",

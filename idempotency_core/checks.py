@@ -54,11 +54,12 @@ def check_task_queue_timings(
                 id="onefold.E005",
             )
         )
-    if timeout <= settings.ONEFOLD_HTTP_TIMEOUT_SECONDS:
+    if timeout <= settings.ONEFOLD_HTTP_TIMEOUT_SECONDS + settings.ONEFOLD_BUDGET_MAX_WAIT_SECONDS:
         errors.append(
             Error(
-                "ONEFOLD_HTTP_TIMEOUT_SECONDS must be below the task timeout, so a hung "
-                "destination call ends before the worker is killed.",
+                "ONEFOLD_HTTP_TIMEOUT_SECONDS plus ONEFOLD_BUDGET_MAX_WAIT_SECONDS must be below "
+                "the task timeout, so a call that waited for its destination's rate limit and "
+                "then hung ends before the worker is killed.",
                 id="onefold.E006",
             )
         )

@@ -56,7 +56,8 @@ def smtp_reply(code: int | None) -> Reply | None:
 
 
 class RateLimit(StrEnum):
-    """Which of a destination's limits refused a request (DestinationError.rate_limit)."""
+    """Which of a destination's limits refused a request (DestinationError.rate_limit):
+    each is a wait, never a failed attempt."""
 
     NONE = ""
     # A short window (HubSpot's ten seconds, Resend's second): asked again after its reset,
@@ -65,6 +66,11 @@ class RateLimit(StrEnum):
     # A day's allowance is spent (HubSpot's DAILY policy, Salesforce's
     # REQUEST_LIMIT_EXCEEDED): the destination's work is parked until the reset.
     DAILY = "daily"
+    # Not a limit of the destination's but of this one request: the same request (its
+    # idempotency key) is still being processed (Resend's 409
+    # concurrent_idempotent_requests). This attempt did nothing; it is asked again after
+    # `retry_after`, not counted, and nothing else waits.
+    IN_PROGRESS = "in_progress"
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,16 @@ attempts of emails that had been sent. Here the limit is a budget the workers
 share through PostgreSQL, one `DestinationBudget` row per destination:
 
 - Before each request of an attempt (`BudgetGate.before`, set as
-  `integrations.http.request_gate` around the call), a worker takes one request of
-  the budget in one statement, a generic cell rate (`_TAKE`): the row's
-  `next_free_at` moves on by `spacing_seconds` per request, and a request may go
-  while it is at most `tolerance_seconds` ahead of now. Spacing and tolerance are
-  chosen so that no window of `per_seconds` ever holds more than `requests`
-  (`_shape`). A short wait is slept; a long one ends the attempt as WAITED.
+  `integrations.http.request_gate` around the call), a worker reserves its turn in
+  one statement, a generic cell rate (`_RESERVE`): each reservation moves the row's
+  `next_free_at` on by `spacing_seconds`, and a request may go when it is at most
+  `tolerance_seconds` ahead. Spacing and tolerance are chosen so that no window of
+  `per_seconds` ever holds more than `requests` (`_shape`). Reservations form a
+  queue: a turn up to ONEFOLD_BUDGET_MAX_WAIT_SECONDS away is slept for; a later one
+  is not taken, and the attempt ends as WAITED.
 - The budget is the vendor's documented default (`adapter.request_budget`),
   replaced by `ONEFOLD_RATE_LIMIT_<NAME>` ("100/10", or "off"), and corrected by
-  the vendor's own headers (`BudgetGate.after`: a different limit, or none left
-  until a reset).
+  the vendor's own headers (`BudgetGate.after`: the limit of the account's tier).
 - A 429 pauses the destination for every worker until the vendor's reset
   (`destination_pause`); a daily limit or a refused verification pauses it the
   same way, for longer. A pause moves the destination's due work to its end in one
@@ -43,7 +43,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from idempotency_core.models import Destination, DestinationBudget, Operation
-from integrations.base import BudgetHint, Classification, DestinationError, RateLimit, RequestBudget
+from integrations.base import Classification, DestinationError, RateLimit, RequestBudget
 from integrations.http import budget_hint
 
 logger = logging.getLogger(__name__)
@@ -105,8 +105,11 @@ def _shape(requests: int, per_seconds: float) -> tuple[float, float]:
     return spacing, (burst - 1) * spacing
 
 
-# One request taken, if the budget allows it now and the destination is not paused.
-_TAKE = f"""
+# One request reserved, at the earliest time the budget allows it, unless the destination
+# is paused or that time is more than %s seconds away: the time reserved. Reservations
+# are a queue (each moves the next free time on), so a worker that waits for its turn
+# is not overtaken by one that arrived later.
+_RESERVE = f"""
 WITH now AS (SELECT clock_timestamp() AS at)
 UPDATE {_TABLE} b
 SET next_free_at = GREATEST(COALESCE(b.next_free_at, now.at), now.at)
@@ -115,8 +118,10 @@ FROM now
 WHERE b.destination_id = %s
   AND COALESCE(b.paused_until, '-infinity') <= now.at
   AND GREATEST(COALESCE(b.next_free_at, now.at), now.at)
-      <= now.at + b.tolerance_seconds * interval '1 second'
-RETURNING now.at
+      <= now.at + (b.tolerance_seconds + %s) * interval '1 second'
+RETURNING GREATEST(
+    b.next_free_at - (b.spacing_seconds + b.tolerance_seconds) * interval '1 second', now.at
+), now.at
 """
 
 # Otherwise, how long until it would: the pause's end, or the next free request.
@@ -177,14 +182,28 @@ def budget_forget() -> None:
         _ensured.clear()
 
 
-def budget_take_at(destination_id: int, budget: Budget) -> datetime | None:
-    """Takes one request if the budget allows it now: the database's time it was taken
-    at (one clock for every worker), or None."""
+@dataclass(frozen=True)
+class Reservation:
+    """A request of the budget, to be sent `at` (the database's clock, one for every
+    worker): `delay` seconds after it was reserved."""
+
+    at: datetime
+    delay: float
+
+
+def budget_reserve(
+    destination_id: int, budget: Budget, *, within: float = 0.0
+) -> Reservation | None:
+    """Reserves one request of the destination's budget at the earliest time allowed, if
+    that is at most `within` seconds away; None otherwise (or while it is paused)."""
     _ensure(destination_id, budget)
     with connection.cursor() as cursor:
-        cursor.execute(_TAKE, [destination_id])
+        cursor.execute(_RESERVE, [destination_id, max(0.0, within)])
         row = cursor.fetchone()
-    return row[0] if row is not None else None
+    if row is None:
+        return None
+    at, now = row
+    return Reservation(at=at, delay=(at - now).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -196,15 +215,13 @@ class Wait:
     reason: str = ""
 
 
-def budget_take(destination_id: int, budget: Budget) -> Wait | None:
-    """Takes one request of the destination's budget; None when taken, else the wait."""
-    if budget_take_at(destination_id, budget) is not None:
-        return None
+def budget_wait(destination_id: int) -> Wait:
+    """How long until the destination's budget has a request free, or its pause ends."""
     with connection.cursor() as cursor:
         cursor.execute(_WAIT, [destination_id])
         row = cursor.fetchone()
     if row is None:  # the row vanished (the destination was deleted): nothing to wait for
-        return None
+        return Wait(seconds=0.01)
     return Wait(seconds=max(0.01, float(row[0])), pause=row[1], reason=row[2])
 
 
@@ -260,42 +277,31 @@ class BudgetGate:
     def before(self, method: str, url: str) -> None:
         if self.budget is None:
             return
-        deadline = self.deadline
-        while (wait := budget_take(self.destination.pk, self.budget)) is not None:
-            if wait.pause or time.monotonic() + wait.seconds > deadline:
-                raise _waiting(self.destination, wait)
-            time.sleep(wait.seconds)
+        within = self.deadline - time.monotonic()
+        reserved = budget_reserve(self.destination.pk, self.budget, within=within)
+        if reserved is None:
+            raise _waiting(self.destination, budget_wait(self.destination.pk))
+        if reserved.delay > 0:  # our turn comes after the requests reserved before ours
+            time.sleep(reserved.delay)
 
     def after(self, response: httpx.Response) -> None:
+        if self.budget is None:
+            return
         hint = budget_hint(response)
-        if hint is None or response.status_code == 429:
-            return  # a 429 is the adapter's to word, and the engine pauses on it
-        if hint.remaining == 0 and (hint.reset_seconds or hint.window_seconds or hint.daily):
-            self._spent(hint)
-        elif (
-            self.budget is not None
-            and hint.limit
+        if hint is None or hint.daily or response.status_code == 429:
+            # A 429 is the adapter's to word, and the engine pauses on it; a day's count
+            # is the vendor's to enforce (its 429 says DAILY). "None remaining" is not
+            # acted on: pacing at the budget leaves none after every window's last
+            # request; another integration spending the window shows as a 429.
+            return
+        if (
+            hint.limit
             and hint.window_seconds
-            and not hint.daily
             and (hint.limit, hint.window_seconds) != (self.budget.requests, self.budget.per_seconds)
             and self.budget.origin != "configured"
         ):
             self.budget = Budget(hint.limit, hint.window_seconds, "learned")
             _ensure(self.destination.pk, self.budget)
-
-    def _spent(self, hint: BudgetHint) -> None:
-        """The destination says nothing remains: every worker waits for its reset."""
-        if hint.daily:
-            # A day's requests used up: the next request would be refused until midnight
-            # (HubSpot: the account's; the adapter knows it and words the 429 that follows).
-            return
-        seconds = hint.reset_seconds or hint.window_seconds or 1.0
-        destination_pause(
-            self.destination,
-            seconds=seconds,
-            kind=Pause.WINDOW,
-            reason=f"{self.destination.name} said no request remains in its window",
-        )
 
 
 class BudgetWaitError(DestinationError):

@@ -71,7 +71,7 @@ from idempotency_core.execution.steps import (
     step_of,
 )
 from idempotency_core.models import Attempt, Destination, DestinationBudget, Operation
-from integrations.base import DestinationError, RateLimit, Reply
+from integrations.base import Adapter, DestinationError, RateLimit, Reply
 from integrations.http import request_gate
 
 logger = logging.getLogger(__name__)
@@ -340,7 +340,8 @@ def operation_perform(claim: Claim) -> AttemptResult:
             "longer recognise a repeat; not called",
         )
     try:
-        with _within_budget(operation.destination):
+        adapter = adapter_for(operation.destination)
+        with _within_budget(operation.destination, adapter):
             # Never a call to a destination whose declared capabilities do not hold.
             destination_ready(operation.destination)
             if rule in _RELIES_ON_CAPABILITY:
@@ -352,7 +353,7 @@ def operation_perform(claim: Claim) -> AttemptResult:
                         message=f"not called: {lost}",
                         capability_lost=lost,
                     )
-            return _call_destination(operation, rule=rule, refs=claim.refs)
+            return _call_destination(operation, rule=rule, refs=claim.refs, adapter=adapter)
     except DestinationRefusedError as exc:
         if exc.unreachable:  # no verdict at all: an ordinary retry
             return AttemptResult(
@@ -394,21 +395,24 @@ def operation_perform(claim: Claim) -> AttemptResult:
         )
 
 
-_PAUSE_OF = {
+# What each kind of wait pauses: the whole destination, or (None) this operation alone.
+_PAUSE_OF: dict[str, str | None] = {
     RateLimit.WINDOW: DestinationBudget.Pause.WINDOW,
     RateLimit.DAILY: DestinationBudget.Pause.DAILY,
+    RateLimit.IN_PROGRESS: None,
 }
 
 
-def _waited(operation: Operation, exc: DestinationError, *, pause: str) -> AttemptResult:
-    """A rate limit, a spent day or a refused destination: nothing was applied. Unless
-    the wait was Onefold's own budget, the destination is paused for every worker."""
+def _waited(operation: Operation, exc: DestinationError, *, pause: str | None) -> AttemptResult:
+    """A rate limit, a spent day, a refused destination, or the same request still in
+    progress: nothing was applied. Unless the wait was Onefold's own budget or concerns
+    this request alone, the destination is paused for every worker."""
     seconds = exc.retry_after
     if pause == DestinationBudget.Pause.REFUSED:
         seconds = settings.ONEFOLD_VERIFY_RETRY_SECONDS
     elif seconds is None:
         seconds = settings.ONEFOLD_RETRY_BASE_SECONDS
-    if not isinstance(exc, BudgetWaitError):
+    if pause is not None and not isinstance(exc, BudgetWaitError):
         until = destination_pause(
             operation.destination, seconds=seconds, kind=pause, reason=exc.message
         )
@@ -443,11 +447,11 @@ def _reliance_check(operation: Operation) -> str:
 
 
 @contextmanager
-def _within_budget(destination: Destination) -> Iterator[None]:
+def _within_budget(destination: Destination, adapter: Adapter) -> Iterator[None]:
     """Every request of this attempt, its verifications included, within the
     destination's shared budget (budget.py)."""
     try:
-        budget = budget_for(destination, adapter_for(destination).request_budget)
+        budget = budget_for(destination, adapter.request_budget)
     except BudgetSettingError as exc:
         raise AdapterUnavailableError(str(exc)) from exc
     gate = request_gate.set(BudgetGate(destination, budget))
@@ -458,11 +462,11 @@ def _within_budget(destination: Destination) -> Iterator[None]:
 
 
 def _call_destination(
-    operation: Operation, *, rule: str, refs: dict[str, str] | None
+    operation: Operation, *, rule: str, refs: dict[str, str] | None, adapter: Adapter
 ) -> AttemptResult:
     """Reads first where the rule allows it, else performs the step's effect."""
-    step = step_of(operation)
-    return _read_or_perform(operation, step, step_context(operation, refs=refs), rule=rule)
+    context = step_context(operation, refs=refs, adapter=adapter)
+    return _read_or_perform(operation, step_of(operation), context, rule=rule)
 
 
 def _read_or_perform(

@@ -302,7 +302,9 @@ def pipeline_for(source: Source, form: str) -> tuple[str, ...]:
     return tuple(steps) if steps else DEFAULT_PIPELINE
 
 
-def step_context(operation: Operation, *, refs: dict[str, str] | None = None) -> StepContext:
+def step_context(
+    operation: Operation, *, refs: dict[str, str] | None = None, adapter: Adapter | None = None
+) -> StepContext:
     """What a step sees: its operation, its event, and the references its event's
     earlier steps left: `refs` as its claim read them (statements.py, in the claim's
     statement: an earlier step succeeds before a later one can be claimed), else read."""
@@ -318,7 +320,7 @@ def step_context(operation: Operation, *, refs: dict[str, str] | None = None) ->
         operation=operation,
         event=operation.event,
         refs=refs,
-        adapter=adapter_for(operation.destination),
+        adapter=adapter if adapter is not None else adapter_for(operation.destination),
     )
 
 

@@ -233,6 +233,7 @@ def destination_error(response: httpx.Response) -> DestinationError:
             classification=Classification.RETRYABLE,
             reply=http_reply(status),
             retry_after=_CONCURRENT_RETRY_SECONDS,
+            rate_limit=RateLimit.IN_PROGRESS,
         )
     if status == 429:
         return _limit_error(response, name, message)

@@ -18,7 +18,8 @@ from idempotency_core.execution.budget import (
     BudgetSettingError,
     _shape,
     budget_for,
-    budget_take,
+    budget_reserve,
+    budget_wait,
 )
 from idempotency_core.models import Destination, DestinationBudget
 from integrations.base import RequestBudget
@@ -69,12 +70,17 @@ def test_the_budget_is_the_documented_one_unless_a_setting_replaces_it(monkeypat
 
 
 @pytest.mark.django_db
-def test_a_spent_budget_says_how_long_to_wait():
+def test_requests_are_reserved_in_turn_and_a_turn_too_far_away_is_not_taken():
     crm = Destination.objects.get(name="crm")
     budget = Budget(2, 1.0, "configured")
-    assert budget_take(crm.pk, budget) is None
-    wait = budget_take(crm.pk, budget)
-    assert wait is not None and 0 < wait.seconds <= 1.0 and wait.pause == ""
+    first = budget_reserve(crm.pk, budget)
+    assert first is not None and first.delay == 0
+    assert budget_reserve(crm.pk, budget) is None  # the next turn is half a second away
+    second = budget_reserve(crm.pk, budget, within=1.0)
+    assert second is not None and 0.4 < second.delay <= 0.6
+    assert 0.4 < (second.at - first.at).total_seconds() <= 0.6
+    wait = budget_wait(crm.pk)
+    assert 0.4 < wait.seconds <= 1.1 and wait.pause == ""
     row = DestinationBudget.objects.get(destination=crm)
     assert (row.requests, row.per_seconds, row.origin) == (2, 1.0, "configured")
 
@@ -89,12 +95,14 @@ def test_workers_in_six_processes_share_one_budget_and_never_exceed_it():
     command = [sys.executable, "-m", "tests.support.budget_taker", str(crm.pk), "4", "30", "1"]
     env = {**os.environ, **app_env()}
     workers = [
-        subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(6)
     ]
-    outputs = [worker.communicate(timeout=60)[0] for worker in workers]
-    assert [worker.returncode for worker in workers] == [0] * 6
-    per_worker = [json.loads(output) for output in outputs]
+    outputs = [worker.communicate(timeout=60) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0] * 6, outputs[0][1][-2000:]
+    per_worker = [json.loads(output) for output, _ in outputs]
     taken = sorted(t for times in per_worker for t in times)
     assert _most_in_a_window(taken, 1.0) <= 30
     # Django's start takes part of the four seconds; the rest is used at the budget's pace.

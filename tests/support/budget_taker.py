@@ -1,6 +1,7 @@
 """A worker of the shared-budget test (tests/core/test_budget.py), run as a process of
 its own: `python -m tests.support.budget_taker DESTINATION_ID SECONDS REQUESTS PER_SECONDS`.
-Takes requests as fast as the budget allows and prints the database's time of each, as
+Reserves requests as fast as the budget allows and prints the time each was reserved
+for (the database's clock), as
 JSON, when done."""
 
 from __future__ import annotations
@@ -13,19 +14,18 @@ import django
 
 
 def main(destination_id: int, seconds: float, requests: int, per_seconds: float) -> None:
-    from idempotency_core.execution.budget import Budget, budget_take, budget_take_at
+    from idempotency_core.execution.budget import Budget, budget_reserve
 
     budget = Budget(requests, per_seconds, "configured")
     taken: list[float] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        at = budget_take_at(destination_id, budget)
-        if at is not None:
-            taken.append(at.timestamp())
+        reserved = budget_reserve(destination_id, budget, within=1.0)
+        if reserved is None:
+            time.sleep(0.05)
             continue
-        wait = budget_take(destination_id, budget)
-        if wait is not None:
-            time.sleep(min(wait.seconds, 0.05))
+        taken.append(reserved.at.timestamp())
+        time.sleep(reserved.delay)  # as a worker does: its request goes at its turn
     print(json.dumps(taken))
 
 
