@@ -360,8 +360,8 @@ if ONEFOLD_EMAIL not in ("smtp", "resend"):
 ONEFOLD_VERIFY_TTL_SECONDS = env_float("ONEFOLD_VERIFY_TTL_SECONDS", 300, minimum=0)
 # A refused destination is paused this long, then verified again (its work waits, no case).
 ONEFOLD_VERIFY_RETRY_SECONDS = env_float("ONEFOLD_VERIFY_RETRY_SECONDS", 60, minimum=1)
-# A worker sleeps for the destination's request budget up to this long before a request;
-# a longer wait ends the attempt as "waited" and the operation is asked again later.
+# A request waits for its turn in the destination's budget up to this long; a later turn
+# ends the attempt as "waited" and the operation is asked again then.
 ONEFOLD_BUDGET_MAX_WAIT_SECONDS = env_float("ONEFOLD_BUDGET_MAX_WAIT_SECONDS", 5, minimum=0)
 # Waits that long are not counted as attempts, but some bound is kept all the same.
 ONEFOLD_MAX_WAIT_SECONDS = env_float("ONEFOLD_MAX_WAIT_SECONDS", 36 * 3600, minimum=1)

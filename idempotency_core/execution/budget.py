@@ -176,6 +176,11 @@ def _ensure(destination_id: int, budget: Budget) -> None:
         _ensured[key] = budget
 
 
+def _forget(destination_id: int) -> None:
+    with _ensured_lock:
+        _ensured.pop((os.getpid(), destination_id), None)
+
+
 def budget_forget() -> None:
     """Forgets what this process wrote (tests that change a setting mid-run)."""
     with _ensured_lock:
@@ -200,6 +205,13 @@ def budget_reserve(
     with connection.cursor() as cursor:
         cursor.execute(_RESERVE, [destination_id, max(0.0, within)])
         row = cursor.fetchone()
+        if row is None and not DestinationBudget.objects.filter(pk=destination_id).exists():
+            # The row this process made is gone (its destination re-created, a test's
+            # rollback): made again, and asked again.
+            _forget(destination_id)
+            _ensure(destination_id, budget)
+            cursor.execute(_RESERVE, [destination_id, max(0.0, within)])
+            row = cursor.fetchone()
     if row is None:
         return None
     at, now = row
@@ -271,13 +283,11 @@ class BudgetGate:
     def __init__(self, destination: Destination, budget: Budget | None) -> None:
         self.destination = destination
         self.budget = budget
-        # The whole attempt sleeps at most this long for the budget, whatever its requests.
-        self.deadline = time.monotonic() + settings.ONEFOLD_BUDGET_MAX_WAIT_SECONDS
 
     def before(self, method: str, url: str) -> None:
         if self.budget is None:
             return
-        within = self.deadline - time.monotonic()
+        within = settings.ONEFOLD_BUDGET_MAX_WAIT_SECONDS
         reserved = budget_reserve(self.destination.pk, self.budget, within=within)
         if reserved is None:
             raise _waiting(self.destination, budget_wait(self.destination.pk))

@@ -1,4 +1,4 @@
-"""The pipeline against the Dataverse emulator: lost creates end adopted through 412.
+"""The pipeline against the Dataverse emulator: lost creates end adopted, read by GUID.
 
 Real parts: PostgreSQL, the engine's own attempts (`operation_execute`, as a
 worker runs them), the Dataverse emulator over loopback (its token endpoint
@@ -75,7 +75,7 @@ def enquiry_of(prefix: str) -> tuple[Event, Operation]:
 @pytest.mark.parametrize(
     "mode", ["drop_response_after_commit", "http_500_after_commit"], ids=["lost", "500"]
 )
-def test_lost_create_answers_end_adopted_by_412_with_one_lead_and_one_task(
+def test_lost_create_answers_end_adopted_by_their_guid_with_one_lead_and_one_task(
     dataverse: httpx.Client, sandbox: Any, mode: str
 ) -> None:
     event, enquiry = enquiry_of("dv-lost")
@@ -93,16 +93,17 @@ def test_lost_create_answers_end_adopted_by_412_with_one_lead_and_one_task(
     task.refresh_from_db()
     assert enquiry.destination_ref == record_guid("lead", enquiry.key)
     assert task.destination_ref == record_guid("task", task.key)
-    # The repeats were refused with 412 and adopted what the lost attempts made.
+    # Recovery read each by its GUID first and adopted what the lost attempt made,
+    # without a second create (the 412 of a create sent again is tested in test_dataverse).
     for operation in (enquiry, task):
         attempts = list(operation.attempts.order_by("number"))
         assert [a.adopted for a in attempts] == [False, True]
-        assert attempts[1].http_status == 412
+        assert attempts[1].http_status is None
     counted = stats(dataverse)
     assert counted["records_by_external_ref"] == {enquiry.key: 1}
     assert counted["tasks_by_external_ref"] == {task.key: 1}
     assert (counted["records"], counted["tasks"]) == (1, 1)
-    assert (counted["calls"]["create_record"], counted["calls"]["create_task"]) == (2, 2)
+    assert (counted["calls"]["create_record"], counted["calls"]["create_task"]) == (1, 1)
     assert len(sandbox.messages()) == 1
     assert not ReviewCase.objects.exists()
 
@@ -110,7 +111,7 @@ def test_lost_create_answers_end_adopted_by_412_with_one_lead_and_one_task(
 def test_a_pending_alternate_key_is_refused_before_any_call(dataverse: httpx.Client) -> None:
     configure(dataverse, alternate_key_status="Pending")
     _, enquiry = enquiry_of("dv-pending")
-    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.RETRYABLE
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.WAITED
     message = enquiry.attempts.get().error_message
     assert "unique_external_ref" in message
     assert "key onefold_ref_key on [onefold_ref]: Pending" in message
@@ -152,9 +153,10 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_of_each(
 ) -> None:
     """Each round, one submission delivered 50 times at once through gunicorn; lost
     answers, 500s after commit and 429s on lead, task and email, and every token
-    revoked mid-run; a real django-q2 cluster and a sweeper recover. Dataverse answers
-    every repeat 412 and Resend every repeated key with its first answer: one lead,
-    one task and one email per submission, no case."""
+    revoked mid-run; a real django-q2 cluster and a sweeper recover. Each unclear
+    create is read by its GUID before anything is sent again, and Resend answers every
+    repeated key with its first answer: one lead, one task and one email per
+    submission, no case."""
     with (
         ResendEmulator() as resend,
         httpx.Client(base_url=emulator.http_url, timeout=30) as control,
@@ -196,10 +198,13 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_of_each(
         assert counts == dict.fromkeys(keys, 1), step
     # Nothing else either: no lead, task or email without Onefold's reference.
     assert (counted["records"], counted["tasks"], sent["messages"]) == (ROUNDS, ROUNDS, ROUNDS)
-    # Every unclear create was sent again and answered 412; each 429 was sent again.
-    assert counted["calls"]["create_record"] == ROUNDS + 2 + 1
-    assert counted["calls"]["create_task"] == ROUNDS + 2
-    assert sent["calls"]["send_email"] == ROUNDS + 2
+    # Every unclear create was read by its GUID first and adopted, not sent again; the
+    # 429 was sent again.
+    assert counted["calls"]["create_record"] == ROUNDS + 1
+    assert counted["calls"]["create_task"] == ROUNDS
+    # Each unclear send was sent again under its key; a send Resend's 2-a-second limit
+    # refused (429, nothing sent) was sent again too.
+    assert sent["calls"]["send_email"] - sent["calls"].get("rate_limited", 0) == ROUNDS + 2
     assert counted["calls"]["token"] >= 2  # the revoked tokens were replaced
     assert sandbox.messages() == []
 

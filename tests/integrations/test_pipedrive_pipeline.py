@@ -152,7 +152,7 @@ def test_a_refused_reference_field_stops_the_worker_before_any_call(
     configure(pipedrive, lead_fields=[])
     event = ingest(f"pd-{uuid.uuid4().hex[:8]}", contact_from_key=True)
     enquiry = op(event, "create_enquiry")
-    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.RETRYABLE
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.WAITED
     attempt = enquiry.attempts.get()
     assert "is not a lead field" in attempt.error_message
     counted = stats(pipedrive)

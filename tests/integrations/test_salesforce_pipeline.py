@@ -183,7 +183,7 @@ def test_a_duplicate_rule_ends_as_a_case_naming_the_matched_lead(
 def test_a_field_not_marked_unique_is_refused_before_any_call(salesforce: httpx.Client) -> None:
     configure(salesforce, reference_unique=False)
     _, enquiry = enquiry_of("sf-refused")
-    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.RETRYABLE
+    assert operation_execute(operation_id=enquiry.pk) == Attempt.Outcome.WAITED
     message = enquiry.attempts.get().error_message
     assert "refused, not called" in message
     assert "Lead/describe: Onefold_Ref__c externalId=true unique=false" in message

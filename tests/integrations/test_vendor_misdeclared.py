@@ -101,7 +101,7 @@ def test_the_workers_refuse_a_misdeclared_vendor_and_never_call_it(
     verification_forget()
     capability = _misdeclare(name, emulator)
     enquiry = op(ingest(f"misdeclared-{name}"), "create_enquiry")
-    assert operation_execute(operation_id=enquiry.pk) == "retryable"
+    assert operation_execute(operation_id=enquiry.pk) == "waited"  # parked, not failed
     attempt = Attempt.objects.get(operation=enquiry)
     assert attempt.error_class == "DestinationRefusedError"
     assert attempt.error_message.startswith(f"destination crm refused, not called: {capability}")
