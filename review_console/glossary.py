@@ -71,6 +71,7 @@ OUTCOMES: dict[str, str] = {
     "ambiguous": "Unclear: it may have happened",
     "interrupted": "Cut off: it may have happened",
     "skipped": "Skipped: nothing to do",
+    "waited": "Waited: the destination asked to slow down or is paused (not counted)",
     "running": "Running now",
 }
 

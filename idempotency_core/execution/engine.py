@@ -363,20 +363,7 @@ def operation_perform(claim: Claim) -> AttemptResult:
         # of it, and resumes when it verifies again (no case per submission).
         return _waited(operation, exc, pause=DestinationBudget.Pause.REFUSED)
     except DestinationError as exc:
-        if getattr(exc, "skipped", False):
-            return AttemptResult(outcome=Attempt.Outcome.SKIPPED, message=exc.message)
-        if exc.rate_limit:
-            return _waited(operation, exc, pause=_PAUSE_OF[exc.rate_limit])
-        return AttemptResult(
-            outcome=str(exc.classification),
-            message=exc.message,
-            error_class=type(exc.__cause__ or exc).__name__,
-            reply=exc.reply,
-            retry_after=exc.retry_after,
-            matches=tuple(getattr(exc, "matches", ())),
-            create_anyway=getattr(exc, "create_anyway", False),
-            held=getattr(exc, "held", False),
-        )
+        return _refusal_result(operation, exc)
     except Exception as exc:
         # A bug of ours after the call may have started: treat as may-have-happened.
         # Logged by ids and class: the exception's text may quote the payload or a
@@ -393,6 +380,24 @@ def operation_perform(claim: Claim) -> AttemptResult:
             message=f"unexpected error: {exc}",
             error_class=type(exc).__name__,
         )
+
+
+def _refusal_result(operation: Operation, exc: DestinationError) -> AttemptResult:
+    """What a destination's refusal (or Onefold's own hold) makes of the attempt."""
+    if getattr(exc, "skipped", False):
+        return AttemptResult(outcome=Attempt.Outcome.SKIPPED, message=exc.message)
+    if exc.rate_limit:
+        return _waited(operation, exc, pause=_PAUSE_OF[exc.rate_limit])
+    return AttemptResult(
+        outcome=str(exc.classification),
+        message=exc.message,
+        error_class=type(exc.__cause__ or exc).__name__,
+        reply=exc.reply,
+        retry_after=exc.retry_after,
+        matches=tuple(getattr(exc, "matches", ())),
+        create_anyway=getattr(exc, "create_anyway", False),
+        held=getattr(exc, "held", False),
+    )
 
 
 # What each kind of wait pauses: the whole destination, or (None) this operation alone.

@@ -85,7 +85,7 @@ def test_requests_are_reserved_in_turn_and_a_turn_too_far_away_is_not_taken():
     assert (row.requests, row.per_seconds, row.origin) == (2, 1.0, "configured")
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 @pytest.mark.serial
 def test_workers_in_six_processes_share_one_budget_and_never_exceed_it():
     """Six processes, each as greedy as it can be, for four seconds, against a budget of

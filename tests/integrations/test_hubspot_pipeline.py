@@ -259,15 +259,11 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
         )
         counted = control.stats()
 
-    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}, [
-        (o.step, o.status, [(a.outcome, a.error_message) for a in o.attempts.order_by("number")])
-        for o in Operation.objects.exclude(status="succeeded")
-    ] + [(c.kind, c.summary) for c in ReviewCase.objects.all()]
+    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}, _unsettled()
     assert Event.objects.count() == ROUNDS
-    keys = sorted(Operation.objects.filter(step="create_enquiry").values_list("key", flat=True))
-    assert counted["records_by_external_ref"] == dict.fromkeys(keys, 1)
-    task_keys = sorted(Operation.objects.filter(step="assign_task").values_list("key", flat=True))
-    assert counted["tasks_by_external_ref"] == dict.fromkeys(task_keys, 1)
+    for step, by_ref in (("create_enquiry", "records"), ("assign_task", "tasks")):
+        keys = Operation.objects.filter(step=step).values_list("key", flat=True)
+        assert counted[f"{by_ref}_by_external_ref"] == dict.fromkeys(sorted(keys), 1)
     # Nothing else either: no deal or task without Onefold's reference.
     assert (counted["records"], counted["tasks"]) == (ROUNDS, ROUNDS)
     assert counted["contacts"] == CUSTOMERS
@@ -282,3 +278,11 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
     assert counted["calls"]["search"] == 0  # never asked: it lags
     assert len(sandbox.messages()) == ROUNDS
     assert not ReviewCase.objects.exists()
+
+
+def _unsettled() -> list[Any]:
+    """What did not succeed, with its attempts, and the cases: a failure's evidence."""
+    return [
+        (o.step, o.status, [(a.outcome, a.error_message) for a in o.attempts.order_by("number")])
+        for o in Operation.objects.exclude(status="succeeded")
+    ] + [(c.kind, c.summary) for c in ReviewCase.objects.all()]
