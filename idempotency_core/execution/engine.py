@@ -480,12 +480,15 @@ def _read_or_perform(
     """After an unclear attempt, the effect is read by its reference before anything is
     created again, wherever the destination can read by it: what a unique reference
     would refuse is found without relying on how the refusal is worded (a 409, a 400)."""
-    capabilities = capabilities_for(operation)
-    reads_first = rule == Recovery.LOOKUP_FIRST or (
-        rule == Recovery.REPEAT_UNIQUE_REF and capabilities.lookup
-    )
-    if reads_first and step.find is not None:
-        found = step.find(context)
+    find = step.find if rule in (Recovery.LOOKUP_FIRST, Recovery.REPEAT_UNIQUE_REF) else None
+    # Read only after an unclear attempt: the sandbox's capabilities are a network read.
+    capabilities = capabilities_for(operation) if find is not None else None
+    if (
+        find is not None
+        and capabilities is not None
+        and (rule == Recovery.LOOKUP_FIRST or capabilities.lookup)
+    ):
+        found = find(context)
         if found:
             return AttemptResult(
                 outcome=Attempt.Outcome.SUCCEEDED, destination_ref=found, adopted=True
