@@ -61,6 +61,17 @@ def sandbox(_sandbox_process: Sandbox, settings) -> Iterator[Sandbox]:
 
 
 @pytest.fixture
+def fresh_verifications() -> Iterator[None]:
+    """This process's destination verifications forgotten before and after the test, so
+    each test's declaration is verified anew."""
+    from idempotency_core.execution.destinations import verification_forget
+
+    verification_forget()
+    yield
+    verification_forget()
+
+
+@pytest.fixture
 def web_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WebServer]:
     """The app under gunicorn (several processes) on the test database."""
     sandbox = request.getfixturevalue("sandbox") if "sandbox" in request.fixturenames else None

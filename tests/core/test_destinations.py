@@ -25,34 +25,18 @@ from idempotency_core.execution.destinations import (
     destination_checks,
     destination_ready,
     kind_of,
-    verification_forget,
 )
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Attempt, Destination, DestinationBudget, Operation, ReviewCase
 from integrations.sandbox.adapter import SandboxCrm
 from integrations.smtp.adapter import SmtpSender
 from tests.factories import ingest, op
-from tests.support.processes import REPO, Sandbox, app_env, free_port, wait_for
+from tests.support.processes import REPO, check_destinations, free_port, wait_for
 
 DECLARED = "unique_external_ref,lookup"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_verifications():
-    verification_forget()
-    yield
-    verification_forget()
-
-
-def check_destinations(sandbox: Sandbox, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "check_destinations"],
-        cwd=REPO,
-        env={**os.environ, **app_env(sandbox), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+pytestmark = pytest.mark.usefixtures("fresh_verifications")
 
 
 @pytest.mark.django_db

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import Attempt, DestinationBudget, Operation, ReviewCase
 from tests.factories import ingest, make_user, op
@@ -15,11 +14,7 @@ from tests.factories import ingest, make_user, op
 DECLARED = "unique_external_ref,lookup"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_verifications():
-    verification_forget()
-    yield
-    verification_forget()
+pytestmark = pytest.mark.usefixtures("fresh_verifications")
 
 
 def _due(operation: Operation) -> None:

@@ -4,9 +4,6 @@ emulator over loopback; each scenario ends by counting what HubSpot holds."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -22,23 +19,12 @@ from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import DestinationBudget, Event, Operation, ReviewCase
 from lab.emulators.hubspot import HubSpotEmulator
 from tests.factories import ingest, op, submission
-from tests.support.processes import REPO, app_env, wait_for
+from tests.support.processes import check_destinations, wait_for
 from tests.support.vendors import all_settled, deliver_at_once
 
 PEOPLE = 30
 RETURNING = 10  # of them send a second, different enquiry
 STORM = 20  # identical deliveries of one more submission, at once
-
-
-def _check_destinations(sandbox: Any, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "check_destinations"],
-        cwd=REPO,
-        env={**os.environ, **app_env(sandbox), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _submissions() -> list[tuple[str, dict[str, Any]]]:
@@ -70,7 +56,7 @@ def test_lost_answers_and_storms_at_hubspots_own_limits_give_one_of_each_and_no_
         control = emulator.hubspot
         control.set_config({"unique_clash_status": clash_status})
         env = {"ONEFOLD_CRM": "hubspot", **emulator.adapter_env()}
-        checked = _check_destinations(sandbox, env)
+        checked = check_destinations(sandbox, **env)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "lookup through the deal's associations" in checked.stdout
         control.add_fault(action="create_record", mode="drop_response_after_commit", times=20)

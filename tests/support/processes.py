@@ -184,6 +184,18 @@ class WebServer:
 SLOW_CLIENT_SECONDS = 60
 
 
+def check_destinations(sandbox: Sandbox, **env: str) -> subprocess.CompletedProcess[str]:
+    """`manage.py check_destinations` run as an operator would, on the test database."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "check_destinations"],
+        cwd=REPO,
+        env={**os.environ, **app_env(sandbox), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def start_web(
     log_dir: Path,
     sandbox: Sandbox | None = None,
