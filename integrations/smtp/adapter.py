@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from email.message import EmailMessage
-from email.utils import format_datetime
+from email.utils import format_datetime, parsedate_to_datetime
 
 import idna
 from django.utils import timezone
@@ -186,6 +186,16 @@ def composed_message_bytes(headers: Iterable[tuple[str, str]], body: str, *, utf
     return message.as_bytes(policy=email.policy.SMTPUTF8 if utf8 else _COMPOSE_POLICY)
 
 
+def _is_date(value: str) -> bool:
+    """A date the email package reads as one ("31 Feb" has the shape and is none: the
+    package then writes the header empty)."""
+    try:
+        parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return False
+    return True
+
+
 def plain_message_bytes(headers: Iterable[tuple[str, str]], body: str) -> bytes | None:
     """`composed_message_bytes` of a message that needs no folding and no encoding,
     written directly (the email package parses every header it is given: 0.47 ms a
@@ -197,7 +207,15 @@ def plain_message_bytes(headers: Iterable[tuple[str, str]], body: str) -> bytes 
     lines = []
     for name, value in headers:
         line = f"{name}: {value}"
-        if len(line) > _MAX_LINE or not _PLAIN.get(name, _PLAIN_TEXT).fullmatch(value):
+        # A blank value, or one with space at either end, is left to the email package:
+        # how it writes those changed between Python releases ("Date:" or "Date: ").
+        if (
+            not value
+            or value != value.strip()
+            or len(line) > _MAX_LINE
+            or not _PLAIN.get(name, _PLAIN_TEXT).fullmatch(value)
+            or (name == "Date" and not _is_date(value))
+        ):
             return None
         lines.append(line)
     if not body.isascii() or _BODY_UNSAFE.search(body):
