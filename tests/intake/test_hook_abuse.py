@@ -33,7 +33,15 @@ from django.test import Client
 from idempotency_core.intake.senders.profiles import PRESETS
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Delivery, Event, Source
-from tests.support.senders import SAMPLES, SECRET, Sample, deliver, hook_source, signed_headers
+from tests.support.senders import (
+    SAMPLES,
+    SECRET,
+    Sample,
+    deliver,
+    hook_source,
+    sample_without_contact,
+    signed_headers,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -489,3 +497,14 @@ def test_a_stored_thank_you_url_that_breaks_the_rule_is_not_followed():
     response = deliver(Client(), path, SAMPLES["html"], Accept="text/html")
     assert response.status_code == 200 and "Location" not in response
     assert Event.objects.filter(source=source).count() == 1
+
+
+def test_a_stored_thank_you_url_that_breaks_the_rule_is_not_followed_for_an_unreadable_form():
+    """The same rule where the post is kept as unreadable: the JSON answer, never the page."""
+    source, path = hook_source("html", thank_you_url="https://www.example.com/thanks/")
+    Source.objects.filter(pk=source.pk).update(thank_you_url="//evil.example/x")
+    unreadable = sample_without_contact(SAMPLES["html"], everything=True)
+    response = deliver(Client(), path, unreadable, Accept="text/html")
+    assert response.status_code == 202 and "Location" not in response, response.content
+    event = Event.objects.get(source=source)
+    assert response.json() == {"event_id": str(event.pk), "status": "needs_review"}
