@@ -327,6 +327,52 @@ def test_an_email_address_is_found_by_its_value_when_only_one_is_sent():
     assert document_map(field_map, outside).email == ""
 
 
+def test_jotform_question_keys_are_read_as_the_labels_they_were_made_from():
+    # q<id>_<label in camel case>: without `pretty`, "studentsName" is "students name".
+    document = jotform(
+        {
+            "q3_studentsName": "Ada Lovelace",
+            "q5_phoneNumber": "020 7946 0958",
+            "q6_anythingElse": "Please call after five.",
+        }
+    )
+    mapped = document_map(PRESETS["jotform"].field_map, document)
+    assert (mapped.name, mapped.phone, mapped.message) == (
+        "Ada Lovelace",
+        "02079460958",
+        "Please call after five.",
+    )
+
+
+def test_jotform_composite_widgets_in_raw_request_are_found_by_shape():
+    # rawRequest's own form of the widgets: objects, whatever the question is called.
+    document = jotform(
+        {
+            "q3_whoAre": {"first": "Ada", "last": "Lovelace"},
+            "q4_where": "ada@example.com",
+            "q6_reachYou": {"full": "(202) 555-0147"},
+            "q7_deliverTo": {
+                "addr_line1": "12 St James's Square",
+                "addr_line2": "",
+                "city": "London",
+                "state": "",
+                "postal": "SW1Y 4LB",
+                "country": "United Kingdom",
+            },
+        }
+    )
+    mapped = document_map(PRESETS["jotform"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        "2025550147",
+    )
+    # The address is no contact detail: an extra field, written as one line.
+    assert mapped.fields == {
+        "q7_deliverTo": "12 St James's Square, London, SW1Y 4LB, United Kingdom"
+    }
+
+
 def tally(*fields: tuple[str, str, object]) -> dict:
     return {
         "eventId": "e",
@@ -360,6 +406,75 @@ def test_tally_fields_are_found_by_type_then_label_never_by_position():
     # A hidden field's address is the page's, never the respondent's: not taken by value.
     only_hidden = tally(("referrer", "HIDDEN_FIELDS", "partner@example.com"))
     assert document_map(PRESETS["tally"].field_map, only_hidden).email == ""
+
+
+def test_tally_takes_the_email_and_phone_its_field_types_say():
+    # Labels that say nothing and a second address in the form: only the type tells.
+    document = tally(
+        ("Your name", "INPUT_TEXT", "Ada Lovelace"),
+        ("Who told you about us?", "INPUT_TEXT", "grace@example.com"),
+        ("Where should we write?", "INPUT_EMAIL", "ada@example.com"),
+        ("Best time to call", "INPUT_TEXT", "after 5"),
+        ("And on which line?", "INPUT_PHONE_NUMBER", "+442079460958"),
+    )
+    mapped = document_map(PRESETS["tally"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        "+442079460958",
+    )
+
+
+def typeform(*answers: tuple[str, str, str, object]) -> dict:
+    """A Typeform delivery: (question title, field type, answer type, value) each."""
+    fields = [
+        {"id": f"f{n}", "title": title, "type": field_type, "ref": f"r{n}"}
+        for n, (title, field_type, _, _) in enumerate(answers)
+    ]
+    given = [
+        {"type": kind, kind: value, "field": {"id": f"f{n}", "type": field_type, "ref": f"r{n}"}}
+        for n, (_, field_type, kind, value) in enumerate(answers)
+    ]
+    return {
+        "event_id": "e",
+        "form_response": {
+            "form_id": "f",
+            "token": "t",
+            "definition": {"fields": fields},
+            "answers": given,
+        },
+    }
+
+
+def test_typeform_takes_the_email_and_phone_its_answer_types_say():
+    document = typeform(
+        ("What is your first name?", "short_text", "text", "Ada"),
+        ("A colleague who might be interested?", "short_text", "text", "grace@example.com"),
+        ("Where should we write?", "email", "email", "ada@example.com"),
+        ("And on which line?", "phone_number", "phone_number", "+442079460958"),
+    )
+    mapped = document_map(PRESETS["typeform"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == (
+        "Ada",
+        "ada@example.com",
+        "+442079460958",
+    )
+    # The types alone decide, in the finding a source's own map can use too.
+    detected = profile_resolve(
+        "typeform",
+        {
+            "field_map": {
+                "email": {
+                    "detect": "email",
+                    "in": "form_response.answers",
+                    "type": "field.type",
+                    "value": "@type",
+                    "id": "field.id",
+                }
+            }
+        },
+    )
+    assert document_map(detected.field_map, document).email == "ada@example.com"
 
 
 def test_typeform_finds_the_name_by_its_question_and_an_untyped_email_by_value():
