@@ -98,7 +98,7 @@ def test_a_source_overrides_its_field_map():
     [
         (b"\xff\xfe", "application/json", "json"),
         (b'{"a": NaN}', "application/json", "json"),
-        (b"[1, 2]", "application/json", "json"),
+        (b"a=1", "application/json", "form"),
         (b"a=1", "text/plain", "multipart"),
         (b"--x\r\n\r\n", "multipart/form-data; boundary=x", "multipart_json"),
     ],
@@ -106,6 +106,67 @@ def test_a_source_overrides_its_field_map():
 def test_malformed_bodies_are_refused(body, content_type, parser):
     with pytest.raises(MalformedDeliveryError):
         parse_body(body, content_type=content_type, parser=parser)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "parser", "document"),
+    [
+        # Gravity Forms' feed set to its "form" format, to a profile that reads JSON.
+        (
+            b"1.3=Grace&1.6=Hopper&2=grace%40example.com",
+            "application/x-www-form-urlencoded",
+            "json",
+            {"1.3": "Grace", "1.6": "Hopper", "2": "grace@example.com"},
+        ),
+        # A website's form posted by fetch() as JSON, to the html profile.
+        (b'{"name": "Ada"}', "application/json; charset=utf-8", "form", {"name": "Ada"}),
+        (b'{"name": "Ada"}', "application/vnd.api+json", "form", {"name": "Ada"}),
+        # No type, or one that is none of the three: the profile's reader.
+        (b"name=Ada", "", "form", {"name": "Ada"}),
+        (b'{"name": "Ada"}', "text/plain", "json", {"name": "Ada"}),
+        # Jotform's answers without (or with a broken) rawRequest: its other fields.
+        (
+            b"formID=1&q3_name%5Bfirst%5D=Ada",
+            "application/x-www-form-urlencoded",
+            "multipart_json",
+            {"formID": "1", "q3_name[first]": "Ada"},
+        ),
+        (
+            b"rawRequest=%7Bnot+json&formID=1",
+            "application/x-www-form-urlencoded",
+            "multipart_json",
+            {"rawRequest": "{not json", "formID": "1"},
+        ),
+        (
+            b"rawRequest=%7B%22q3_name%22%3A%22Ada%22%7D",
+            "application/x-www-form-urlencoded",
+            "multipart_json",
+            {"rawRequest": '{"q3_name":"Ada"}', "q3_name": "Ada"},
+        ),
+        # JSON that parses but is no object: kept under "body", never refused.
+        (b"[1, 2]", "application/json", "json", {"body": [1, 2]}),
+        (b"[]", "application/json", "json", {"body": []}),
+    ],
+)
+def test_a_body_is_read_as_its_content_type_says(body, content_type, parser, document):
+    assert parse_body(body, content_type=content_type, parser=parser) == document
+
+
+def test_an_html_form_posted_as_multipart_is_read_as_one():
+    # <form enctype="multipart/form-data">, as a form with a file input must be.
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="name"\r\n\r\nAda Lovelace\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="email"\r\n\r\nada@example.com\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="cv"; filename="cv.pdf"\r\n'
+        b"Content-Type: application/pdf\r\n\r\n%PDF-1.4\r\n--b--\r\n"
+    )
+    document = parse_body(body, content_type="multipart/form-data; boundary=b", parser="form")
+    mapped = document_map(PRESETS["html"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.fields) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        {"cv": "cv.pdf"},
+    )
 
 
 def test_form_bodies_keep_repeated_fields():
@@ -225,7 +286,7 @@ def sample_files() -> set[str]:
 def sample_document(name: str, profile: str) -> dict:
     folder, file = name.split("/")
     body = ((SHARED if folder == "shared" else FIXTURES) / file).read_bytes()
-    content_type = "application/json"
+    content_type = ""  # the profile's own reader
     if body.startswith(b"--"):  # multipart: the boundary is the first line's
         content_type = "multipart/form-data; boundary=" + body.split(b"\r\n", 1)[0][2:].decode()
     preset = PRESETS[profile]
