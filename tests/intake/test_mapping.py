@@ -538,6 +538,23 @@ def test_typeform_takes_the_email_and_phone_its_answer_types_say():
     assert document_map(detected.field_map, document).email == "ada@example.com"
 
 
+def test_of_several_long_answers_the_one_labelled_as_a_message_is_the_message():
+    document = typeform(
+        ("Your name", "short_text", "text", "Ada"),
+        ("Is this your first product?", "long_text", "text", "Yes"),
+        ("Comments", "long_text", "text", "Please call me after five."),
+    )
+    mapped = document_map(PRESETS["typeform"].field_map, document)
+    assert mapped.message == "Please call me after five."
+    # None labelled as one: the first long answer, as before.
+    unlabelled = typeform(
+        ("Your name", "short_text", "text", "Ada"),
+        ("Is this your first product?", "long_text", "text", "Yes"),
+        ("Who are your users?", "long_text", "text", "Schools"),
+    )
+    assert document_map(PRESETS["typeform"].field_map, unlabelled).message == "Yes"
+
+
 def test_typeform_finds_the_name_by_its_question_and_an_untyped_email_by_value():
     document = {
         "event_id": "e",

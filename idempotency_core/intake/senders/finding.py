@@ -341,9 +341,15 @@ def _phone(answers: Sequence[Answer]) -> Found | None:
 
 
 def _message(answers: Sequence[Answer]) -> Found | None:
-    for answer in answers:
-        if answer.type.casefold() in _TEXTAREA_TYPES and _scalar(answer.value):
-            return Found(_scalar(answer.value), (answer.key,))
+    # A form of several long answers ("Describe your project", "Comments"): the one
+    # labelled as a message, else the first.
+    typed = [a for a in answers if a.type.casefold() in _TEXTAREA_TYPES and _scalar(a.value)]
+    labelled = (
+        a for p in (_MESSAGE_LABEL, _MESSAGE_LABEL_WEAK) for a in typed if p.search(a.words)
+    )
+    chosen = next(labelled, typed[0] if typed else None)
+    if chosen is not None:
+        return Found(_scalar(chosen.value), (chosen.key,))
     for pattern in (_MESSAGE_LABEL, _MESSAGE_LABEL_WEAK):
         for answer in answers:
             value = _scalar(answer.value) if isinstance(answer.value, str) else ""
