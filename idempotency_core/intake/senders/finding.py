@@ -47,6 +47,11 @@ class Answer:
     label: str = ""
 
     @cached_property
+    def kind(self) -> str:
+        """The provider's type, case folded, as the type sets below are written."""
+        return self.type.casefold()
+
+    @cached_property
     def words(self) -> str:
         """The label (or the key's own words) as lower-case words, for matching."""
         return _words(self.label or key_label(self.key))
@@ -231,7 +236,7 @@ def find(kind: str, answers: Sequence[Answer]) -> Found | None:
     """The contact's `kind` ("name", "email", "phone" or "message") among the answers."""
     if kind not in KINDS:
         raise ValueError(f"nothing is found for {kind!r}: one of {', '.join(KINDS)}")
-    candidates = [a for a in answers if a.type.casefold() not in _NOT_CONTACT_TYPES]
+    candidates = [a for a in answers if a.kind not in _NOT_CONTACT_TYPES]
     return {"name": _name, "email": _email, "phone": _phone, "message": _message}[kind](candidates)
 
 
@@ -281,7 +286,7 @@ def widget_text(value: Any) -> str | None:
 
 def _name(answers: Sequence[Answer]) -> Found | None:
     for answer in answers:
-        if answer.type.casefold() in _NAME_TYPES:
+        if answer.kind in _NAME_TYPES:
             written = widget_text(answer.value) if isinstance(answer.value, dict) else None
             value = written if written is not None else _scalar(answer.value)
             if value:
@@ -310,7 +315,7 @@ def _name(answers: Sequence[Answer]) -> Found | None:
 
 def _email(answers: Sequence[Answer]) -> Found | None:
     for answer in answers:
-        if answer.type.casefold() in _EMAIL_TYPES and is_email(answer.value):
+        if answer.kind in _EMAIL_TYPES and is_email(answer.value):
             return Found(answer.value.strip(), (answer.key,))
     for answer in answers:
         if _EMAIL_LABEL.search(answer.words) and is_email(answer.value):
@@ -325,7 +330,7 @@ def _email(answers: Sequence[Answer]) -> Found | None:
 
 def _phone(answers: Sequence[Answer]) -> Found | None:
     for answer in answers:
-        if answer.type.casefold() in _PHONE_TYPES:
+        if answer.kind in _PHONE_TYPES:
             value = widget_text(answer.value) or _scalar(answer.value)
             if value and any(c.isdigit() for c in value):
                 return Found(value, (answer.key,))
@@ -343,7 +348,7 @@ def _phone(answers: Sequence[Answer]) -> Found | None:
 def _message(answers: Sequence[Answer]) -> Found | None:
     # A form of several long answers ("Describe your project", "Comments"): the one
     # labelled as a message, else the first.
-    typed = [a for a in answers if a.type.casefold() in _TEXTAREA_TYPES and _scalar(a.value)]
+    typed = [a for a in answers if a.kind in _TEXTAREA_TYPES and _scalar(a.value)]
     labelled = (
         a for p in (_MESSAGE_LABEL, _MESSAGE_LABEL_WEAK) for a in typed if p.search(a.words)
     )
