@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from functools import cached_property
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -45,16 +44,16 @@ class Answer:
     value: Any
     type: str = ""
     label: str = ""
+    # The provider's type, case folded as the type sets below are written, and the
+    # label (or the key's own words) as lower-case words, for matching. Every finding
+    # reads both of every answer: set once here (a cached_property's lock cost more
+    # than the work on a form of 1,000 fields).
+    kind: str = field(init=False, repr=False, compare=False)
+    words: str = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def kind(self) -> str:
-        """The provider's type, case folded, as the type sets below are written."""
-        return self.type.casefold()
-
-    @cached_property
-    def words(self) -> str:
-        """The label (or the key's own words) as lower-case words, for matching."""
-        return _words(self.label or key_label(self.key))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", self.type.casefold())
+        object.__setattr__(self, "words", _words(self.label or key_label(self.key)))
 
 
 @dataclass(frozen=True)
