@@ -273,7 +273,8 @@ def _unreadable(
     Onefold's to keep (Jotform, for one, never sends a refused delivery again). 202 and
     `needs_review` on first receipt; a repeat is answered as any repeat."""
     stored = storable(payload)
-    browser = profile.answer == "html" and request.wants_html and bool(source.thank_you_url)
+    # The thank-you page by the same rule as an accepted post's (`_safe_page`).
+    browser = profile.answer == "html" and request.wants_html and _safe_page(source.thank_you_url)
     result: IngestResult = event_ingest_unreadable(
         source=source,
         key=key,

@@ -340,3 +340,21 @@ def test_each_submission_serializer_binds_copies_of_the_declared_fields():
     declared = SubmissionSerializer._declared_fields
     assert declared["form"].field_name is None and "fields" not in declared["contact"].__dict__
     assert ContactSerializer._declared_fields["email"].field_name is None
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"note": "half of a pair \udc00"},
+        {"note": ["\ud800"]},
+        {"n\udfffote": "x"},
+        {"note": {"deeper": "x\ud83d"}},
+    ],
+)
+def test_an_unpaired_surrogate_in_the_extra_fields_is_refused(fields):
+    # A hook's form or multipart body reaches the serializer without the strict JSON
+    # reader before it: the serializer's own rule must hold.
+    serializer = SubmissionSerializer(data=submission(fields=fields))
+    assert not serializer.is_valid()
+    assert "Surrogate characters are not allowed." in str(serializer.errors["fields"])
+    assert SubmissionSerializer(data=submission(fields={"note": "a pair \U0001f600"})).is_valid()

@@ -10,6 +10,8 @@ view (Django's test client) to the real database:
   never a 500, and a signature never stays fresh for ever;
 - an unknown source and a wrong credential get the very same answer; `form.js`
   answers only for an `html` source's own hook;
+- the public `html` hook is no spam relay: a fourth confirmation to one address in a
+  day is held, not sent, and a spammer's text is never the greeting;
 - a browser is sent only to an https thank-you page (or http on this machine).
 """
 
@@ -23,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from io import StringIO
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.core.cache import cache
@@ -30,10 +33,19 @@ from django.core.management import CommandError, call_command
 from django.db.models import Sum
 from django.test import Client
 
+from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.senders.profiles import PRESETS
 from idempotency_core.intake.sources import source_get_or_create
-from idempotency_core.models import Delivery, Event, Source
-from tests.support.senders import SAMPLES, SECRET, Sample, deliver, hook_source, signed_headers
+from idempotency_core.models import Delivery, Event, ReviewCase, Source
+from tests.support.senders import (
+    SAMPLES,
+    SECRET,
+    Sample,
+    deliver,
+    hook_source,
+    sample_without_contact,
+    signed_headers,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -443,6 +455,43 @@ def test_form_js_answers_only_for_an_html_sources_own_hook():
     assert bare[0].content == bare[1].content
 
 
+# -- F10: the public form is no spam relay ----------------------------------------------
+
+
+def test_the_public_html_hook_sends_a_fourth_confirmation_to_one_address_in_a_day_to_no_one(
+    sandbox, settings
+):
+    """Four posts of the public form to one victim's address, a spammer's text as the
+    name: four enquiries and tasks, three emails that greet no one by that text, and
+    the fourth held in a case, not sent."""
+    settings.ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY = 3  # the product's default
+    source, path = hook_source("html")
+    client = Client()
+    for n, address in enumerate(["victim@example.com", "Victim@Example.com"] * 2):
+        body = urlencode(
+            {
+                "name": "Claim your prize at https://evil.example/win",
+                "email": address,
+                "message": f"You have won {n + 1} prizes, click the link.",
+                "submission_id": f"spam-{n}",
+            }
+        ).encode()
+        answer = client.post(path, body, content_type="application/x-www-form-urlencoded")
+        assert answer.status_code == 200, answer.content
+    events = list(Event.objects.filter(source=source).order_by("received_at", "pk"))
+    for event in events:
+        for operation in event.operations.order_by("position"):
+            operation_execute(operation_id=operation.pk)
+    stats = sandbox.stats()
+    assert (stats["records"], stats["tasks"], stats["messages"]) == (4, 4, 3)
+    for mail in sandbox.messages():
+        assert mail["body"].startswith("Hello,\n"), mail["body"][:80]
+        assert "evil" not in mail["body"] and "prize" not in mail["body"]
+    (held,) = ReviewCase.objects.filter(kind="confirmation_held")
+    assert held.operation is not None and held.operation.status == "needs_review"
+    assert "3 confirmations went to this address" in held.summary
+
+
 # -- --thank-you: where a browser may be sent ---------------------------------------------
 
 
@@ -489,3 +538,14 @@ def test_a_stored_thank_you_url_that_breaks_the_rule_is_not_followed():
     response = deliver(Client(), path, SAMPLES["html"], Accept="text/html")
     assert response.status_code == 200 and "Location" not in response
     assert Event.objects.filter(source=source).count() == 1
+
+
+def test_a_stored_thank_you_url_that_breaks_the_rule_is_not_followed_for_an_unreadable_form():
+    """The same rule where the post is kept as unreadable: the JSON answer, never the page."""
+    source, path = hook_source("html", thank_you_url="https://www.example.com/thanks/")
+    Source.objects.filter(pk=source.pk).update(thank_you_url="//evil.example/x")
+    unreadable = sample_without_contact(SAMPLES["html"], everything=True)
+    response = deliver(Client(), path, unreadable, Accept="text/html")
+    assert response.status_code == 202 and "Location" not in response, response.content
+    event = Event.objects.get(source=source)
+    assert response.json() == {"event_id": str(event.pk), "status": "needs_review"}

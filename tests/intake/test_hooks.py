@@ -8,6 +8,7 @@ worker cluster and the sandbox.
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
 from django.test import Client
@@ -15,7 +16,14 @@ from django.test import Client
 from idempotency_core.intake.senders.profiles import PRESETS
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Delivery, Event, Source
-from tests.support.senders import SAMPLES, SECRET, Sample, deliver, hook_source
+from tests.support.senders import (
+    SAMPLES,
+    SECRET,
+    Sample,
+    deliver,
+    hook_source,
+    multipart_parts,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -44,6 +52,69 @@ def test_a_sample_makes_one_event_and_its_repeat_none(profile):
     assert [d.outcome for d in kept] == ["accepted", "replayed"]
     assert bytes(kept[0].raw_body or b"") == sample.body  # kept as received
     assert SECRET not in kept[0].verification
+
+
+def gravity_forms_as_a_form() -> Sample:
+    """The Gravity Forms sample as its feed's "form" format sends it (urlencoded)."""
+    entry = json.loads(SAMPLES["gravityforms"].body)
+    fields = {k: v for k, v in entry.items() if isinstance(v, str)}
+    return Sample(
+        "gravityforms",
+        urlencode(fields).encode(),
+        "application/x-www-form-urlencoded",
+        SAMPLES["gravityforms"].expected,
+    )
+
+
+def html_as(content_type: str) -> Sample:
+    """The html sample as a website's form sends it another way: JSON from fetch(),
+    or multipart (a form with `enctype="multipart/form-data"`, a file input)."""
+    fields = dict(parse_qsl(SAMPLES["html"].body.decode(), keep_blank_values=True))
+    if content_type == "application/json":
+        body = json.dumps(fields).encode()
+    else:
+        body = (
+            b"".join(
+                b'--b\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+                % (name.encode(), value.encode())
+                for name, value in fields.items()
+            )
+            + b"--b--\r\n"
+        )
+        content_type = "multipart/form-data; boundary=b"
+    return Sample("html", body, content_type, SAMPLES["html"].expected)
+
+
+def jotform_as_a_form() -> Sample:
+    """The Jotform sample's fields urlencoded instead of multipart."""
+    sample = SAMPLES["jotform"]
+    return Sample(
+        "jotform",
+        urlencode(multipart_parts(sample.body, sample.content_type)).encode(),
+        "application/x-www-form-urlencoded",
+        sample.expected,
+    )
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        pytest.param(gravity_forms_as_a_form(), id="gravityforms-form-format"),
+        pytest.param(html_as("application/json"), id="html-fetch-json"),
+        pytest.param(html_as("multipart/form-data"), id="html-multipart"),
+        pytest.param(jotform_as_a_form(), id="jotform-urlencoded"),
+    ],
+)
+def test_a_sender_in_another_format_than_its_usual_one_is_read_not_refused(sample):
+    """Read as its Content-Type says: a verified delivery is not refused for its format
+    (a 400 would lose it: Gravity Forms and Jotform never send a refused one again)."""
+    source, path = hook_source(sample.profile)
+    response = deliver(Client(), path, sample)
+    assert response.status_code == 200, response.content
+    payload = Event.objects.get(source=source).payload or {}
+    name, email, message = sample.expected
+    assert (payload["contact"]["name"], payload["contact"]["email"]) == (name, email)
+    assert payload.get("message", "") == message
 
 
 @pytest.mark.parametrize("profile", sorted(p for p, s in SAMPLES.items() if s.sign))
@@ -107,7 +178,7 @@ def test_no_hook_for_an_api_source_or_an_unknown_one():
 
 def test_malformed_bodies_get_400():
     _, path = hook_source("generic")
-    for body in (b"{not json", b"[]"):
+    for body in (b"{not json", b'{"a": NaN}', b"a=1"):
         sample = Sample(
             "generic", body, "application/json", ("", "", ""), sign=SAMPLES["generic"].sign
         )
@@ -118,7 +189,13 @@ def test_malformed_bodies_get_400():
 
 @pytest.mark.parametrize(
     "body",
-    [b'{"form": "x"}', b'{"form":"x","contact":{"name":"A","email":"nope"}}'],
+    [
+        b'{"form": "x"}',
+        b'{"form":"x","contact":{"name":"A","email":"nope"}}',
+        # JSON that parses but is no object: a batch of events, an empty list.
+        b'[{"objectId": 1}, {"objectId": 2}]',
+        b"[]",
+    ],
 )
 def test_a_verified_body_that_parses_but_does_not_map_is_kept_not_refused(body):
     """tests/intake/test_unreadable.py follows such a delivery to its case and its fix."""

@@ -98,7 +98,7 @@ def test_a_source_overrides_its_field_map():
     [
         (b"\xff\xfe", "application/json", "json"),
         (b'{"a": NaN}', "application/json", "json"),
-        (b"[1, 2]", "application/json", "json"),
+        (b"a=1", "application/json", "form"),
         (b"a=1", "text/plain", "multipart"),
         (b"--x\r\n\r\n", "multipart/form-data; boundary=x", "multipart_json"),
     ],
@@ -106,6 +106,67 @@ def test_a_source_overrides_its_field_map():
 def test_malformed_bodies_are_refused(body, content_type, parser):
     with pytest.raises(MalformedDeliveryError):
         parse_body(body, content_type=content_type, parser=parser)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "parser", "document"),
+    [
+        # Gravity Forms' feed set to its "form" format, to a profile that reads JSON.
+        (
+            b"1.3=Grace&1.6=Hopper&2=grace%40example.com",
+            "application/x-www-form-urlencoded",
+            "json",
+            {"1.3": "Grace", "1.6": "Hopper", "2": "grace@example.com"},
+        ),
+        # A website's form posted by fetch() as JSON, to the html profile.
+        (b'{"name": "Ada"}', "application/json; charset=utf-8", "form", {"name": "Ada"}),
+        (b'{"name": "Ada"}', "application/vnd.api+json", "form", {"name": "Ada"}),
+        # No type, or one that is none of the three: the profile's reader.
+        (b"name=Ada", "", "form", {"name": "Ada"}),
+        (b'{"name": "Ada"}', "text/plain", "json", {"name": "Ada"}),
+        # Jotform's answers without (or with a broken) rawRequest: its other fields.
+        (
+            b"formID=1&q3_name%5Bfirst%5D=Ada",
+            "application/x-www-form-urlencoded",
+            "multipart_json",
+            {"formID": "1", "q3_name[first]": "Ada"},
+        ),
+        (
+            b"rawRequest=%7Bnot+json&formID=1",
+            "application/x-www-form-urlencoded",
+            "multipart_json",
+            {"rawRequest": "{not json", "formID": "1"},
+        ),
+        (
+            b"rawRequest=%7B%22q3_name%22%3A%22Ada%22%7D",
+            "application/x-www-form-urlencoded",
+            "multipart_json",
+            {"rawRequest": '{"q3_name":"Ada"}', "q3_name": "Ada"},
+        ),
+        # JSON that parses but is no object: kept under "body", never refused.
+        (b"[1, 2]", "application/json", "json", {"body": [1, 2]}),
+        (b"[]", "application/json", "json", {"body": []}),
+    ],
+)
+def test_a_body_is_read_as_its_content_type_says(body, content_type, parser, document):
+    assert parse_body(body, content_type=content_type, parser=parser) == document
+
+
+def test_an_html_form_posted_as_multipart_is_read_as_one():
+    # <form enctype="multipart/form-data">, as a form with a file input must be.
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="name"\r\n\r\nAda Lovelace\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="email"\r\n\r\nada@example.com\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="cv"; filename="cv.pdf"\r\n'
+        b"Content-Type: application/pdf\r\n\r\n%PDF-1.4\r\n--b--\r\n"
+    )
+    document = parse_body(body, content_type="multipart/form-data; boundary=b", parser="form")
+    mapped = document_map(PRESETS["html"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.fields) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        {"cv": "cv.pdf"},
+    )
 
 
 def test_form_bodies_keep_repeated_fields():
@@ -225,7 +286,7 @@ def sample_files() -> set[str]:
 def sample_document(name: str, profile: str) -> dict:
     folder, file = name.split("/")
     body = ((SHARED if folder == "shared" else FIXTURES) / file).read_bytes()
-    content_type = "application/json"
+    content_type = ""  # the profile's own reader
     if body.startswith(b"--"):  # multipart: the boundary is the first line's
         content_type = "multipart/form-data; boundary=" + body.split(b"\r\n", 1)[0][2:].decode()
     preset = PRESETS[profile]
@@ -327,6 +388,52 @@ def test_an_email_address_is_found_by_its_value_when_only_one_is_sent():
     assert document_map(field_map, outside).email == ""
 
 
+def test_jotform_question_keys_are_read_as_the_labels_they_were_made_from():
+    # q<id>_<label in camel case>: without `pretty`, "studentsName" is "students name".
+    document = jotform(
+        {
+            "q3_studentsName": "Ada Lovelace",
+            "q5_phoneNumber": "020 7946 0958",
+            "q6_anythingElse": "Please call after five.",
+        }
+    )
+    mapped = document_map(PRESETS["jotform"].field_map, document)
+    assert (mapped.name, mapped.phone, mapped.message) == (
+        "Ada Lovelace",
+        "02079460958",
+        "Please call after five.",
+    )
+
+
+def test_jotform_composite_widgets_in_raw_request_are_found_by_shape():
+    # rawRequest's own form of the widgets: objects, whatever the question is called.
+    document = jotform(
+        {
+            "q3_whoAre": {"first": "Ada", "last": "Lovelace"},
+            "q4_where": "ada@example.com",
+            "q6_reachYou": {"full": "(202) 555-0147"},
+            "q7_deliverTo": {
+                "addr_line1": "12 St James's Square",
+                "addr_line2": "",
+                "city": "London",
+                "state": "",
+                "postal": "SW1Y 4LB",
+                "country": "United Kingdom",
+            },
+        }
+    )
+    mapped = document_map(PRESETS["jotform"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        "2025550147",
+    )
+    # The address is no contact detail: an extra field, written as one line.
+    assert mapped.fields == {
+        "q7_deliverTo": "12 St James's Square, London, SW1Y 4LB, United Kingdom"
+    }
+
+
 def tally(*fields: tuple[str, str, object]) -> dict:
     return {
         "eventId": "e",
@@ -360,6 +467,92 @@ def test_tally_fields_are_found_by_type_then_label_never_by_position():
     # A hidden field's address is the page's, never the respondent's: not taken by value.
     only_hidden = tally(("referrer", "HIDDEN_FIELDS", "partner@example.com"))
     assert document_map(PRESETS["tally"].field_map, only_hidden).email == ""
+
+
+def test_tally_takes_the_email_and_phone_its_field_types_say():
+    # Labels that say nothing and a second address in the form: only the type tells.
+    document = tally(
+        ("Your name", "INPUT_TEXT", "Ada Lovelace"),
+        ("Who told you about us?", "INPUT_TEXT", "grace@example.com"),
+        ("Where should we write?", "INPUT_EMAIL", "ada@example.com"),
+        ("Best time to call", "INPUT_TEXT", "after 5"),
+        ("And on which line?", "INPUT_PHONE_NUMBER", "+442079460958"),
+    )
+    mapped = document_map(PRESETS["tally"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == (
+        "Ada Lovelace",
+        "ada@example.com",
+        "+442079460958",
+    )
+
+
+def typeform(*answers: tuple[str, str, str, object]) -> dict:
+    """A Typeform delivery: (question title, field type, answer type, value) each."""
+    fields = [
+        {"id": f"f{n}", "title": title, "type": field_type, "ref": f"r{n}"}
+        for n, (title, field_type, _, _) in enumerate(answers)
+    ]
+    given = [
+        {"type": kind, kind: value, "field": {"id": f"f{n}", "type": field_type, "ref": f"r{n}"}}
+        for n, (_, field_type, kind, value) in enumerate(answers)
+    ]
+    return {
+        "event_id": "e",
+        "form_response": {
+            "form_id": "f",
+            "token": "t",
+            "definition": {"fields": fields},
+            "answers": given,
+        },
+    }
+
+
+def test_typeform_takes_the_email_and_phone_its_answer_types_say():
+    document = typeform(
+        ("What is your first name?", "short_text", "text", "Ada"),
+        ("A colleague who might be interested?", "short_text", "text", "grace@example.com"),
+        ("Where should we write?", "email", "email", "ada@example.com"),
+        ("And on which line?", "phone_number", "phone_number", "+442079460958"),
+    )
+    mapped = document_map(PRESETS["typeform"].field_map, document)
+    assert (mapped.name, mapped.email, mapped.phone) == (
+        "Ada",
+        "ada@example.com",
+        "+442079460958",
+    )
+    # The types alone decide, in the finding a source's own map can use too.
+    detected = profile_resolve(
+        "typeform",
+        {
+            "field_map": {
+                "email": {
+                    "detect": "email",
+                    "in": "form_response.answers",
+                    "type": "field.type",
+                    "value": "@type",
+                    "id": "field.id",
+                }
+            }
+        },
+    )
+    assert document_map(detected.field_map, document).email == "ada@example.com"
+
+
+def test_of_several_long_answers_the_one_labelled_as_a_message_is_the_message():
+    document = typeform(
+        ("Your name", "short_text", "text", "Ada"),
+        ("Is this your first product?", "long_text", "text", "Yes"),
+        ("Comments", "long_text", "text", "Please call me after five."),
+    )
+    mapped = document_map(PRESETS["typeform"].field_map, document)
+    assert mapped.message == "Please call me after five."
+    # None labelled as one: the first long answer, as before.
+    unlabelled = typeform(
+        ("Your name", "short_text", "text", "Ada"),
+        ("Is this your first product?", "long_text", "text", "Yes"),
+        ("Who are your users?", "long_text", "text", "Schools"),
+    )
+    assert document_map(PRESETS["typeform"].field_map, unlabelled).message == "Yes"
 
 
 def test_typeform_finds_the_name_by_its_question_and_an_untyped_email_by_value():

@@ -26,6 +26,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -44,7 +45,7 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
-from tests.factories import post, submission
+from tests.factories import make_user, post, submission
 from tests.support.processes import Sandbox
 from tests.support.senders import (
     ANOTHER_FORMS_MAP,
@@ -52,6 +53,7 @@ from tests.support.senders import (
     SHARED,
     TUTORING_MAP,
     Sample,
+    jotform_captured_tutoring,
     jotform_tutoring,
     sample_without_contact,
     signed_headers,
@@ -133,6 +135,33 @@ def test_the_tutoring_jotform_delivery_is_answered_2xx_and_kept_whatever_the_pre
     else:
         assert event.operations.count() == 3
         assert "email" not in event.payload["contact"]
+
+
+def test_the_captured_tutoring_delivery_is_one_record_one_task_and_no_email(sandbox):
+    """Jotform's real delivery of a form without an email field, under the preset: 200,
+    processed, its confirmation "not sent: no address" on the submission page."""
+    source, path = hook_source("jotform")
+    client = Client()
+    response = deliver(client, path, jotform_captured_tutoring())
+    assert response.status_code == 200, response.content
+    event = Event.objects.get(source=source)
+    assert event.key == "jotform:243231271343446:6084250982513018472"
+    assert event.payload["contact"] == {"name": "Niloth P"}
+    assert event.payload["fields"]["Type of Tutoring"] == "Online Tutoring"
+    assert run_steps(event) == {
+        "create_enquiry": "succeeded",
+        "assign_task": "succeeded",
+        "send_confirmation": "cancelled",
+    }
+    assert counts(sandbox) == (1, 1, 0)
+    assert not ReviewCase.objects.exists()
+    reader = Client()
+    reader.force_login(make_user("reader", groups=("Reviewers",)))
+    page = reader.get(reverse("console:submission-detail", args=[event.pk])).content.decode()
+    assert "not sent: no address" in page
+    again = deliver(client, path, jotform_captured_tutoring())
+    assert again.status_code == 200 and again.json() == {"event_id": str(event.pk)}
+    assert counts(sandbox) == (1, 1, 0)
 
 
 def test_the_tutoring_delivery_waits_in_a_case_and_its_repeat_is_a_repeat():

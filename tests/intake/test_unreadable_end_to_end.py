@@ -6,7 +6,8 @@ tests/intake/test_unreadable.py proves the decisions in process; this proves tha
 delivery kept unreadable does no work until its map is corrected, then becomes
 exactly one record and one task under its original key (the confirmation skipped:
 no address), once however often the map is applied or the sender repeats it; and
-that a sample without its email address ends as one record, one task, no email.
+that a sample without its email address, and Jotform's real delivery of a form
+without an email field, each end as one record, one task, no email.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.support.senders import (
     SAMPLES,
     TUTORING_MAP,
     Sample,
+    jotform_captured_tutoring,
     jotform_tutoring,
     sample_without_contact,
     signed_headers,
@@ -141,4 +143,27 @@ def test_unreadable_then_corrected_and_without_email_over_real_parts(
         assert counts(sandbox) == (2, 2, 0)
         assert Event.objects.filter(source=jotform).count() == 1
         assert Operation.objects.filter(event_id=event_id).count() == 3
+    cluster.stop(signal.SIGINT, timeout=20)
+
+
+def test_the_captured_jotform_delivery_over_real_parts(sandbox, web_server, qcluster_factory):
+    """Jotform's own delivery of a tutoring form with no email field: answered 200, one
+    record and one task, no email; its repeat changes nothing."""
+    cluster = qcluster_factory()
+    source, path = hook_source("jotform", "e2e-jotform-captured")
+    sample = jotform_captured_tutoring()
+    with httpx.Client(timeout=30) as client:
+        first = post(client, web_server.url, path, sample)
+        assert first.status_code == 200, first.text
+        event_id = first.json()["event_id"]
+        assert wait_done(event_id) == COMPLETED_WITHOUT_EMAIL
+        assert counts(sandbox) == (1, 1, 0)
+        again = post(client, web_server.url, path, sample)
+        assert again.status_code == 200 and again.json() == {"event_id": event_id}
+        time.sleep(STRAY_WORK_SECONDS)
+    assert counts(sandbox) == (1, 1, 0)
+    assert Event.objects.filter(source=source).count() == 1
+    (record,) = sandbox.client.get("/crm/records").json()["results"]
+    assert (record["name"], record["email"]) == ("Niloth P", "")
+    assert not ReviewCase.objects.filter(event_id=event_id).exists()
     cluster.stop(signal.SIGINT, timeout=20)

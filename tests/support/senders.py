@@ -349,6 +349,18 @@ def jotform_tutoring() -> Sample:
     )
 
 
+def jotform_captured_tutoring() -> Sample:
+    """A real Jotform delivery (`jotform-tutoring.body`, Zulip's capture): the tutoring
+    form whose name widget is `q3_studentsName: {first, last}`, with no email, phone or
+    message field. The preset reads the student's name and nothing to write to."""
+    return Sample(
+        "jotform",
+        (FIXTURES / "jotform-tutoring.body").read_bytes(),
+        _content_type_of("jotform-tutoring.md"),
+        ("Niloth P", "", ""),
+    )
+
+
 # A map written for another Jotform form (its "Full Name", "E-mail" and "Phone"
 # widgets), as a source copied from another keeps it: the tutoring form's
 # `q3_studentsName` is not in it, whatever the preset reads.

@@ -149,7 +149,9 @@ def _operation(
         "requestBody": {
             "required": True,
             "description": "The provider's own body, as it sends it (at most "
-            "ONEFOLD_MAX_BODY_BYTES, default 64 KiB), read by the source's profile.",
+            "ONEFOLD_MAX_BODY_BYTES, default 64 KiB), read as its Content-Type says (one "
+            "of these three; any other as the source's profile expects) and mapped by the "
+            "source's profile.",
             "content": {
                 media: {"schema": {"type": "object", "additionalProperties": True}}
                 for media in (

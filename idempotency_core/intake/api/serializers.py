@@ -202,10 +202,15 @@ def _key_problem(name: object) -> str:
     return _text_problem(name)
 
 
+# An unpaired surrogate, searched in C: a generator over each character cost about
+# 1.6 ms for 60 KB of text, on every field of a body.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _text_problem(text: str) -> str:
     if "\x00" in text:
         return "Null characters are not allowed."
-    if any("\ud800" <= char <= "\udfff" for char in text):
+    if _SURROGATE.search(text):
         return "Surrogate characters are not allowed."
     return ""
 

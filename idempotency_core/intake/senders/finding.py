@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from functools import cached_property
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -45,11 +44,16 @@ class Answer:
     value: Any
     type: str = ""
     label: str = ""
+    # The provider's type, case folded as the type sets below are written, and the
+    # label (or the key's own words) as lower-case words, for matching. Every finding
+    # reads both of every answer: set once here (a cached_property's lock cost more
+    # than the work on a form of 1,000 fields).
+    kind: str = field(init=False, repr=False, compare=False)
+    words: str = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def words(self) -> str:
-        """The label (or the key's own words) as lower-case words, for matching."""
-        return _words(self.label or key_label(self.key))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", self.type.casefold())
+        object.__setattr__(self, "words", _words(self.label or key_label(self.key)))
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,7 @@ def find(kind: str, answers: Sequence[Answer]) -> Found | None:
     """The contact's `kind` ("name", "email", "phone" or "message") among the answers."""
     if kind not in KINDS:
         raise ValueError(f"nothing is found for {kind!r}: one of {', '.join(KINDS)}")
-    candidates = [a for a in answers if a.type.casefold() not in _NOT_CONTACT_TYPES]
+    candidates = [a for a in answers if a.kind not in _NOT_CONTACT_TYPES]
     return {"name": _name, "email": _email, "phone": _phone, "message": _message}[kind](candidates)
 
 
@@ -281,7 +285,7 @@ def widget_text(value: Any) -> str | None:
 
 def _name(answers: Sequence[Answer]) -> Found | None:
     for answer in answers:
-        if answer.type.casefold() in _NAME_TYPES:
+        if answer.kind in _NAME_TYPES:
             written = widget_text(answer.value) if isinstance(answer.value, dict) else None
             value = written if written is not None else _scalar(answer.value)
             if value:
@@ -310,7 +314,7 @@ def _name(answers: Sequence[Answer]) -> Found | None:
 
 def _email(answers: Sequence[Answer]) -> Found | None:
     for answer in answers:
-        if answer.type.casefold() in _EMAIL_TYPES and is_email(answer.value):
+        if answer.kind in _EMAIL_TYPES and is_email(answer.value):
             return Found(answer.value.strip(), (answer.key,))
     for answer in answers:
         if _EMAIL_LABEL.search(answer.words) and is_email(answer.value):
@@ -325,7 +329,7 @@ def _email(answers: Sequence[Answer]) -> Found | None:
 
 def _phone(answers: Sequence[Answer]) -> Found | None:
     for answer in answers:
-        if answer.type.casefold() in _PHONE_TYPES:
+        if answer.kind in _PHONE_TYPES:
             value = widget_text(answer.value) or _scalar(answer.value)
             if value and any(c.isdigit() for c in value):
                 return Found(value, (answer.key,))
@@ -341,9 +345,15 @@ def _phone(answers: Sequence[Answer]) -> Found | None:
 
 
 def _message(answers: Sequence[Answer]) -> Found | None:
-    for answer in answers:
-        if answer.type.casefold() in _TEXTAREA_TYPES and _scalar(answer.value):
-            return Found(_scalar(answer.value), (answer.key,))
+    # A form of several long answers ("Describe your project", "Comments"): the one
+    # labelled as a message, else the first.
+    typed = [a for a in answers if a.kind in _TEXTAREA_TYPES and _scalar(a.value)]
+    labelled = (
+        a for p in (_MESSAGE_LABEL, _MESSAGE_LABEL_WEAK) for a in typed if p.search(a.words)
+    )
+    chosen = next(labelled, typed[0] if typed else None)
+    if chosen is not None:
+        return Found(_scalar(chosen.value), (chosen.key,))
     for pattern in (_MESSAGE_LABEL, _MESSAGE_LABEL_WEAK):
         for answer in answers:
             value = _scalar(answer.value) if isinstance(answer.value, str) else ""

@@ -4,6 +4,16 @@ A document is a plain dict of what the sender posted. Form fields that repeat
 become lists; a single value stays a string. Multipart file parts are kept as
 their file name only (Onefold forwards no attachments).
 
+A body is read as what its Content-Type says it is, where that is JSON, a form or
+multipart, else as the profile expects: a sender set to another format than its
+usual one (Gravity Forms' "form" format, a website form with
+`enctype="multipart/form-data"` or posted by `fetch` as JSON) is read, not refused
+(CONTRACT.md: only a body that does not parse is 400 on a hook); one that does not
+parse as the type it declares is malformed. A JSON body that is not an object (a
+batch of events, a bare value) is the document `{"body": <it>}`; a profile's JSON
+field (Jotform's `rawRequest`) is merged in where the body carries it as a JSON
+object, and the body is read without it otherwise.
+
 Every reader is linear in the body and bounded before it builds anything: the
 body is at most ONEFOLD_MAX_BODY_BYTES (the hook checks it first); form and
 form bodies take at most DATA_UPLOAD_MAX_NUMBER_FIELDS fields (Django's limit,
@@ -46,24 +56,42 @@ def parse_body(
 ) -> dict[str, Any]:
     """The document for `body`. `parser` is the profile's; `json_field` names the
     multipart (or form) field that carries a JSON string (Jotform's `rawRequest`)."""
-    if parser == "json":
-        document = _json(body)
-    elif parser == "form":
-        document = _form(body)
-    elif parser in ("multipart", "multipart_json"):
-        document = _multipart(body, content_type)
-    else:
+    if parser not in PARSERS:
         raise MalformedDeliveryError(f"unknown parser {parser!r}")
+    expected = "multipart" if parser == "multipart_json" else parser
+    document = _READERS[_declared_reader(content_type) or expected](body, content_type)
     if parser == "multipart_json" or json_field:
-        raw = document.get(json_field or "rawRequest")
-        if not isinstance(raw, str):
-            raise MalformedDeliveryError(f"the body has no {json_field or 'rawRequest'} field")
-        inner = _json(raw.encode())
-        document = {**document, **inner}
+        document = _with_json_field(document, json_field or "rawRequest")
     return document
 
 
-def _json(body: bytes) -> dict[str, Any]:
+def _declared_reader(content_type: str) -> str:
+    """The reader the body's own Content-Type names ("" for any other type)."""
+    media_type, _ = parse_header_parameters(content_type)
+    if media_type == "application/json" or media_type.endswith("+json"):
+        return "json"
+    if media_type == "application/x-www-form-urlencoded":
+        return "form"
+    if media_type == "multipart/form-data":
+        return "multipart"
+    return ""
+
+
+def _with_json_field(document: dict[str, Any], name: str) -> dict[str, Any]:
+    """The document with the answers its JSON field carries merged in, or as it is
+    when the field is missing or holds no JSON object: the sender's other fields are
+    still what it sent (the map may read them, or the delivery waits for a map)."""
+    raw = document.get(name)
+    if not isinstance(raw, str):
+        return document
+    try:
+        inner = strictjson.loads(raw.encode())
+    except strictjson.StrictJSONError:
+        return document
+    return {**document, **inner} if isinstance(inner, dict) else document
+
+
+def _json(body: bytes, content_type: str = "") -> dict[str, Any]:
     # The strict reader: NaN, huge numbers, deep nesting, NUL, lone surrogates and
     # repeated keys are a malformed delivery (400), never a 500 or a stored row.
     try:
@@ -73,11 +101,11 @@ def _json(body: bytes) -> dict[str, Any]:
     if isinstance(document, list) and len(document) == 1 and isinstance(document[0], dict):
         return document[0]  # senders that post a one-element array of objects
     if not isinstance(document, dict):
-        raise MalformedDeliveryError("the body must be a JSON object")
+        return {"body": document}  # parsed: kept for a map that reads it, not refused
     return document
 
 
-def _form(body: bytes) -> dict[str, Any]:
+def _form(body: bytes, content_type: str = "") -> dict[str, Any]:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -141,3 +169,6 @@ def _add(document: dict[str, Any], name: str, value: str) -> None:
         document[key] = [existing, value]
     else:
         document[key] = [value] if name.endswith("[]") else value
+
+
+_READERS = {"json": _json, "form": _form, "multipart": _multipart}
