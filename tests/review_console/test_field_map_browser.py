@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
+from playwright.sync_api import expect
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
@@ -63,9 +64,12 @@ def test_a_settings_admin_fixes_the_map_and_the_delivery_runs_once(page, sandbox
     page.select_option("#id_name_first", label="q3_studentsName \u203a first")
     page.select_option("#id_name_last", label="q3_studentsName \u203a last")
     page.select_option("#id_message", label="q6_anythingElse")
+    # The preview follows each pick without a click: the last pick has made the
+    # student's name readable.
+    summary = page.locator("#preview-summary")
+    expect(summary).to_contain_text("1 of the waiting deliveries would be read")
     page.check("#field-map-form label:text-is('q4_subject')")
     page.click("button:has-text('Preview')")
-    summary = page.locator("#preview-summary")
     assert "1 of the waiting deliveries would be read" in summary.inner_text()
     assert "0 would still be unreadable" in summary.inner_text()
     assert "Ada Lovelace" in page.locator("#kept-deliveries").inner_text()
