@@ -115,23 +115,31 @@ def qcluster_factory(tmp_path: Path, sandbox: Sandbox, request: pytest.FixtureRe
 # its own sandbox and its own free ports. Tests that must not run side by side are
 # one group, which one worker runs test after test while the other takes the rest:
 # those that keep both of the machine's cores busy (the delivery storms, two clusters
-# under faults, generated requests), those that time something, and the browser's.
-# A test outside the group may start gunicorn or a cluster of its own: it runs beside
-# at most one other test.
+# under faults, generated requests) and those that time something. The browser's
+# tests are a group of their own, so that two Chromiums never run at once; it runs
+# on the other worker, beside the serial group, as any other test may (the serial
+# group alone was the suite's whole length, while the other worker waited idle).
+# A test outside the groups may start gunicorn or a cluster of its own: it runs
+# beside at most one other test.
 
 SERIAL_GROUP = "serial"
-SERIAL_MARKERS = ("serial", "browser")
+BROWSER_GROUP = "browser"
 # Starts the whole quick-start stack in its own processes (its file marks nothing).
 SERIAL_FILES = ("tests/test_quickstart.py",)
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("serial") or item.nodeid.startswith(SERIAL_FILES):
+        return SERIAL_GROUP
+    return BROWSER_GROUP if item.get_closest_marker("browser") else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if any(item.get_closest_marker(name) for name in SERIAL_MARKERS) or item.nodeid.startswith(
-            SERIAL_FILES
-        ):
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+        group = _group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 UNGROUPED = pytest.StashKey[bool]()
