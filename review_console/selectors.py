@@ -52,6 +52,7 @@ from idempotency_core.models import (
 from idempotency_core.review.comparison import FetchedRecord
 from idempotency_core.review.contact import REVEAL_ACTION, REVEAL_WINDOW
 from idempotency_core.review.replay import replay_facts, replay_plan_for, replay_refusal
+from review_console.causes import holds_in_force, without_held
 from review_console.filters import AuditFilter, CaseFilter
 from review_console.glossary import kind_label
 from review_console.masking import contact_for, record_for
@@ -198,8 +199,8 @@ def _chip(
 
 def next_case_candidates() -> QuerySet[ReviewCase]:
     """The cases "Next case" may take (review/cases.py `case_take_next` keeps only the
-    open ones nobody owns)."""
-    return ReviewCase.objects.all()
+    open ones nobody owns): not those a held cause keeps in its group (causes.py)."""
+    return without_held(ReviewCase.objects.all(), holds_in_force())
 
 
 def case_filterset(params: QueryDict, *, request: Any = None) -> CaseFilter:

@@ -22,6 +22,12 @@ urlpatterns = [
     path("cases/take/", views.case_take, name="case-take"),
     path("cases/next/", views_day.case_next, name="case-next"),
     path("cases/settle/", views_day.cases_settle, name="cases-settle"),
+    path("cases/causes/settle/", views_day.cause_settle, name="cause-settle"),
+    path(
+        "cases/causes/holds/<int:hold_id>/stop/",
+        views_day.cause_hold_stop_view,
+        name="cause-hold-stop",
+    ),
     path("cases/<int:case_id>/reopen/", views_day.case_reopen_view, name="case-reopen"),
     path("cases/<int:case_id>/reveal/", views_day.case_reveal, name="case-reveal"),
     path("cases/<int:case_id>/", views.case_detail, name="case-detail"),

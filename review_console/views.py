@@ -26,6 +26,7 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.middleware import HtmxDetails
 
@@ -59,6 +60,13 @@ from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import operation_replay
 from review_console import selectors
 from review_console.bulk import bulk_replay_counts, bulk_replay_start
+from review_console.causes import (
+    HOLD_CHOICES,
+    cause_groups,
+    cause_words,
+    holds_in_force,
+    without_held,
+)
 from review_console.field_tree import unreadable_view
 from review_console.forms import (
     CloseForm,
@@ -179,13 +187,22 @@ def case_list(request: HttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", selectors.DEFAULT_SORT)
     if sort not in selectors.SORTS:
         sort = selectors.DEFAULT_SORT
+    groups: list[dict[str, Any]] = []
     if filterset.is_valid():
+        holds = holds_in_force()
+        # A held cause's new cases wait in its group, not in the list (causes.py), unless
+        # the list is that cause's ("Show them").
+        listed = filterset.qs if request.GET.get("cause") else without_held(filterset.qs, holds)
         page = selectors.keyset_page(
-            filterset.qs,
+            listed,
             fields=selectors.SORTS[sort][1],
             after=request.GET.get("after", ""),
             before=request.GET.get("before", ""),
         )
+        if not (request.GET.get("after") or request.GET.get("before") or request.GET.get("cause")):
+            groups = cause_groups(filterset.qs, holds=holds)
+            for group in groups:
+                group["label"] = cause_words(group["cause"])
     else:
         page = selectors.KeysetPage(items=[])
     selectors.queue_customers(page.items, unmasked=request.user.has_perm(VIEW_CONTACT))
@@ -197,6 +214,9 @@ def case_list(request: HttpRequest) -> HttpResponse:
         "review_console/case_list.html",
         {
             "filters_active": len(chosen),
+            "groups": groups,
+            "now": timezone.now(),
+            "hold_choices": HOLD_CHOICES[1:],
             "close_presets": list(CLOSE.values()),
             "chips": selectors.queue_chips(request.GET, request=request),
             "chip_groups": [("kind", "Kind"), ("owner", "Owner"), ("status", "Status")],

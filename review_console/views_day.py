@@ -1,5 +1,5 @@
-"""A reviewer's day: the next case, reopening, contact details when needed, and
-several cases settled from the queue at once.
+"""A reviewer's day: the next case, reopening, contact details when needed, several
+cases settled from the queue at once, and a cause's group settled in one decision.
 
 Every view here is a POST-only action (GET answers 405), permission-checked like
 the case actions of views.py, and decided by a service of idempotency_core/review,
@@ -9,7 +9,7 @@ which writes the audit entry.
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -22,9 +22,11 @@ from idempotency_core.review.cases import (
 from idempotency_core.review.contact import REVEAL_HOURS, contact_reveal
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console import selectors
+from review_console.causes import Cause, cause_close, cause_hold_stop, seen_moment
 from review_console.filters import CaseIdsField
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
+from review_console.models import CauseHold
 from review_console.permissions import CHANGE_CASES, VIEW_CONTACT, acting_user, console_permission
 from review_console.presets import CLOSE, NOT_DUPLICATE, REOPEN, REVEAL, preset_reason
 from review_console.views import _case_decision, _case_url, _decision_data, _open_case
@@ -139,4 +141,68 @@ def cases_settle(request: HttpRequest) -> HttpResponse:
         messages.success(request, f"{verb} {len(result.settled)} case(s).")
     for case_id, why in result.refused[:10]:
         messages.warning(request, f"Case {case_id} left as it was: {why}")
+    return HttpResponseRedirect(target)
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def cause_settle(request: HttpRequest) -> HttpResponse:
+    """A group's one decision: close every case of the cause the reviewer saw (or, with
+    `since`, those a hold kept back), each by its own service and audit entry, and hold
+    the cause for the hours chosen (causes.py)."""
+    target = _back_to_queue(request)
+    preset = request.POST.get("preset", "")
+    reason = preset_reason(CLOSE, preset, request.POST.get("note", ""))
+    try:
+        if reason is None:
+            raise ActionRefusedError("Choose why they are closed.")
+        since = request.POST.get("since", "")
+        result = cause_close(
+            cause=Cause.from_token(request.POST.get("cause", "")),
+            seen_until=seen_moment(request.POST.get("seen_until", "")),
+            actor=acting_user(request),
+            resolution_code=preset,
+            reason=reason,
+            hold_hours=_hours(request.POST.get("hold_hours", "0")),
+            since=seen_moment(since) if since else None,
+        )
+    except ActionRefusedError as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(target)
+    done = f"Closed {len(result.closed)} case(s) with the same cause."
+    if result.hold is not None:
+        done += (
+            " New cases of this cause wait in its group, not one by one, for "
+            f"{round((result.hold.until - result.hold.created_at).total_seconds() / 3600)} hours."
+        )
+    messages.success(request, done)
+    for case_id, why in result.refused[:10]:
+        messages.warning(request, f"Case {case_id} left as it was: {why}")
+    return HttpResponseRedirect(target)
+
+
+def _hours(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return -1  # refused by the service: not one of the hours offered
+
+
+@require_POST
+@console_permission(CHANGE_CASES)
+def cause_hold_stop_view(request: HttpRequest, hold_id: int) -> HttpResponse:
+    """Stops holding a cause: its cases are listed one by one again."""
+    target = _back_to_queue(request)
+    try:
+        cause_hold_stop(
+            hold_id=hold_id,
+            actor=acting_user(request),
+            reason="Stopped holding the cause: list its cases one by one again",
+        )
+    except CauseHold.DoesNotExist:
+        raise Http404("No such hold.") from None
+    except ActionRefusedError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Its cases are listed one by one again.")
     return HttpResponseRedirect(target)

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.models import AuditEntry, Destination, ReconciliationRun, ReviewCase, Source
-from review_console.models import BulkReplayJob
+from review_console.models import BulkReplayJob, CauseHold
 from tests.factories import ROLES, duplicate_case, permanent_case
 
 pytestmark = pytest.mark.django_db
@@ -61,6 +61,9 @@ ACTIONS = [
     ("console:cases-settle", None, "change", 302),
     ("console:case-reopen", "closed", "change", 200),
     ("console:case-reveal", "permanent", "change", {"superuser": 302, None: 200}),
+    # A cause's group: one decision for all its cases, and a hold stopped.
+    ("console:cause-settle", None, "change", 302),
+    ("console:cause-hold-stop", "hold", "change", 302),
 ]
 ALLOWED = {
     "view": {"reviewer", "replay_admin", "superuser"},
@@ -85,24 +88,36 @@ def client_for(users, role: str, **kwargs) -> Client:
     return client
 
 
-def url_for(name: str, obj: ReviewCase | BulkReplayJob | ReconciliationRun | Source | None) -> str:
+def url_for(name: str, obj: object) -> str:
     if obj is None:
         return reverse(name)
     if name.startswith("console:api-"):
         key = "pk"
     else:
-        key = {BulkReplayJob: "job_id", ReconciliationRun: "run_id", Source: "source_id"}.get(
-            type(obj), "case_id"
-        )
+        key = {
+            BulkReplayJob: "job_id",
+            ReconciliationRun: "run_id",
+            Source: "source_id",
+            CauseHold: "hold_id",
+        }.get(type(obj), "case_id")
     return reverse(name, kwargs={key: obj.pk})
 
 
-def make_case(
-    kind: str | None, sandbox
-) -> ReviewCase | BulkReplayJob | ReconciliationRun | Source | None:
+def make_case(kind: str | None, sandbox) -> object:
     """The object a page or action is about (a case, mostly)."""
     if kind == "permanent":
         return permanent_case()
+    if kind == "hold":
+        owner = User.objects.create_user("hold-owner", is_staff=True)
+        return CauseHold.objects.create(
+            kind="permanent_failure",
+            step="create_enquiry",
+            destination=Destination.objects.get(name="crm"),
+            resolution_code="spam_or_test",
+            reason="spam wave",
+            created_by=owner,
+            until=timezone.now() + timedelta(hours=4),
+        )
     if kind == "closed":
         closed = permanent_case("closed-1")
         ReviewCase.objects.filter(pk=closed.pk).update(status="closed", resolution_code="other")
