@@ -17,6 +17,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.core.exceptions import BadRequest
 from django.http import (
     Http404,
     HttpRequest,
@@ -59,7 +60,7 @@ from idempotency_core.review.merge import (
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import operation_replay
 from review_console import selectors
-from review_console.bulk import bulk_replay_counts, bulk_replay_start
+from review_console.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
 from review_console.causes import (
     HOLD_CHOICES,
     cause_groups,
@@ -84,6 +85,7 @@ from review_console.masking import contact_for
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.permissions import (
     CHANGE_CASES,
+    CHANGE_SOURCE,
     REPLAY,
     VIEW_AUDIT,
     VIEW_CASES,
@@ -379,6 +381,9 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         if filterset.is_valid()
         else selectors.KeysetPage(items=[])
     )
+    shown = audit_details_for(request.user)
+    for entry in page.items:
+        entry.details = shown(entry.details)
     return render(
         request,
         "review_console/audit_list.html",
@@ -388,6 +393,22 @@ def audit_list(request: HttpRequest) -> HttpResponse:
             "querystring": _querystring(request),
         },
     )
+
+
+# Details that name a secret by its first characters (a signing secret, a CAPTCHA
+# key, an API key): shown only to those who manage sources (security review F11).
+_SECRET_DETAILS = frozenset({"prefix", "secret_prefix", "previous_prefix", "prefixes"})
+
+
+def audit_details_for(user: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How this viewer reads an audit entry's details: as stored, or without secrets'
+    first characters for a viewer who may not change sources."""
+    if user.has_perm(CHANGE_SOURCE):
+        return lambda details: details
+    return lambda details: {
+        key: "(shown to those who manage sources)" if key in _SECRET_DETAILS else value
+        for key, value in (details or {}).items()
+    }
 
 
 class _Echo:
@@ -413,6 +434,7 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
     filterset = selectors.audit_filterset(request.GET)
     rows = filterset.qs if filterset.is_valid() else AuditEntry.objects.none()
     writer = csv.writer(_Echo())
+    shown = audit_details_for(request.user)
 
     def lines() -> Iterator[str]:
         yield writer.writerow(
@@ -428,7 +450,7 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
                 entry.operation_id or "",
                 entry.reason,
                 # JSON, not Python's repr: the details are read by other tools.
-                json.dumps(entry.details, ensure_ascii=False, sort_keys=True),
+                json.dumps(shown(entry.details), ensure_ascii=False, sort_keys=True),
             ]
             yield writer.writerow([_csv_cell(cell) for cell in cells])
 
@@ -844,6 +866,9 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(REPLAY)
 def bulk_replay_new(request: HttpRequest) -> HttpResponse:
     """Confirmation (count, explanation) then the background job, for the queue's filter."""
+    refusal = filter_refusal(request.POST)
+    if refusal is not None:
+        raise BadRequest(refusal)  # 400: PostgreSQL cannot store it, and nothing is tried
     params = request.POST.copy()
     for key in ("csrfmiddlewaretoken", "confirm", "reason", "next", "selected"):
         params.pop(key, None)

@@ -139,7 +139,11 @@ def make_case(kind: str | None, sandbox) -> object:
         )
     if kind == "source":
         source, _ = source_get_or_create(name="typeform-site")
-        source_hook_configure(source=source, profile="typeform", secrets=["a-signing-secret"])
+        source_hook_configure(
+            source=source,
+            profile="typeform",
+            secrets=["a-signing-secret-long-enough-for-hmac-sha256"],
+        )
         return source
     return None
 
