@@ -809,7 +809,9 @@ def settled_by(case: ReviewCase, audit: list[AuditEntry]) -> str:
 
 
 def audit_filterset(params: QueryDict) -> AuditFilter:
-    return AuditFilter(params, queryset=AuditEntry.objects.select_related("case").order_by("-at"))
+    return AuditFilter(
+        params, queryset=AuditEntry.objects.select_related("case", "actor").order_by("-at")
+    )
 
 
 # -- duplicates -----------------------------------------------------------------

@@ -84,6 +84,8 @@ def test_replay_a_failed_task_in_three_actions(
     sign_in(page, "rex", next_url=f"/console/cases/{case.pk}/")
     act = Actions(page)
     act.click("button:has-text('Try again…')")
+    expect(page.locator("h1")).to_contain_text("Try again")  # the confirmation is open
+    expect(page.locator("button:has-text('Try again')").last).to_be_focused()
     act.enter()  # the confirmation's button has the focus; the reason is preset
     expect(page.locator(".messages")).to_contain_text("will be tried again shortly")
     assert act.count <= 3, act.count
