@@ -99,7 +99,7 @@ class EmailSettleForm(ReasonForm):
     outcome = forms.ChoiceField(
         choices=[
             ("received", "The customer confirms they received the email"),
-            ("send_again", "Not received: send it again (a new email with its own key)"),
+            ("send_again", "Not received: send it again (a new email, linked to the first)"),
         ],
         widget=forms.RadioSelect,
         label="What did the customer say?",
