@@ -8,6 +8,8 @@ psycopg's error texts) and for what slips through:
 - the hook token in a path (`/hooks/NAME/t/<token>/`): Django's request
   logger writes the path of every 4xx and 5xx;
 - email addresses, also URL-encoded (`ada%40example.com`);
+- what was typed in a search box (`?q=...` in a logged path: the console's search
+  takes names, and the access log writes every request's path);
 - the values of contact keys (`name`, `email`, `phone`, `message`, `fields`,
   ...) in anything that looks like JSON, a Python dict or a form body:
   PostgreSQL's error CONTEXT quotes the JSON it could not store, django-q2
@@ -47,6 +49,8 @@ from typing import Any
 REDACTED = "[redacted]"
 
 _HOOK_TOKEN = re.compile(r"(/hooks/[^/\s]+/t/)[^/\s?#]+")
+# A search box's value in a query string (the console's header search takes names).
+_SEARCH_VALUE = re.compile(r"([?&]q=)[^&\s\"'#]*")
 # Local part, then "@" (or %40 in a URL or form body), then a dotted domain; Unicode
 # letters included, since addresses may be internationalised. A Message-ID such
 # as <opk_1@onefold> has no dot in its domain and stays readable.
@@ -88,6 +92,7 @@ def redact_sql(text: str) -> str:
 def redact(text: str) -> str:
     """`text` without tokens, addresses and contact values."""
     text = _HOOK_TOKEN.sub(r"\1[token]", text)
+    text = _SEARCH_VALUE.sub(rf"\1{REDACTED}", text)
     text = _redact_contact_values(text)
     text = _FORM_PAIR.sub(rf"\1{REDACTED}", text)
     text = _PG_FIELDS.sub(rf"\1 {REDACTED}", text)

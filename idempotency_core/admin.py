@@ -22,6 +22,7 @@ from django.http import HttpRequest
 
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.intake.sources import (
+    SECRET_MIN_LENGTH,
     InvalidProfileError,
     source_secret_add,
     thank_you_url_check,
@@ -68,7 +69,7 @@ class SourceSecretForm(SecretFormBase):
         required=False,
         strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text="At least 8 characters; shown nowhere after saving.",
+        help_text="At least 32 characters; shown nowhere after saving.",
     )
 
     class Meta:
@@ -84,8 +85,10 @@ class SourceSecretForm(SecretFormBase):
         if self.instance.pk is not None:
             return self.instance.secret
         secret: str = self.cleaned_data.get("secret", "")
-        if self.has_changed() and len(secret) < 8:
-            raise forms.ValidationError("A signing secret needs at least 8 characters.")
+        if self.has_changed() and len(secret) < SECRET_MIN_LENGTH:
+            raise forms.ValidationError(
+                f"A signing secret needs at least {SECRET_MIN_LENGTH} characters."
+            )
         return secret
 
 

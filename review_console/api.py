@@ -48,7 +48,7 @@ from idempotency_core.review.refusals import (
     ReplayRefusedError,
 )
 from idempotency_core.review.replay import operation_replay
-from review_console.bulk import bulk_replay_counts, bulk_replay_start
+from review_console.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
 from review_console.filters import CaseFilter
 from review_console.masking import contact_for
 from review_console.models import BulkReplayJob
@@ -484,6 +484,9 @@ class BulkReplayViewSet(RefusalsAsConflict, viewsets.GenericViewSet):
         params = QueryDict(mutable=True)
         for key, value in body.validated_data["filter"].items():
             params.setlist(key, [str(v) for v in (value if isinstance(value, list) else [value])])
+        refusal = filter_refusal(params)
+        if refusal is not None:
+            raise serializers.ValidationError({"filter": [refusal]})
         filterset = case_filterset(params, request=request)
         if not filterset.is_valid():
             raise serializers.ValidationError({"filter": filterset.errors})

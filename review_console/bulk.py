@@ -5,6 +5,14 @@ actor, so every guard of a single replay applies (permission, reason, state,
 earlier steps, destination check). Items that need the destination looked up by a
 person are refused, never confirmed in bulk: a bulk action cannot have checked.
 
+The stored filter names only the queue's filter fields, and never a customer's address
+in clear: an address in it (the queue's exact search, where a sender's submission id
+is an address) is stored masked ("g***@example.com") in the job, its description and
+the audit entry, which Reviewers without contact rights read. Such a filter's cases
+are listed when the job starts, while the address is at hand; the masked filter the
+runner reads later then matches nothing more. A NUL in a key or a value (which
+PostgreSQL's jsonb cannot hold) is refused before anything is written.
+
 The runner works in short chunks and re-enqueues itself, so a long job never
 outlives the django-q2 task timeout. Each item is locked, replayed and marked in
 one transaction, so two runners never replay the same item and a runner that
@@ -14,11 +22,14 @@ dies leaves no item half done.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import traceback
+from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.db import transaction
 from django.db.models import Count
 from django.http import QueryDict
@@ -28,6 +39,8 @@ from django_q.tasks import async_task
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.review.refusals import ActionRefusedError, ReplayRefusedError
 from idempotency_core.review.replay import REPLAY_PERMISSION, operation_replay
+from review_console.filters import CaseFilter
+from review_console.masking import mask_email
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.selectors import case_filterset
 
@@ -42,36 +55,64 @@ class BulkReplayRefusedError(ActionRefusedError):
     """The job cannot start; the message says why."""
 
 
+# What a bulk replay's filter may name: the queue's own filter fields, nothing else.
+FILTER_FIELDS = frozenset(CaseFilter.Meta.fields)
+_ADDRESS = re.compile(r"[^\s@&=?]+@[^\s@&=?]+\.[^\s@&=?]+")
+
+
+def filter_refusal(params: QueryDict) -> str | None:
+    """Why `params` cannot be a stored filter (a NUL in a key or a value), or None."""
+    for key in params:
+        if "\x00" in key or any("\x00" in value for value in params.getlist(key)):
+            return "A filter key or value holds a NUL character; nothing was stored."
+    return None
+
+
+def masked(values: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The filter with every address in its values masked as the console masks them."""
+    return {
+        key: [_ADDRESS.sub(lambda m: mask_email(m.group(0)), value) for value in items]
+        for key, items in values.items()
+    }
+
+
 def bulk_replay_start(
     *, actor: User, params: QueryDict, reason: str, description: str = ""
 ) -> BulkReplayJob:
     """Records the job and queues its runner in the same transaction (ORM broker)."""
     if not actor.has_perm(REPLAY_PERMISSION):
         raise PermissionDenied("Bulk replay needs the replay permission (Replay admins).")
+    refusal = filter_refusal(params)
+    if refusal is not None:
+        raise BadRequest(refusal)
     reason = reason.strip()
     if not reason:
         raise BulkReplayRefusedError("A bulk replay needs a reason.")
-    stored = {key: params.getlist(key) for key in params if key not in ("after", "before")}
+    stored = {key: params.getlist(key) for key in params if key in FILTER_FIELDS}
+    shown = masked(stored)
     with transaction.atomic():
         job = BulkReplayJob.objects.create(
             created_by=actor,
             reason=reason,
-            filter_params=stored,
-            filter_description=description[:500],
+            filter_params=shown,
+            filter_description=urlencode(shown, doseq=True)[:500] if description else "",
         )
+        if shown != stored:
+            _snapshot(job, stored)  # the address is at hand only now
         audit_record(
             action="bulk_replay_requested",
             actor=actor,
             reason=reason,
-            details={"job": job.pk, "filter": stored},
+            details={"job": job.pk, "filter": shown},
         )
         async_task(TASK, job.pk, task_name=f"bulk-replay-{job.pk}")
     return job
 
 
-def _snapshot(job: BulkReplayJob) -> None:
+def _snapshot(job: BulkReplayJob, stored: dict[str, Any] | None = None) -> None:
+    """The job's items: every case the filter matches now (`stored`, else the job's)."""
     params = QueryDict(mutable=True)
-    for key, values in job.filter_params.items():
+    for key, values in (stored if stored is not None else job.filter_params).items():
         params.setlist(key, values)
     cases = (
         case_filterset(params)

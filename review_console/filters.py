@@ -25,6 +25,8 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
+from idempotency_core.review.refusals import ActionRefusedError
+from review_console.causes import Cause, with_cause
 from review_console.glossary import kind_label, step_label
 
 DATE_WIDGET = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
@@ -93,6 +95,8 @@ class CaseFilter(django_filters.FilterSet):
     )
     # The cases ticked on the queue: "Replay selected" starts a bulk replay of them.
     case = CaseIdsFilter(field_name="id", label="Selected cases")
+    # One cause's open cases (causes.py), from a group's "Show them" link.
+    cause = django_filters.CharFilter(method="filter_cause", label="Cause")
     q = django_filters.CharFilter(
         method="filter_search",
         label="Key or reference",
@@ -111,8 +115,16 @@ class CaseFilter(django_filters.FilterSet):
             "opened_after",
             "opened_before",
             "case",
+            "cause",
             "q",
         ]
+
+    def filter_cause(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        try:
+            cause = Cause.from_token(value)
+        except ActionRefusedError:
+            return queryset.none()
+        return with_cause(queryset).filter(cause.condition())
 
     def filter_owner(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         value = value.strip()

@@ -19,10 +19,10 @@ REASON_HELP = "Written to the audit trail. Say what you checked and why this is 
 
 class ReasonForm(forms.Form):
     confirm = forms.CharField(widget=forms.HiddenInput, initial="yes")
-    # One line, focused when the confirmation page opens: the reviewer types the
-    # reason and Enter submits (issue 14: the reason box focused, three actions).
+    # One line, never autofocused (on a phone that opens the keyboard over the page): a
+    # preset button fills it in, and the confirmation page focuses its button instead.
     reason = forms.CharField(
-        widget=forms.TextInput(attrs={"autofocus": True, "class": "reason"}),
+        widget=forms.TextInput(attrs={"class": "reason", "autocomplete": "off"}),
         help_text=REASON_HELP,
         strip=True,
     )
@@ -99,7 +99,7 @@ class EmailSettleForm(ReasonForm):
     outcome = forms.ChoiceField(
         choices=[
             ("received", "The customer confirms they received the email"),
-            ("send_again", "Not received: send it again (a new email with its own key)"),
+            ("send_again", "Not received: send it again (a new email, linked to the first)"),
         ],
         widget=forms.RadioSelect,
         label="What did the customer say?",

@@ -110,6 +110,7 @@ RESOLUTIONS: dict[str, str] = {
     "remapped": "Read with a corrected field map and processed",
     "not_fixable": "Cannot be fixed",
     "other": "Other (see the reason)",
+    "superseded": "Replaced by a newer case about the same step",
 }
 
 ACTIONS: dict[str, str] = {
@@ -118,6 +119,10 @@ ACTIONS: dict[str, str] = {
     "case_resolved": "Resolved with a confirmed record",
     "case_closed": "Closed",
     "case_settled_by_success": "Settled: the step then worked",
+    "case_superseded": "Replaced by a newer case about the same step",
+    "case_reopened": "Reopened",
+    "replay_failed": "Tried again: it failed again, back in the queue",
+    "contact_revealed": "Contact details shown to a reviewer",
     "destination_lookup": "Looked it up in the destination",
     "replay": "Asked for another try",
     "merge_requested": "Asked for a merge",
@@ -396,6 +401,32 @@ def _reply_words(protocol: str, code: int) -> str:
     if protocol == "SMTP":
         return reply_label(smtp_code=code)
     return reply_label(http_status=code)
+
+
+# A submission's fields by their path, as "what could not be read" names them.
+_FIELD_WORDS: dict[str, str] = {
+    "contact": "The contact details",
+    "contact.email": "The email address",
+    "contact.name": "The name",
+    "contact.phone": "The phone number",
+    "message": "The message",
+    "submitted_at": "When it was sent",
+    "submission_id": "The submission's number",
+    "event_id": "The submission's number",
+    "form": "The form's name",
+    "fields": "The other fields",
+    "submission": "The submission",
+}
+
+
+def missing_words(line: Any) -> str:
+    """One "what could not be read" line ("contact.email: Enter a valid email address.")
+    in words: "The email address: enter a valid email address." The field's path stays
+    under Technical details."""
+    path, _, problem = str(line or "").partition(": ")
+    what = _FIELD_WORDS.get(path.strip(), "A field")
+    problem = problem.strip()
+    return f"{what}: {problem[:1].lower() + problem[1:]}" if problem else what
 
 
 def reference_text(ref: Any) -> str:

@@ -1,9 +1,10 @@
 """The two submissions of a held suspected duplicate, side by side for a reviewer.
 
-Like the merge page's comparison (selectors.duplicate_comparison), a field "differs"
-on the real values and is then shown masked for a viewer without the permission to
-see contact details. No network: the held one was never written, so its CRM record
-does not exist; the first one's CRM references are shown as stored.
+Like the merge page's comparison (selectors.duplicate_comparison), a field is the
+same, the same apart from spacing or capitals, or different on the real values, and
+is then shown masked for a viewer without the permission to see contact details. No
+network: the held one was never written, so its CRM record does not exist; the first
+one's CRM references are shown as stored.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from idempotency_core.models import Event, ReviewCase
 from review_console.glossary import operation_status_label, step_label
 from review_console.masking import contact_for
+from review_console.selectors import DIFFERENT, compare_values
 
 HELD_KIND = ReviewCase.Kind.DUPLICATE_HELD
 _FIELDS = (("name", "Name"), ("email", "Email"), ("phone", "Phone"))
@@ -37,13 +39,24 @@ def held_pair(case: ReviewCase, *, unmasked: bool) -> dict[str, Any] | None:
     rows.append(_row("Message", messages, messages))
     forms = [e.form for e in events]
     rows.append(_row("Form", forms, forms))
-    received = [f"{e.received_at:%Y-%m-%d %H:%M:%S}" for e in events]
-    rows.append({"field": "Received", "values": received, "differs": False})
-    return {"events": events, "rows": rows, "steps": [_steps(e) for e in events]}
+    rows = [row for row in rows if any(row["real"])]  # empty on both sides: no row
+    return {
+        "events": events,
+        "rows": rows,
+        "received": [e.received_at for e in events],
+        "steps": [_steps(e) for e in events],
+    }
 
 
 def _row(label: str, real: list[str], shown: list[str]) -> dict[str, Any]:
-    return {"field": label, "values": shown, "differs": len(set(real)) > 1}
+    compared = compare_values(real)
+    return {
+        "field": label,
+        "values": shown,
+        "real": real,
+        "compared": compared,
+        "differs": compared == DIFFERENT,
+    }
 
 
 def _steps(event: Event) -> list[dict[str, str]]:

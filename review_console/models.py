@@ -75,3 +75,33 @@ class BulkReplayItem(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.pk} of job {self.job_id}: {self.status}"
+
+
+class CauseHold(models.Model):
+    """A cause settled "for a while": new open cases with this cause are not listed one by
+    one in the queue (nor given by "Next case") until `until`; they are attached to the
+    cause's group there instead, with the same decision offered for them. Nothing is
+    decided for them automatically: they stay open, counted, and visible in the group
+    (review_console/causes.py says why)."""
+
+    kind = models.CharField(max_length=30)
+    step = models.CharField(max_length=100)
+    destination = models.ForeignKey(
+        "idempotency_core.Destination", on_delete=models.PROTECT, related_name="+"
+    )
+    error_class = models.CharField(max_length=100, blank=True)
+    status = models.CharField(max_length=20, blank=True)
+    resolution_code = models.CharField(max_length=50)
+    reason = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    until = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # The holds in force (until > now), read with every queue page.
+            models.Index(fields=["until"], name="causehold_until_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"hold of {self.kind}/{self.step} until {self.until:%Y-%m-%d %H:%M}"

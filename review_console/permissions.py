@@ -25,6 +25,7 @@ CHANGE_CASES = "idempotency_core.change_reviewcase"
 VIEW_AUDIT = "idempotency_core.view_auditentry"
 REPLAY = "idempotency_core.replay_operation"
 VIEW_CONTACT = "idempotency_core.view_contact_details"
+CHANGE_SOURCE = "idempotency_core.change_source"
 
 
 def console_allows(user: Any, perm: str) -> bool:

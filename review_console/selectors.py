@@ -50,7 +50,9 @@ from idempotency_core.models import (
     ReviewCase,
 )
 from idempotency_core.review.comparison import FetchedRecord
+from idempotency_core.review.contact import REVEAL_ACTION, REVEAL_WINDOW
 from idempotency_core.review.replay import replay_facts, replay_plan_for, replay_refusal
+from review_console.causes import holds_in_force, without_held
 from review_console.filters import AuditFilter, CaseFilter
 from review_console.glossary import kind_label
 from review_console.masking import contact_for, record_for
@@ -193,6 +195,12 @@ def _chip(
         "query": target.urlencode(),
         "active": chosen == [value] if value else not chosen,
     }
+
+
+def next_case_candidates() -> QuerySet[ReviewCase]:
+    """The cases "Next case" may take (review/cases.py `case_take_next` keeps only the
+    open ones nobody owns): not those a held cause keeps in its group (causes.py)."""
+    return without_held(ReviewCase.objects.all(), holds_in_force())
 
 
 def case_filterset(params: QueryDict, *, request: Any = None) -> CaseFilter:
@@ -725,66 +733,188 @@ def case_audit(case: ReviewCase) -> list[AuditEntry]:
     condition = Q(case=case)
     if case.operation_id is not None:
         condition |= Q(operation_id=case.operation_id)
-    return list(AuditEntry.objects.filter(condition).order_by("at", "pk"))
+    return list(AuditEntry.objects.filter(condition).select_related("actor").order_by("at", "pk"))
+
+
+# -- contact details revealed (review/contact.py) -------------------------------------
+
+
+def contact_revealed_to(user: Any, event: Event | None) -> AuditEntry | None:
+    """The reveal of `event`'s contact details to `user` still in force, if any: one
+    probe of the audit trail's event index."""
+    if event is None or not getattr(user, "is_authenticated", False):
+        return None
+    return (
+        AuditEntry.objects.filter(
+            event=event,
+            action=REVEAL_ACTION,
+            actor=user,
+            at__gte=timezone.now() - REVEAL_WINDOW,
+        )
+        .order_by("-at")
+        .first()
+    )
+
+
+def revealed_event_ids(user: Any, *, limit: int = 1000) -> list[Any]:
+    """The submissions whose contact details are revealed to `user` now (newest first)."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return list(
+        AuditEntry.objects.filter(
+            action=REVEAL_ACTION, actor=user, at__gte=timezone.now() - REVEAL_WINDOW
+        )
+        .exclude(event__isnull=True)
+        .order_by("-at")
+        .values_list("event_id", flat=True)[:limit]
+    )
+
+
+def recent_reveals(*, limit: int = 10) -> list[AuditEntry]:
+    """The last reveals, for the administrators' card on the dashboard."""
+    return list(
+        AuditEntry.objects.filter(action=REVEAL_ACTION)
+        .select_related("actor", "case")
+        .order_by("-at", "-pk")[:limit]
+    )
+
+
+# The decisions that settle a case, as audited: who "decided" it, for the case page.
+_SETTLING = frozenset(
+    {
+        "case_resolved",
+        "case_closed",
+        "not_duplicate",
+        "duplicate_released",
+        "duplicate_linked",
+        "duplicate_rule_linked",
+        "email_receipt_confirmed",
+        "remapped",
+        "case_settled_by_success",
+        "merged",
+    }
+)
+
+
+def settled_by(case: ReviewCase, audit: list[AuditEntry]) -> str:
+    """Who settled the case: a person's name, "Onefold", or "" while it is open."""
+    if case.status in ReviewCase.OPEN_STATUSES:
+        return ""
+    for entry in reversed(audit):
+        if entry.case_id == case.pk and entry.action in _SETTLING:
+            if entry.actor is None:
+                return "Onefold"
+            return entry.actor.get_full_name().strip() or entry.actor.get_username()
+    return ""
 
 
 def audit_filterset(params: QueryDict) -> AuditFilter:
-    return AuditFilter(params, queryset=AuditEntry.objects.select_related("case").order_by("-at"))
+    return AuditFilter(
+        params, queryset=AuditEntry.objects.select_related("case", "actor").order_by("-at")
+    )
 
 
 # -- duplicates -----------------------------------------------------------------
 
-COMPARED_FIELDS = ("name", "email", "message", "external_ref", "created_at")
+COMPARED_FIELDS = ("name", "email", "phone", "message")
 COMPARED_LABELS = {
     "name": "Name",
     "email": "Email",
+    "phone": "Phone",
     "message": "Message",
-    "external_ref": "Reference Onefold gave it",
-    "created_at": "Created in the CRM",
+    "created_at": "Made in the CRM",
 }
+# What the record holds that is not the customer's (Onefold's reference, the CRM's own
+# bookkeeping): under Technical details only.
+_TECHNICAL_RECORD_KEYS = frozenset({"external_ref", "created_at", "updated_at", "merged_into"})
+SAME, NEARLY, DIFFERENT = "same", "nearly", "differs"
+
+
+def comparable(value: str) -> str:
+    """A value as two people would compare it: spacing and capitals aside."""
+    return " ".join(value.split()).casefold()
+
+
+def compare_values(values: list[str]) -> str:
+    """SAME, NEARLY ("the same apart from spacing or capitals") or DIFFERENT."""
+    if len(set(values)) <= 1:
+        return SAME
+    return NEARLY if len({comparable(v) for v in values}) == 1 else DIFFERENT
 
 
 def duplicate_comparison(
     case: ReviewCase, records: list[FetchedRecord], *, unmasked: bool
 ) -> dict[str, Any]:
     """The records (fetched by the review service `duplicate_records_fetch`) side by
-    side, masked for the viewer, each with the event it came from, and the fields
-    that differ between them. No network: the records are given."""
-    # "differs" is decided on the real values, then the masked ones are shown:
-    # masked, "Lena Tan" and "Lars Tell" both read "L. T." and would look the same.
-    real = [r for r in records if r.record is not None]
-    compared = [
-        replace(r, record=record_for(r.record, unmasked=unmasked)) if r.record else r
-        for r in records
-    ]
-    present = [c for c in compared if c.record is not None]
+    side, oldest first, masked for the viewer, each with the submission it came from.
+    Each row says whether the values are the same, the same apart from spacing or
+    capitals, or different, decided on the real values (masked, "Lena Tan" and "Lars
+    Tell" both read "L. T."); a row empty on every side is left out. No network."""
+    real = sorted(
+        (r for r in records if r.record is not None),
+        key=lambda r: str((r.record or {}).get("created_at") or ""),
+    )
+    present = [replace(r, record=record_for(r.record or {}, unmasked=unmasked)) for r in real]
+    extra_keys = sorted(
+        {k for r in real for k in ((r.record or {}).get("extra") or {})}
+        - _TECHNICAL_RECORD_KEYS
+        - set(COMPARED_FIELDS)
+    )
     rows = []
-    extra_keys = sorted({k for c in real for k in ((c.record or {}).get("extra") or {})})
     for name in (*COMPARED_FIELDS, *(f"extra.{k}" for k in extra_keys)):
-        differs = len({_field_text(r.record or {}, name) for r in real}) > 1
-        values = [_field_text(c.record or {}, name) for c in present]
+        actual = [_field_text(r.record or {}, name) for r in real]
+        if not any(actual):
+            continue  # nothing on any side: no row (no "FIELDS {}")
+        shown = [_field_text(c.record or {}, name) for c in present]
+        times = [_as_moment(v) for v in shown]
+        label = name.removeprefix("extra.").replace("_", " ").capitalize()
         rows.append(
             {
-                "field": COMPARED_LABELS.get(name, name.removeprefix("extra.")),
-                "values": values,
-                "differs": differs,
-                "technical": name == "external_ref",
+                "field": COMPARED_LABELS.get(name, label),
+                "values": shown,
+                # Timestamps (a form's "submitted_at") are shown as local, relative times.
+                "times": times if all(t is not None for t in times) else None,
+                "compared": compare_values(actual),
+                "differs": compare_values(actual) == DIFFERENT,
             }
         )
     return {
-        "records": compared,
+        "records": records,
         "present": present,
+        "made": [_made_at(r.record or {}) for r in present],
         "rows": rows,
+        "problems": [r for r in records if r.record is None],
         "evidence_external_ref": (case.evidence or {}).get("external_ref", ""),
     }
+
+
+def _made_at(record: dict[str, Any]) -> datetime | None:
+    return _as_moment(record.get("created_at"))
+
+
+def _as_moment(value: Any) -> datetime | None:
+    """An aware ISO timestamp as a datetime, else None."""
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) and "T" in value else None
+    except ValueError:
+        return None
+    return parsed if parsed is not None and parsed.tzinfo is not None else None
 
 
 def _field_text(record: dict[str, Any], name: str) -> str:
     if name.startswith("extra."):
         value = (record.get("extra") or {}).get(name[6:], "")
+    elif name == "phone":
+        value = record.get("phone") or (record.get("extra") or {}).get("phone", "")
     else:
         value = record.get(name, "")
-    return "" if value is None else str(value)
+    if value in (None, {}, []):
+        return ""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {v}" for k, v in value.items() if v not in (None, "", {}, []))
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
 
 
 # -- replay ---------------------------------------------------------------------
@@ -817,11 +947,30 @@ def replay_preview(operation: Operation, *, destination_checked: bool = True) ->
         "possible": refusal is None,
         "refusal": refusal or "",
         "blocked": blocked or "",
+        "blocked_words": _blocked_words(facts) if blocked else "",
         "needs_check": facts.needs_check,
         "can_lookup": facts.lookup_can_answer,
         "native_lookup": capabilities.lookup,
         "window": window,
     }
+
+
+def _blocked_words(facts: Any) -> str:
+    """Why trying again is not possible now, as the case page says it (the rule's own
+    words, with the step's code and reference, are under Technical details)."""
+    Status = Operation.Status
+    by_status = {
+        Status.SUCCEEDED: "it already worked.",
+        Status.RUNNING: "it is running right now; wait a moment.",
+        Status.PENDING: "it is already waiting to run.",
+        Status.RETRY_SCHEDULED: "it is already waiting to run.",
+        Status.CANCELLED: "it was cancelled.",
+    }
+    if facts.status in by_status:
+        return by_status[facts.status]
+    if facts.earlier_unfinished is not None:
+        return "an earlier step has not worked yet; settle that one first."
+    return "the details below say why."
 
 
 def replay_steps(operation: Operation) -> list[dict[str, Any]]:

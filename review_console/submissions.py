@@ -10,9 +10,12 @@ and why no contact detail is indexed in clear:
 - **name**: the name is stored only inside the payload (no index, no digest, and
   a digest could not match part of a name). It is searched as a substring of the
   payload's contact name among the newest NAME_SEARCH_SCOPE submissions (a bounded
-  scan: no index of names in clear), under a statement timeout, and only for
-  viewers who may see contact details: for a masked viewer a name search would
-  reveal the full names the console hides ("A. L." would answer "Ada Lovelace?").
+  scan: no index of names in clear), under a statement timeout, over what the
+  viewer may read: all of them for viewers who may see contact details; for a
+  masked viewer only the submissions whose contact details were revealed to them
+  (review/contact.py: a reveal with a reason, audited, for a few hours), since a
+  search over the rest would reveal the full names the console hides ("A. L."
+  would answer "Ada Lovelace?").
 - **key or reference**: exact event key (the (source, key) unique index, one
   probe per source), operation key (unique index), CRM or email reference
   (the partial index on `destination_ref`), the event's id, or `#<case number>`.
@@ -73,8 +76,12 @@ def _events(condition: Q) -> QuerySet[Event]:
     )
 
 
-def submission_search(query: str, *, may_see_contact: bool) -> SearchResult:
-    """Submissions matching `query`, newest first, at most RESULTS_LIMIT."""
+def submission_search(
+    query: str, *, may_see_contact: bool, revealed: list[Any] | None = None
+) -> SearchResult:
+    """Submissions matching `query`, newest first, at most RESULTS_LIMIT. A name is
+    searched among all submissions when `may_see_contact`, else among `revealed` only
+    (the ids of the submissions revealed to the viewer)."""
     query = query.strip()
     result = SearchResult(query=query)
     if not query or len(query) > 500 or "\x00" in query:
@@ -89,7 +96,10 @@ def submission_search(query: str, *, may_see_contact: bool) -> SearchResult:
     if condition is not None:
         result.events = list(_events(condition)[:RESULTS_LIMIT])
     if not result.events and _looks_like_name(query):
-        _name_search(query, result, may_see_contact=may_see_contact)
+        if may_see_contact:
+            _name_search(query, result)
+        else:
+            _name_search_revealed(query, result, revealed or [])
     return result
 
 
@@ -137,14 +147,23 @@ def _looks_like_name(query: str) -> bool:
     return len(query) >= 2 and any(ch.isalpha() for ch in query) and "@" not in query
 
 
-def _name_search(query: str, result: SearchResult, *, may_see_contact: bool) -> None:
-    if not may_see_contact:
-        result.notice = (
-            "Searching by name needs the permission to see contact details (a name search "
-            "would reveal the names the console masks for you). Search by email address, "
-            "key or reference instead."
-        )
+def _name_search_revealed(query: str, result: SearchResult, revealed: list[Any]) -> None:
+    """A masked viewer's name search: among the submissions revealed to them only (at
+    most a few hundred, by primary key), so it can reveal no name they could not read."""
+    if revealed:
+        condition = Q(pk__in=revealed, payload__contact__name__icontains=query)
+        result.events = list(_events(condition)[:RESULTS_LIMIT])
+    if result.events:
+        result.matched_by.append("name")
         return
+    result.notice = (
+        "Names are searched only among the submissions whose contact details you may "
+        "see: those you revealed on a case in the last few hours. Search by email "
+        "address or reference instead, or reveal the contact on the case."
+    )
+
+
+def _name_search(query: str, result: SearchResult) -> None:
     condition = Q(payload__contact__name__icontains=query)
     # The scan is bounded by the newest NAME_SEARCH_SCOPE submissions (their start
     # found on the received_at index), so its cost does not grow with the table.

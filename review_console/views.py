@@ -17,6 +17,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.core.exceptions import BadRequest
 from django.http import (
     Http404,
     HttpRequest,
@@ -26,15 +27,16 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.middleware import HtmxDetails
 
 from idempotency_core.models import AuditEntry, ReviewCase
 from idempotency_core.review.cases import (
-    RESOLUTION_CODES,
     case_close,
     case_mark_not_duplicate,
     case_mark_resolved,
+    case_reopen_check,
     case_take_ownership,
 )
 from idempotency_core.review.comparison import duplicate_records_fetch
@@ -50,11 +52,22 @@ from idempotency_core.review.lookup import (
     lookup_found_reference,
     operation_destination_lookup,
 )
-from idempotency_core.review.merge import DUPLICATE_KINDS, duplicate_merge_request
+from idempotency_core.review.merge import (
+    DUPLICATE_KINDS,
+    duplicate_merge_request,
+    duplicate_record_refs,
+)
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import operation_replay
 from review_console import selectors
-from review_console.bulk import bulk_replay_counts, bulk_replay_start
+from review_console.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
+from review_console.causes import (
+    HOLD_CHOICES,
+    cause_groups,
+    cause_words,
+    holds_in_force,
+    without_held,
+)
 from review_console.field_tree import unreadable_view
 from review_console.forms import (
     CloseForm,
@@ -72,6 +85,7 @@ from review_console.masking import contact_for
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.permissions import (
     CHANGE_CASES,
+    CHANGE_SOURCE,
     REPLAY,
     VIEW_AUDIT,
     VIEW_CASES,
@@ -79,6 +93,21 @@ from review_console.permissions import (
     acting_user,
     console_permission,
 )
+from review_console.presets import (
+    CLOSE,
+    EMAIL_RECEIVED,
+    EMAIL_SEND_AGAIN,
+    MERGE,
+    NOT_DUPLICATE,
+    RESOLVE_FOUND,
+    Preset,
+    preset_reason,
+    with_preset,
+)
+from review_console.presets import (
+    REPLAY as REPLAY_PRESETS,
+)
+from review_console.story import case_story, destination_words, queue_line
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -94,6 +123,29 @@ def _case_url(case: ReviewCase | int) -> str:
 
 def _confirmed(request: HttpRequest) -> bool:
     return request.POST.get("confirm") == "yes"
+
+
+def _decision_data(
+    request: HttpRequest,
+    presets: dict[str, Preset],
+    *,
+    irreversible: bool = False,
+    **fields: str,
+) -> tuple[Any, dict[str, Any]]:
+    """(form data, initial values) of a decision. A confirmation posts its data as it is.
+    A preset button (one click, its reason named in presets.py, the optional note added)
+    decides at once, unless the decision cannot be undone (a replay, a merge, an email
+    sent again): then it opens the confirmation page with the reason filled in. Anything
+    else opens the confirmation page empty."""
+    given = {name: value for name, value in fields.items() if value}
+    if _confirmed(request):
+        return request.POST, {}
+    filled = with_preset(request.POST, presets, **given)
+    if filled is None:
+        return None, given
+    if irreversible:
+        return None, {"reason": filled["reason"], **given}
+    return filled, {}
 
 
 def _open_case(case_id: int) -> ReviewCase:
@@ -116,10 +168,17 @@ def _querystring(request: HttpRequest, *, drop: tuple[str, ...] = ("after", "bef
 @require_GET
 @console_permission(VIEW_CASES)
 def dashboard(request: HttpRequest) -> HttpResponse:
+    # Reveals of contact details are shown to those who oversee the reviewers: Replay
+    # admins and superusers (review/contact.py).
+    overseer = request.user.has_perm(REPLAY)
     return render(
         request,
         "review_console/dashboard.html",
-        {"summary": selectors.dashboard_summary(), "mine": selectors.my_cases(request.user)},
+        {
+            "summary": selectors.dashboard_summary(),
+            "mine": selectors.my_cases(request.user),
+            "reveals": selectors.recent_reveals() if overseer else None,
+        },
     )
 
 
@@ -130,20 +189,37 @@ def case_list(request: HttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", selectors.DEFAULT_SORT)
     if sort not in selectors.SORTS:
         sort = selectors.DEFAULT_SORT
+    groups: list[dict[str, Any]] = []
     if filterset.is_valid():
+        holds = holds_in_force()
+        # A held cause's new cases wait in its group, not in the list (causes.py), unless
+        # the list is that cause's ("Show them").
+        listed = filterset.qs if request.GET.get("cause") else without_held(filterset.qs, holds)
         page = selectors.keyset_page(
-            filterset.qs,
+            listed,
             fields=selectors.SORTS[sort][1],
             after=request.GET.get("after", ""),
             before=request.GET.get("before", ""),
         )
+        if not (request.GET.get("after") or request.GET.get("before") or request.GET.get("cause")):
+            groups = cause_groups(filterset.qs, holds=holds)
+            for group in groups:
+                group["label"] = cause_words(group["cause"])
     else:
         page = selectors.KeysetPage(items=[])
     selectors.queue_customers(page.items, unmasked=request.user.has_perm(VIEW_CONTACT))
+    for case in page.items:
+        case.line = queue_line(case)
+    chosen = [k for k in request.GET if k not in ("after", "before", "sort") and request.GET[k]]
     return render(
         request,
         "review_console/case_list.html",
         {
+            "filters_active": len(chosen),
+            "groups": groups,
+            "now": timezone.now(),
+            "hold_choices": HOLD_CHOICES[1:],
+            "close_presets": list(CLOSE.values()),
             "chips": selectors.queue_chips(request.GET, request=request),
             "chip_groups": [("kind", "Kind"), ("owner", "Owner"), ("status", "Status")],
             "chosen_kinds": request.GET.getlist("kind"),
@@ -164,10 +240,15 @@ def case_list(request: HttpRequest) -> HttpResponse:
 @console_permission(VIEW_CASES)
 def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
+    return render(request, "review_console/case_detail.html", _case_context(request, case))
+
+
+def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:
+    """Everything the case page shows; the two sentences on top come from story.py."""
     event = case.event
-    unmasked = request.user.has_perm(VIEW_CONTACT)
-    operations = selectors.event_operations(event) if event is not None else []
-    operation = case.operation
+    user = request.user
+    revealed = selectors.contact_revealed_to(user, event) if event is not None else None
+    unmasked = user.has_perm(VIEW_CONTACT) or revealed is not None
     audit = selectors.case_audit(case)
     context: dict[str, Any] = {
         "case": case,
@@ -175,8 +256,9 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
         "payload": (event.payload or {}) if event is not None else {},
         "contact": contact_for(event.payload if event else None, unmasked=unmasked),
         "unmasked": unmasked,
+        "revealed": revealed,
         "deliveries": selectors.event_deliveries(event) if event is not None else [],
-        "operations": operations,
+        "operations": selectors.event_operations(event) if event is not None else [],
         "related": selectors.related_events(event) if event is not None else [],
         "audit": audit,
         "related_cases": selectors.related_cases(case, audit),
@@ -184,28 +266,44 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
         "email_undecided": email_may_have_gone(case),
         "is_open": case.status in ReviewCase.OPEN_STATUSES,
         "is_duplicate": case.kind in DUPLICATE_KINDS,
-        # A held duplicate is settled by its own two decisions (_hold_actions.html) only.
-        # So is an enquiry the CRM's duplicate rule matched (_duplicate_rule_actions.html).
+        # A held duplicate is settled by its own two decisions only; so is an enquiry the
+        # CRM's duplicate rule matched.
         "is_held": case.kind in (ReviewCase.Kind.DUPLICATE_HELD, ReviewCase.Kind.DUPLICATE_RULE),
         "is_duplicate_rule": case.kind == ReviewCase.Kind.DUPLICATE_RULE,
         "matched_records": matched_records(case),
         "create_anyway": create_anyway_offered(case),
-        "can_change": request.user.has_perm(CHANGE_CASES),
-        "can_replay": request.user.has_perm(REPLAY),
-        "resolution_codes": RESOLUTION_CODES,
+        "can_change": user.has_perm(CHANGE_CASES),
+        "can_replay": user.has_perm(REPLAY),
+        "close_presets": list(CLOSE.values()),
+        "where": destination_words(case.operation.destination if case.operation else None),
+        "settled_by": selectors.settled_by(case, audit),
+        "reopen": case_reopen_check(case),
     }
     if case.kind == ReviewCase.Kind.UNREADABLE:
         context["unreadable"] = unreadable_view(case, unmasked=unmasked)
-    if operation is not None:
-        context["replay"] = selectors.replay_preview(operation)
-        context["lookup"] = latest_lookup(operation)
-        context["found_ref"] = _found_ref(operation)
-        # The safe action first: where an earlier try may have worked, the lookup and
-        # "resolve with the record found" lead, and a replay is the second choice.
-        context["safe_first"] = not context["email_undecided"] and (
-            case.kind in SAFE_FIRST_KINDS or context["replay"]["needs_check"]
-        )
-    return render(request, "review_console/case_detail.html", context)
+    if case.operation is not None:
+        _operation_context(context, case.operation)
+    story = case_story(
+        case,
+        customer=context["contact"]["name"] or "the customer",
+        can_replay=context["can_replay"],
+        can_lookup=bool(context.get("replay", {}).get("can_lookup")),
+        audit=audit,
+    )
+    context["story"] = story
+    context["waiting"] = story.tone == "info"
+    return context
+
+
+def _operation_context(context: dict[str, Any], operation: Any) -> None:
+    context["replay"] = selectors.replay_preview(operation)
+    context["lookup"] = latest_lookup(operation)
+    context["found_ref"] = _found_ref(operation)
+    # The safe action first: where an earlier try may have worked, the lookup and
+    # "resolve with the record found" lead, and a replay is the second choice.
+    context["safe_first"] = not context["email_undecided"] and (
+        context["case"].kind in SAFE_FIRST_KINDS or context["replay"]["needs_check"]
+    )
 
 
 # Cases where an earlier try may have created the effect: look before trying again.
@@ -230,8 +328,8 @@ def case_compare(request: HttpRequest, case_id: int) -> HttpResponse:
 def _compare_page(
     request: HttpRequest, case: ReviewCase, *, form: MergeForm | None
 ) -> HttpResponse:
-    """The comparison, with `form` as posted (its errors and the typed reason kept)
-    or, when None, a fresh form with the case's two records preselected."""
+    """The comparison, with `form` as posted (its errors and the typed note kept) or,
+    when None, a fresh form with the older record chosen to stay."""
     if case.kind not in DUPLICATE_KINDS:
         raise Http404("Only suspected duplicates have a comparison.")
     records = duplicate_records_fetch(case)  # the reviewer asked: reads the CRM
@@ -240,12 +338,7 @@ def _compare_page(
     )
     refs = [c.ref for c in comparison["present"]]
     if form is None:
-        form = MergeForm(
-            initial={
-                "survivor": refs[0] if refs else "",
-                "duplicate": refs[1] if len(refs) > 1 else "",
-            }
-        )
+        form = MergeForm(initial={"survivor": refs[0] if refs else ""})
     return render(
         request,
         "review_console/merge_compare.html",
@@ -254,12 +347,24 @@ def _compare_page(
             "comparison": comparison,
             "form": form,
             "chosen_survivor": form["survivor"].value() or "",
-            "chosen_duplicate": form["duplicate"].value() or "",
-            "reason": form["reason"].value() or "",
-            "not_duplicate_form": ReasonForm(),
+            "note": request.POST.get("note", "") if form.is_bound else "",
             "is_open": case.status in ReviewCase.OPEN_STATUSES,
         },
     )
+
+
+def _merge_data(request: HttpRequest, case: ReviewCase) -> Any:
+    """The merge as posted: one choice (the record that stays) makes the pair, the
+    other record of the two being the one merged into it; a preset gives the reason."""
+    data = request.POST.copy()
+    survivor = data.get("survivor", "")
+    refs = duplicate_record_refs(case)
+    if survivor and not data.get("duplicate") and len(refs) == 2 and survivor in refs:
+        data["duplicate"] = next(ref for ref in refs if ref != survivor)
+    reason = preset_reason(MERGE, data.get("preset", ""), data.get("note", ""))
+    if reason is not None and not data.get("reason"):
+        data["reason"] = reason
+    return data
 
 
 @require_GET
@@ -276,6 +381,9 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         if filterset.is_valid()
         else selectors.KeysetPage(items=[])
     )
+    shown = audit_details_for(request.user)
+    for entry in page.items:
+        entry.details = shown(entry.details)
     return render(
         request,
         "review_console/audit_list.html",
@@ -285,6 +393,22 @@ def audit_list(request: HttpRequest) -> HttpResponse:
             "querystring": _querystring(request),
         },
     )
+
+
+# Details that name a secret by its first characters (a signing secret, a CAPTCHA
+# key, an API key): shown only to those who manage sources (security review F11).
+_SECRET_DETAILS = frozenset({"prefix", "secret_prefix", "previous_prefix", "prefixes"})
+
+
+def audit_details_for(user: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How this viewer reads an audit entry's details: as stored, or without secrets'
+    first characters for a viewer who may not change sources."""
+    if user.has_perm(CHANGE_SOURCE):
+        return lambda details: details
+    return lambda details: {
+        key: "(shown to those who manage sources)" if key in _SECRET_DETAILS else value
+        for key, value in (details or {}).items()
+    }
 
 
 class _Echo:
@@ -310,6 +434,7 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
     filterset = selectors.audit_filterset(request.GET)
     rows = filterset.qs if filterset.is_valid() else AuditEntry.objects.none()
     writer = csv.writer(_Echo())
+    shown = audit_details_for(request.user)
 
     def lines() -> Iterator[str]:
         yield writer.writerow(
@@ -325,7 +450,7 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
                 entry.operation_id or "",
                 entry.reason,
                 # JSON, not Python's repr: the details are read by other tools.
-                json.dumps(entry.details, ensure_ascii=False, sort_keys=True),
+                json.dumps(shown(entry.details), ensure_ascii=False, sort_keys=True),
             ]
             yield writer.writerow([_csv_cell(cell) for cell in cells])
 
@@ -430,10 +555,13 @@ def _case_decision(
     title: str,
     submit: str,
     explanation: str,
+    done_url: str | None = None,
 ) -> HttpResponse:
     """A decision on one case behind the confirmation page: done, or the page (again,
     with the refusal and the typed reason)."""
-    done = _confirm_action(request, form, act=act, success=success, done_url=_case_url(case))
+    done = _confirm_action(
+        request, form, act=act, success=success, done_url=done_url or _case_url(case)
+    )
     if done is not None:
         return done
     return _confirm_page(
@@ -498,8 +626,12 @@ def case_lookup(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
             },
         )
     level = {True: messages.SUCCESS, False: messages.INFO, None: messages.WARNING}[result.found]
-    refs = f" ({', '.join(result.refs)})" if result.refs else ""
-    messages.add_message(request, level, f"Destination lookup: {result.message}{refs}")
+    words = {
+        True: "it is there.",
+        False: "it is not there.",
+        None: "the CRM could not say; check it by hand.",
+    }
+    messages.add_message(request, level, f"Looked up in the CRM: {words[result.found]}")
     return redirect(f"{_case_url(case)}#operation-{case.operation_id}")
 
 
@@ -510,7 +642,8 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
     operation = case.operation
     if operation is None:
         raise Http404("This case has no operation to replay.")
-    form = ReplayForm(request.POST if _confirmed(request) else None)
+    data, initial = _decision_data(request, REPLAY_PRESETS, irreversible=True)
+    form = ReplayForm(data, initial=initial)
     preview = selectors.replay_preview(operation)
     if not preview["needs_check"]:
         # The destination recognises a repeat: there is nothing to confirm.
@@ -601,9 +734,8 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
     except ActionRefusedError as exc:
         messages.error(request, str(exc))
         return redirect(_case_url(case))
-    form = ResolveFoundForm(
-        request.POST if _confirmed(request) else None, initial={"lookup": lookup.pk}
-    )
+    data, initial = _decision_data(request, RESOLVE_FOUND)
+    form = ResolveFoundForm(data, initial={"lookup": lookup.pk, **initial})
     if form.is_valid() and form.cleaned_data["lookup"] != lookup.pk:
         form.add_error(None, "A newer lookup came in since this page opened: check it below.")
     done = _confirm_action(
@@ -616,7 +748,7 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
             reason=data["reason"],
             from_lookup=lookup.pk,
         ),
-        success=f"Case {case.pk} resolved with record {ref}, the one the lookup found.",
+        success=f"Case {case.pk} resolved: it is in the CRM (the record the lookup found).",
         done_url=_case_url(case),
     )
     if done is not None:
@@ -641,7 +773,9 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
-    form = CloseForm(request.POST if _confirmed(request) else None)
+    code = request.POST.get("preset", "")
+    data, initial = _decision_data(request, CLOSE, resolution_code=code)
+    form = CloseForm(data, initial=initial)
     done = _confirm_action(
         request,
         form,
@@ -651,7 +785,7 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
             resolution_code=data["resolution_code"],
             reason=data["reason"],
         ),
-        success=f"Case {case.pk} closed.",
+        success=f"Case {case.pk} closed. It can be reopened if that was wrong.",
         done_url=_case_url(case),
     )
     if done is not None:
@@ -677,14 +811,15 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
-    form = ReasonForm(request.POST if _confirmed(request) else None)
+    data, initial = _decision_data(request, NOT_DUPLICATE)
+    form = ReasonForm(data, initial=initial)
     done = _confirm_action(
         request,
         form,
         act=lambda data: case_mark_not_duplicate(
             case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),
-        success=f"Case {case.pk} resolved: not a duplicate.",
+        success=f"Case {case.pk} resolved: not a duplicate, both records kept.",
         done_url=_case_url(case),
     )
     if done is not None:
@@ -704,7 +839,7 @@ def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
-    form = MergeForm(request.POST)
+    form = MergeForm(_merge_data(request, case))
     done = _confirm_action(
         request,
         form,
@@ -715,9 +850,9 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
             actor=acting_user(request),
             reason=data["reason"],
         ),
-        success=lambda data: (
-            f"Record {data['duplicate']} will be merged into {data['survivor']} within "
-            "seconds; the case is resolved when the CRM confirms."
+        success=(
+            "The two records will be merged within seconds; the case is resolved when the "
+            "CRM confirms."
         ),
         done_url=_case_url(case),
     )
@@ -731,6 +866,9 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(REPLAY)
 def bulk_replay_new(request: HttpRequest) -> HttpResponse:
     """Confirmation (count, explanation) then the background job, for the queue's filter."""
+    refusal = filter_refusal(request.POST)
+    if refusal is not None:
+        raise BadRequest(refusal)  # 400: PostgreSQL cannot store it, and nothing is tried
     params = request.POST.copy()
     for key in ("csrfmiddlewaretoken", "confirm", "reason", "next", "selected"):
         params.pop(key, None)
@@ -778,10 +916,20 @@ def case_email(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     if not email_may_have_gone(case):
         raise Http404("This case is not about an email that may have gone out.")
-    if _confirmed(request):
-        form = EmailSettleForm(request.POST)
-    else:
-        form = EmailSettleForm(initial={"outcome": request.POST.get("outcome", "")})
+    # The preset says which answer the customer gave (one button each on the case page).
+    preset = request.POST.get("preset", "")
+    outcome = request.POST.get("outcome", "") or (
+        "received"
+        if preset in EMAIL_RECEIVED
+        else "send_again"
+        if preset in EMAIL_SEND_AGAIN
+        else ""
+    )
+    presets = EMAIL_RECEIVED if outcome == "received" else EMAIL_SEND_AGAIN
+    data, initial = _decision_data(
+        request, presets, irreversible=outcome != "received", outcome=outcome
+    )
+    form = EmailSettleForm(data, initial=initial)
 
     def act(data: dict[str, Any]) -> object:
         settle = email_receipt_confirm if data["outcome"] == "received" else email_send_again
@@ -809,9 +957,9 @@ def case_email(request: HttpRequest, case_id: int) -> HttpResponse:
         action=reverse("console:case-email", args=[case.pk]),
         submit="Confirm",
         explanation=(
-            "The connection to the mail server was cut off, so nobody can tell whether the "
-            "email went out, and email has no reference to look up. Ask the customer. If they "
+            "The connection to the mail service was cut off, so nobody can tell whether the "
+            "email went out, and an email cannot be looked up. Ask the customer. If they "
             "have it, the case is resolved and nothing is sent. If not, a new email is sent, "
-            "once, with its own key, linked to the first."
+            "once, linked to the first."
         ),
     )

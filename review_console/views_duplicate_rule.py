@@ -16,7 +16,8 @@ from idempotency_core.review.duplicate_rule import (
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
 from review_console.permissions import CHANGE_CASES, REPLAY, acting_user, console_permission
-from review_console.views import _case_decision, _confirmed, _open_case
+from review_console.presets import CREATE_ANYWAY, LINK_RECORD
+from review_console.views import _case_decision, _decision_data, _open_case
 
 
 class LinkRecordForm(ReasonForm):
@@ -28,17 +29,18 @@ class LinkRecordForm(ReasonForm):
 def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     record = request.POST.get("record", "").strip()
+    data, initial = _decision_data(request, LINK_RECORD, record=record)
     return _case_decision(
         request,
         case,
-        LinkRecordForm(request.POST if _confirmed(request) else None, initial={"record": record}),
+        LinkRecordForm(data, initial={"record": record, **initial}),
         act=lambda data: duplicate_rule_link(
             case_id=case.pk,
             actor=acting_user(request),
             record_id=data["record"],
             reason=data["reason"],
         ),
-        success=f"Case {case.pk} resolved: the enquiry is CRM record {record}.",
+        success=f"Case {case.pk} resolved: the enquiry is linked to the record the CRM matched.",
         url_name="console:case-duplicate-rule-link",
         title=f"Case {case.pk}: link to record {record}",
         submit=f"Link to record {record}",
@@ -53,10 +55,11 @@ def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse
 @console_permission(REPLAY)
 def case_duplicate_rule_create(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
+    data, initial = _decision_data(request, CREATE_ANYWAY, irreversible=True)
     return _case_decision(
         request,
         case,
-        ReasonForm(request.POST if _confirmed(request) else None),
+        ReasonForm(data, initial=initial),
         act=lambda data: duplicate_rule_create_anyway(
             case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),

@@ -11,17 +11,19 @@ from idempotency_core.review.held_duplicates import held_duplicate_link, held_du
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
 from review_console.permissions import CHANGE_CASES, acting_user, console_permission
-from review_console.views import _case_decision, _confirmed, _open_case
+from review_console.presets import HOLD_SAME, HOLD_SEPARATE
+from review_console.views import _case_decision, _decision_data, _open_case
 
 
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
+    data, initial = _decision_data(request, HOLD_SAME)
     return _case_decision(
         request,
         case,
-        ReasonForm(request.POST if _confirmed(request) else None),
+        ReasonForm(data, initial=initial),
         act=lambda data: held_duplicate_link(
             case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),
@@ -41,10 +43,11 @@ def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_hold_separate(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
+    data, initial = _decision_data(request, HOLD_SEPARATE)
     return _case_decision(
         request,
         case,
-        ReasonForm(request.POST if _confirmed(request) else None),
+        ReasonForm(data, initial=initial),
         act=lambda data: held_duplicate_separate(
             case_id=case.pk, actor=acting_user(request), reason=data["reason"]
         ),

@@ -42,10 +42,9 @@ from idempotency_core.models import Delivery, Event, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
-from review_console.permissions import VIEW_CASES, acting_user, console_permission
+from review_console.permissions import CHANGE_SOURCE, VIEW_CASES, acting_user, console_permission
 from review_console.views import _confirm_action, _confirmed
 
-CHANGE_SOURCE = "idempotency_core.change_source"
 RECENT_DELIVERIES = 50
 # A delivery outcome -> the console's badge colour (base.html): green taken, yellow
 # to be retried by the sender, grey ignored, red refused.
@@ -85,7 +84,7 @@ class SecretAddForm(ReasonForm):
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
         label="Secret (leave empty to generate one)",
         help_text="Type the provider's own secret when it issues one (Webflow, Formspree, "
-        "HubSpot); otherwise Onefold generates 32 random bytes. At least 8 characters.",
+        "HubSpot); otherwise Onefold generates 32 random bytes. At least 32 characters.",
     )
 
 

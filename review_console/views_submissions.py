@@ -25,15 +25,18 @@ from review_console.permissions import VIEW_CASES, VIEW_CONTACT, console_permiss
 def search(request: HttpRequest) -> HttpResponse:
     """One box for email, name, key or reference; exactly one match opens its page."""
     may_see_contact = request.user.has_perm(VIEW_CONTACT)
+    revealed = [] if may_see_contact else selectors.revealed_event_ids(request.user)
     result = submissions.submission_search(
-        request.GET.get("q", ""), may_see_contact=may_see_contact
+        request.GET.get("q", ""), may_see_contact=may_see_contact, revealed=revealed
     )
     if result.case_id is not None:
         return redirect(reverse("console:case-detail", args=[result.case_id]))
     if len(result.events) == 1 and not result.notice:
         return redirect(reverse("console:submission-detail", args=[result.events[0].pk]))
+    shown = {str(pk) for pk in revealed}
     rows = [
-        (event, contact_for(event.payload, unmasked=may_see_contact)) for event in result.events
+        (event, contact_for(event.payload, unmasked=may_see_contact or str(event.pk) in shown))
+        for event in result.events
     ]
     return render(
         request,
@@ -51,7 +54,9 @@ def search(request: HttpRequest) -> HttpResponse:
 @console_permission(VIEW_CASES)
 def submission_detail(request: HttpRequest, event_id: uuid.UUID) -> HttpResponse:
     event = get_object_or_404(Event.objects.select_related("source", "revises"), pk=event_id)
-    unmasked = request.user.has_perm(VIEW_CONTACT)
+    unmasked = request.user.has_perm(VIEW_CONTACT) or (
+        selectors.contact_revealed_to(request.user, event) is not None
+    )
     operations = selectors.event_operations(event)
     deliveries = selectors.event_deliveries(event)
     cases = submissions.submission_cases(event, operations)

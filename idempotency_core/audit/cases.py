@@ -83,6 +83,62 @@ def _insert_unless_conflicting(case: ReviewCase) -> bool:
     return True
 
 
+def review_case_requeue(
+    case: ReviewCase, *, summary: str, evidence: dict[str, Any], system: str, now: datetime
+) -> bool:
+    """The step of an open case went back to review after someone asked for another try
+    (a replay, an email sent again, "create anyway") and it failed again: the case goes
+    back to the queue, open and nobody's, with what happened this time as its summary
+    and evidence, and says so in the audit trail. Call inside the transaction that
+    records the failure. Returns whether the case was still open."""
+    previous = case.owner.get_username() if case.owner_id and case.owner else ""
+    moved = ReviewCase.objects.filter(pk=case.pk, status__in=ReviewCase.OPEN_STATUSES).update(
+        status=ReviewCase.Status.OPEN,
+        owner=None,
+        summary=summary,
+        evidence=evidence,
+        updated_at=now,
+    )
+    if moved:
+        audit_record(
+            action="replay_failed",
+            system=system,
+            case=case,
+            event=case.event,
+            operation=case.operation,
+            reason="Tried again and it failed again: back in the queue, for anyone to take.",
+            details={"previous_owner": previous, "attempt": evidence.get("attempt")},
+        )
+    return bool(moved)
+
+
+def review_cases_supersede(case: ReviewCase, *, system: str, now: datetime) -> list[int]:
+    """Another try of `case`'s step failed in another way (a replay of a refusal that
+    ended unclear): the step's other open cases asked about the earlier failure, and
+    `case` now asks about this one. They are closed as superseded, each audited and
+    naming `case`, so one step has one case in the queue. Call inside the transaction
+    that opened `case`."""
+    older = list(
+        ReviewCase.objects.select_for_update(of=("self",))
+        .filter(operation=case.operation, status__in=ReviewCase.OPEN_STATUSES)
+        .exclude(pk=case.pk)
+        .order_by("pk")
+    )
+    for other in older:
+        review_case_settle(
+            other,
+            status=ReviewCase.Status.CLOSED,
+            code="superseded",
+            note=f"The step was tried again and failed another way: see case {case.pk}.",
+            action="case_superseded",
+            system=system,
+            reason=f"Replaced by case {case.pk}",
+            details={"superseded_by": case.pk},
+            now=now,
+        )
+    return [other.pk for other in older]
+
+
 def review_cases_settle(
     cases: QuerySet[ReviewCase],
     *,

@@ -30,7 +30,12 @@ from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from config.logfilters import log_ids_bound
-from idempotency_core.audit.cases import review_case_open, review_cases_settle_on_success
+from idempotency_core.audit.cases import (
+    review_case_open,
+    review_case_requeue,
+    review_cases_settle_on_success,
+    review_cases_supersede,
+)
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.budget import (
@@ -747,26 +752,33 @@ def _review_open(
             f" Held until this case is settled: {', '.join(step for _, step in held)} "
             "(they run after a replay or a resolution, and are cancelled if it is closed)."
         )
-    review_case_open(
+    evidence = {
+        "attempt": claim.attempt.number,
+        "outcome": result.outcome,
+        "error_class": result.error_class,
+        "reply": str(result.reply) if result.reply else "",
+        "message": result.message,
+        "held_operations": [{"id": pk, "step": step} for pk, step in held],
+        **(
+            {"matched_records": list(result.matches), "create_anyway": result.create_anyway}
+            if result.matches
+            else {}
+        ),
+    }
+    case, opened = review_case_open(
         kind=decision.case_kind,
         subject=operation_subject(operation.pk),
         summary=summary,
         operation=operation,
-        evidence={
-            "attempt": claim.attempt.number,
-            "outcome": result.outcome,
-            "error_class": result.error_class,
-            "reply": str(result.reply) if result.reply else "",
-            "message": result.message,
-            "held_operations": [{"id": pk, "step": step} for pk, step in held],
-            **(
-                {"matched_records": list(result.matches), "create_anyway": result.create_anyway}
-                if result.matches
-                else {}
-            ),
-        },
+        evidence=evidence,
         system=system,
     )
+    if not opened:
+        # Its case was open, waiting on another try someone asked for: that try failed.
+        review_case_requeue(case, summary=summary, evidence=evidence, system=system, now=now)
+    else:
+        # A try someone asked for failed another way: the new case replaces the old.
+        review_cases_supersede(case, system=system, now=now)
 
 
 def operation_hold_later(operation: Operation, *, now: datetime) -> list[tuple[int, str]]:

@@ -169,11 +169,22 @@ def _hook_credentials(source: Source, signs: bool, given: list[str]) -> HookSetu
     return HookSetup(path=f"/hooks/{source.name}/t/{token}/", token=token)
 
 
+# RFC 2104, section 3: an HMAC key shorter than the hash's output (32 bytes for the
+# SHA-256 every verifier here uses) "is strongly discouraged". Onefold generates 43
+# characters (32 random bytes); a provider's own secret (Webflow's client secret,
+# HubSpot's app secret) is longer than this too.
+SECRET_MIN_LENGTH = 32
+
+
 def source_secret_add(*, source: Source, secret: str) -> SourceSecret:
     """Adds a signing secret (rotation: the old one keeps verifying until removed)."""
     secret = secret.strip()
-    if len(secret) < 8:
-        raise InvalidProfileError("A signing secret needs at least 8 characters.")
+    if len(secret) < SECRET_MIN_LENGTH:
+        raise InvalidProfileError(
+            f"A signing secret needs at least {SECRET_MIN_LENGTH} characters (RFC 2104: an "
+            "HMAC-SHA256 key shorter than 32 bytes is strongly discouraged). Leave it out "
+            "and Onefold generates one."
+        )
     return SourceSecret.objects.create(source=source, secret=secret, prefix=secret[:6])
 
 

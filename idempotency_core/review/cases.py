@@ -19,12 +19,13 @@ from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_release_next, operation_unhold_later
-from idempotency_core.models import Operation, ReviewCase
+from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.review.email_cases import is_email_case
 from idempotency_core.review.lookup import reference_verify
 from idempotency_core.review.merge import DUPLICATE_KINDS
@@ -282,3 +283,211 @@ def case_mark_not_duplicate(*, case_id: int, actor: User, reason: str) -> Review
         )
     case.refresh_from_db()
     return case
+
+
+# -- the next case, reopening -------------------------------------------------------
+
+# How many of the oldest candidates one call tries before reading the queue again: a
+# reviewer who loses a race to another (the conditional UPDATE matched no row) takes
+# the next one without a second query.
+_NEXT_BATCH = 20
+
+
+def case_take_next(*, actor: User, candidates: QuerySet[ReviewCase]) -> ReviewCase | None:
+    """Takes the oldest open case nobody owns among `candidates` for `actor`, or None.
+
+    The take is a conditional UPDATE (`WHERE owner IS NULL AND status = 'open'`) whose
+    row count decides: two reviewers pressing "Next case" at once read the same oldest
+    case, and PostgreSQL lets only one UPDATE match it (the second re-reads the row
+    after the first commits and finds an owner); the loser moves on to the next one.
+    The take is audited (`case_taken`) in the same transaction.
+    """
+    Status = ReviewCase.Status
+    waiting = candidates.filter(status=Status.OPEN, owner__isnull=True).order_by("created_at", "id")
+    for _round in range(5):
+        ids = list(waiting.values_list("pk", flat=True)[:_NEXT_BATCH])
+        for pk in ids:
+            with transaction.atomic():
+                now = timezone.now()
+                taken = ReviewCase.objects.filter(
+                    pk=pk, status=Status.OPEN, owner__isnull=True
+                ).update(owner=actor, status=Status.IN_PROGRESS, updated_at=now)
+                if not taken:
+                    continue  # another reviewer took it first
+                case = ReviewCase.objects.select_related("event", "operation").get(pk=pk)
+                audit_record(
+                    action="case_taken",
+                    actor=actor,
+                    case=case,
+                    event=case.event,
+                    operation=case.operation,
+                    details={"previous_owner": "", "next_case": True},
+                )
+                return case
+        if len(ids) < _NEXT_BATCH:
+            return None
+    return None
+
+
+# Settlements a reopen cannot take back: what they did outside Onefold stays done.
+_IRREVERSIBLE: dict[str, str] = {
+    "merged": "a merge in the CRM cannot be undone; the two records are one now.",
+    "sent_again": "the email was sent again, and an email cannot be taken back.",
+    "separate_enquiry": (
+        "the held submission was written to the CRM as an enquiry of its own; if it was "
+        "the same request after all, it is now a duplicate to merge."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ReopenCheck:
+    possible: bool
+    refusal: str = ""
+
+
+def case_reopen_check(case: ReviewCase) -> ReopenCheck:
+    """Whether a settled case may be reopened, and if not, why (in words)."""
+    if case.status in ReviewCase.OPEN_STATUSES:
+        return ReopenCheck(False)
+    refusal = _IRREVERSIBLE.get(case.resolution_code)
+    if refusal is None and case.kind in DUPLICATE_KINDS:
+        merges = Operation.objects.filter(arguments__case_id=case.pk).exclude(
+            status=Operation.Status.CANCELLED
+        )
+        if merges.exists():
+            refusal = _IRREVERSIBLE["merged"]
+    return ReopenCheck(refusal is None, (refusal or "")[:1].upper() + (refusal or "")[1:])
+
+
+def case_reopen(*, case_id: int, actor: User, reason: str) -> ReviewCase:
+    """Reopens a resolved or closed case: it is `actor`'s again, in progress, and what
+    its settlement cancelled (the steps a close or a "same enquiry" cancelled, still
+    cancelled) waits for a person again, held behind the case's step as before. Refused
+    where the settlement changed something outside Onefold for good (a CRM merge, an
+    email sent again, a submission written), and where another open case of the same
+    kind is about the same thing (one open case per subject and kind)."""
+    reason = _require_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        case = (
+            ReviewCase.objects.select_for_update(of=("self",))
+            .select_related("operation")
+            .get(pk=case_id)
+        )
+        check = case_reopen_check(case)
+        if not check.possible:
+            raise CaseActionRefusedError(
+                check.refusal or f"Case {case.pk} is open already: nothing to reopen."
+            )
+        other = (
+            ReviewCase.objects.filter(
+                subject=case.subject, kind=case.kind, status__in=ReviewCase.OPEN_STATUSES
+            )
+            .exclude(pk=case.pk)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if other is not None:
+            raise CaseActionRefusedError(
+                f"Case {other} is open about the same thing: continue there instead."
+            )
+        restored = _restore_cancelled(case, now=now)
+        previous = {
+            "previous_status": case.status,
+            "previous_resolution": case.resolution_code,
+        }
+        ReviewCase.objects.filter(pk=case.pk).update(
+            status=ReviewCase.Status.IN_PROGRESS,
+            owner=actor,
+            resolution_code="",
+            resolution_note="",
+            resolved_at=None,
+            updated_at=now,
+        )
+        audit_record(
+            action="case_reopened",
+            actor=actor,
+            case=case,
+            event=case.event,
+            operation=case.operation,
+            reason=reason,
+            details={**previous, "restored_operations": restored},
+        )
+    case.refresh_from_db()
+    return case
+
+
+def _restore_cancelled(case: ReviewCase, *, now: datetime) -> list[int]:
+    """The steps the case's settlement cancelled (as its audit entry names them), back
+    in review: the case's own step unheld, the later ones held behind it. Only those
+    still cancelled and never tried since: nothing that ran is touched."""
+    settlement = (
+        AuditEntry.objects.filter(case=case, action__in=("case_closed", "duplicate_linked"))
+        .order_by("-at", "-pk")
+        .values_list("details", flat=True)
+        .first()
+    )
+    ids = [int(i) for i in (settlement or {}).get("cancelled_operations") or []]
+    if not ids:
+        return []
+    cancelled = Operation.objects.select_for_update().filter(
+        pk__in=ids, status=Operation.Status.CANCELLED
+    )
+    restored = list(cancelled.order_by("position").values_list("pk", flat=True))
+    own = case.operation_id
+    changes = {"status": Operation.Status.NEEDS_REVIEW, "completed_at": None, "updated_at": now}
+    Operation.objects.filter(pk__in=[pk for pk in restored if pk == own]).update(
+        held_by=None, **changes
+    )
+    Operation.objects.filter(pk__in=[pk for pk in restored if pk != own]).update(
+        held_by_id=own, **changes
+    )
+    return restored
+
+
+# -- several cases at once ------------------------------------------------------------
+
+# At most this many cases in one request: each is its own transaction and audit entry.
+MANY_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class ManyResult:
+    settled: list[int]
+    refused: list[tuple[int, str]]
+
+
+def cases_settle_many(
+    *,
+    case_ids: Sequence[int],
+    actor: User,
+    decision: str,
+    reason: str,
+    resolution_code: str = "",
+) -> ManyResult:
+    """Settles each case in turn by the one-case service (`case_close`, or
+    `case_mark_not_duplicate` for "not_duplicate"), so each meets the same guards and
+    gets its own audit entry; a refused case is reported and the others go on."""
+    reason = _require_reason(reason)
+    if decision not in ("close", "not_duplicate"):
+        raise CaseActionRefusedError(f"Unknown decision {decision!r}.")
+    if len(case_ids) > MANY_LIMIT:
+        raise CaseActionRefusedError(f"Choose at most {MANY_LIMIT} cases at a time.")
+    settled: list[int] = []
+    refused: list[tuple[int, str]] = []
+    for case_id in dict.fromkeys(case_ids):
+        try:
+            if decision == "close":
+                case_close(
+                    case_id=case_id, actor=actor, resolution_code=resolution_code, reason=reason
+                )
+            else:
+                case_mark_not_duplicate(case_id=case_id, actor=actor, reason=reason)
+        except ReviewCase.DoesNotExist:
+            refused.append((case_id, "no such case"))
+        except CaseActionRefusedError as exc:
+            refused.append((case_id, str(exc)))
+        else:
+            settled.append(case_id)
+    return ManyResult(settled=settled, refused=refused)

@@ -202,14 +202,19 @@ def reference_verify(operation: Operation | None, destination_ref: str) -> str:
     before any call, so a typed path never reaches the destination), name a record
     that exists and was not merged away, and that record must carry this
     operation's key as its external reference: "exists" alone would let another
-    customer's record settle this one. Other references are the reviewer's word.
+    customer's record settle this one. For a follow-up task, it must be the task
+    this operation made: the one the CRM finds under this submission's enquiry by
+    this operation's key (`_task_of_this_enquiry`). Other references are the
+    reviewer's word.
     """
-    if operation is None or operation.step != "create_enquiry":
+    if operation is None or operation.step not in ("create_enquiry", "assign_task"):
         return "reviewer"
     try:
         crm = crm_adapter_for(operation.destination)
     except NotACrmError:
         return "reviewer"
+    if operation.step == "assign_task":
+        return _task_of_this_enquiry(operation, crm, destination_ref)
     name = operation.destination.name
     shown = _shown(destination_ref)
     problem = crm.reference_check(destination_ref)
@@ -226,6 +231,41 @@ def reference_verify(operation: Operation | None, destination_ref: str) -> str:
             f"{shown} was merged into {_shown(str(record['merged_into']))}; use that reference."
         )
     return _record_of_operation(record, operation, shown)
+
+
+def _task_of_this_enquiry(operation: Operation, crm: CrmAdapter, destination_ref: str) -> str:
+    """A typed task id settles an `assign_task` case only when it is the task the CRM
+    holds under this submission's enquiry with this operation's key as its reference:
+    another customer's task, or this enquiry's task made for another reason, is
+    refused. The typed id is only compared, never sent. A CRM that cannot look a task
+    up cannot show whose a task is, so a typed id is refused there too."""
+    shown = _shown(destination_ref)
+    name = operation.destination.name
+    enquiry = (
+        Operation.objects.filter(event_id=operation.event_id, step="create_enquiry")
+        .values_list("destination_ref", flat=True)
+        .first()
+    )
+    if not enquiry:
+        raise CaseActionRefusedError(
+            "This submission's enquiry is not in the CRM yet, so no task can be its task."
+        )
+    if not capabilities_of(operation.destination).lookup:
+        raise CaseActionRefusedError(
+            f"{name} cannot look a task up, so nothing shows that {shown} is this "
+            "submission's task: try the step again, or close the case."
+        )
+    try:
+        found = crm.find_task(record_id=enquiry, external_ref=operation.key)
+    except DestinationError as exc:
+        raise CaseActionRefusedError(f"Could not check {shown} in {name}: {exc}") from exc
+    if found is None or str(found) != destination_ref:
+        raise CaseActionRefusedError(
+            f"{shown} is not the task this submission made: {name} holds "
+            + (f"task {_shown(str(found))}" if found else "no task")
+            + " under this submission's enquiry with this step's reference. Check the id."
+        )
+    return "task_of_this_enquiry"
 
 
 def _record_of_operation(record: dict[str, Any], operation: Operation, shown: str) -> str:

@@ -1,4 +1,5 @@
-"""Template helpers of the console: ages a tired reviewer reads at a glance."""
+"""Template helpers of the console: ages a tired reviewer reads at a glance, and people
+named as people ("Rita Ray", "Onefold"), never as actor ids ("user:rita", "system:worker")."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from review_console import glossary
 
@@ -28,6 +31,67 @@ def ago(value: datetime | None) -> str:
     return f"{seconds // 86400} d ago"
 
 
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}{'' if n == 1 else 's'}"
+
+
+def relative_words(value: datetime, *, now: datetime | None = None) -> str:
+    """'just now', '3 minutes ago', '2 hours ago', 'yesterday', '5 days ago' (or 'in ...')."""
+    seconds = int(((now or timezone.now()) - value).total_seconds())
+    future, seconds = seconds < 0, abs(seconds)
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        words = _count(seconds // 60, "minute")
+    elif seconds < 86400:
+        words = _count(seconds // 3600, "hour")
+    elif seconds < 2 * 86400 and not future:
+        return "yesterday"
+    else:
+        words = _count(seconds // 86400, "day")
+    return f"in {words}" if future else f"{words} ago"
+
+
+@register.filter
+def when(value: datetime | None) -> SafeString | str:
+    """A moment as a person reads it: relative words in a `<time>` whose `datetime` is
+    exact and whose title is the exact local time (console.js rewrites the title in
+    the browser's own time zone; the server's, named, until it does)."""
+    if not value:
+        return ""
+    local = timezone.localtime(value)
+    exact = f"{local:%a} {local.day} {local:%b %Y, %H:%M} {local.tzname() or ''}".strip()
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', value.isoformat(), exact, relative_words(value)
+    )
+
+
+def person_name(user: Any) -> str:
+    """A person as colleagues name them: their full name, else their username."""
+    if user is None:
+        return "Onefold"
+    full = user.get_full_name().strip() if hasattr(user, "get_full_name") else ""
+    return full or str(user.get_username())
+
+
+@register.filter
+def person(user: Any) -> str:
+    return person_name(user) if user is not None else "nobody"
+
+
+@register.filter
+def actor_name(entry: Any) -> str:
+    """Who took an audited decision: a person's name, or "Onefold" for its own parts
+    (worker, sweeper, reconciliation), never the stored label ("system:worker")."""
+    actor = getattr(entry, "actor", None)
+    if actor is not None:
+        return person_name(actor)
+    label = str(getattr(entry, "actor_label", "") or "")
+    if label.startswith("user:"):
+        return label.removeprefix("user:")
+    return "Onefold"
+
+
 @register.filter
 def age_class(value: datetime | None) -> str:
     """CSS class by age: older work stands out."""
@@ -40,6 +104,14 @@ def age_class(value: datetime | None) -> str:
 @register.filter
 def get_item(mapping: dict[str, Any], key: str) -> Any:
     return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def get_index(sequence: Any, index: int) -> Any:
+    try:
+        return sequence[int(index)]
+    except (IndexError, TypeError, ValueError, KeyError):
+        return None
 
 
 @register.simple_tag(takes_context=True)
@@ -83,3 +155,4 @@ def reply_words(attempt: Any) -> str:
 
 register.filter("plain", glossary.plain_text)
 register.filter("reference_text", glossary.reference_text)
+register.filter("missing_words", glossary.missing_words)

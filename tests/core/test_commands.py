@@ -24,7 +24,9 @@ def test_create_source_prints_a_new_key_alone_on_its_last_line():
     assert source_for_working_api_key(key) == Source.objects.get(name="shop")
 
 
-@pytest.mark.parametrize("options", [{}, {"profile": "generic", "secret": ["a-new-secret"]}])
+@pytest.mark.parametrize(
+    "options", [{}, {"profile": "generic", "secret": ["a-new-secret-long-enough-for-hmac-sha256"]}]
+)
 def test_create_source_refuses_an_existing_source_and_changes_nothing(options):
     call_command("create_source", "shop", stdout=io.StringIO())
     before = _source_state("shop")
@@ -34,7 +36,7 @@ def test_create_source_refuses_an_existing_source_and_changes_nothing(options):
 
 
 def test_a_refused_profile_leaves_no_half_made_source():
-    with pytest.raises(CommandError, match="at least 8 characters"):
+    with pytest.raises(CommandError, match="at least 32 characters"):
         call_command("create_source", "hook", profile="generic", secret=["short"])
     assert not Source.objects.filter(name="hook").exists()
 

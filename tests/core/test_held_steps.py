@@ -72,7 +72,7 @@ def test_a_step_in_review_holds_the_later_ones_and_its_case_names_them(sandbox, 
     client = Client()
     client.force_login(admin_user)
     page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
-    assert page.count("waits behind") == 2
+    assert page.count("Not tried yet: it waits for this case.") == 2
     # A held step cannot be replayed on its own: its enquiry comes first.
     with pytest.raises(ReplayRefusedError, match="earlier step"):
         operation_replay(operation_id=op(event, "assign_task").pk, actor=admin_user, reason="x")
@@ -111,10 +111,10 @@ def test_a_replay_refused_again_holds_them_again_under_its_case(sandbox, admin_u
     sandbox.fault("create_record", "http_400")
     assert operation_execute(operation_id=enquiry.pk) == "permanent"
 
-    # The replay did not work: its case, still in progress, holds them again (a replay
-    # settles its case only when it succeeds).
+    # The replay did not work: its case, back in the queue (open, nobody's: issue 27),
+    # holds them again (a replay settles its case only when it succeeds).
     second = ReviewCase.objects.get(operation=enquiry)
-    assert (second.pk, second.status) == (first.pk, "in_progress")
+    assert (second.pk, second.status, second.owner_id) == (first.pk, "open", None)
     assert [h["step"] for h in second.evidence["held_operations"]] == list(LATER)
     assert {step: s for step, s in statuses(event).items() if step in LATER} == {
         step: ("needs_review", "create_enquiry") for step in LATER

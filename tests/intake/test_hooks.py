@@ -149,13 +149,23 @@ def test_rotation_both_secrets_verify_until_the_old_one_is_removed():
 
     sample = SAMPLES["generic"]
     source, path = hook_source("generic")
-    source_secret_add(source=source, secret="the-new-secret-2026")
+    source_secret_add(source=source, secret="the-new-secret-2026-long-enough-for-hmac-sha256")
     client = Client()
     assert deliver(client, path, sample).status_code == 200
-    assert deliver(client, path, sample, secret="the-new-secret-2026").status_code == 200
+    assert (
+        deliver(
+            client, path, sample, secret="the-new-secret-2026-long-enough-for-hmac-sha256"
+        ).status_code
+        == 200
+    )
     source_secret_remove(source=source, prefix=SECRET[:6])
     assert deliver(client, path, sample).status_code == 401
-    assert deliver(client, path, sample, secret="the-new-secret-2026").status_code == 200
+    assert (
+        deliver(
+            client, path, sample, secret="the-new-secret-2026-long-enough-for-hmac-sha256"
+        ).status_code
+        == 200
+    )
 
 
 def test_a_disabled_source_answers_503_with_retry_after_and_keeps_nothing():

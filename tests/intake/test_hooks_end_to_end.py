@@ -27,8 +27,8 @@ pytestmark = [
     pytest.mark.django_db(transaction=True, serialized_rollback=True),
 ]
 
-SECRET = "an-end-to-end-signing-secret"
-WRONG_SECRET = "not-the-configured-secret"
+SECRET = "an-end-to-end-signing-secret-long-enough-for-hmac"
+WRONG_SECRET = "not-the-configured-secret-but-as-long-as-one"
 TEN_MINUTES = 600
 # How long a repeat is given to (wrongly) start any work before the counts are read.
 STRAY_WORK_SECONDS = 2.0

@@ -61,7 +61,7 @@ from tests.support.senders import (
 
 pytestmark = pytest.mark.django_db
 
-SECRET = "a-signing-secret-for-unreadable"
+SECRET = "a-signing-secret-for-unreadable-deliveries-32+"
 
 
 def hook_source(profile: str, *, name: str = "", overrides: dict | None = None):

@@ -44,7 +44,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True, serialized_rollback=True),
 ]
 
-SECRET = "an-end-to-end-signing-secret"
+SECRET = "an-end-to-end-signing-secret-long-enough-for-hmac"
 # How long a delivery is given to (wrongly) start any work before the counts are read.
 STRAY_WORK_SECONDS = 2.0
 

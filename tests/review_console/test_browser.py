@@ -91,10 +91,11 @@ def sign_in(page, username: str, next_url: str = "/console/") -> None:
 
 def open_from_queue(page, case: ReviewCase, kind_label: str) -> None:
     page.goto("/console/cases/")
+    page.click("#queue-filters summary")  # the filters are folded away
     page.click(f"#queue-chips a:has-text('{kind_label}')")  # a filter chip: a link
     page.wait_for_url("**kind=*")
-    assert page.locator("text=1 matching case").is_visible()
-    page.click(f"a:has-text('#{case.pk}')")
+    assert page.locator(".queue-top strong:has-text('1 case')").is_visible()
+    page.click(f"li[data-href$='/cases/{case.pk}/'] a.card-title")
     page.wait_for_url(f"**/console/cases/{case.pk}/")
 
 
@@ -109,13 +110,13 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
     open_from_queue(page, case, "Not sure it happened")
     page.goto("/console/cases/?kind=ambiguous_outcome")
     shot(page, "queue")
-    page.click(f"a:has-text('#{case.pk}')")
+    page.click(f"li[data-href$='/cases/{case.pk}/'] a.card-title")
     timeline = page.locator(f"#operation-{case.operation_id} .timeline")
     assert "Unclear: it may have happened" in timeline.inner_text()
     # The exception's class is a technical detail: in the disclosure, not in the text.
-    assert "RemoteProtocolError" in timeline.text_content()
-    assert "RemoteProtocolError" not in timeline.inner_text()
-    assert page.locator("text=cannot recognise a repeat").first.is_visible()
+    assert "RemoteProtocolError" in page.locator(".tech-card").text_content()
+    assert "RemoteProtocolError" not in page.locator("main").inner_text()
+    assert page.locator("text=cannot tell a repeat from a new request").first.is_visible()
     shot(page, "case")
 
     # Replay before checking: refused, with the reason in words.
@@ -129,20 +130,18 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
     case_url = f"/console/cases/{case.pk}/"
     page.goto(case_url)
     assert page.evaluate("typeof window.htmx") == "object"  # served by WhiteNoise
-    page.click("button:has-text('Look up in the CRM')")
+    page.click("button:has-text('Look it up in the CRM')")
     # htmx swaps the answer and the audit trail in place: no navigation.
-    expect(page.locator("#lookup-result")).to_contain_text("exists")
+    expect(page.locator("#lookup-result")).to_contain_text("it is there")
     expect(page.locator("#case-audit")).to_contain_text("Looked it up in the destination")
     assert page.url.endswith(case_url)
     shot(page, "case-after-lookup")
-    # The safe action, offered in place by the lookup: its reason box, focused, then Enter.
-    resolve = page.locator("#lookup-result button:has-text('Resolve with record')")
-    reference = resolve.inner_text().removeprefix("Resolve with record ")
+    # The safe action, offered in place by the lookup: one button, its reason preset.
+    lookup = AuditEntry.objects.get(action="destination_lookup", case=case)
+    (reference,) = lookup.details["refs"]
     assert reference.startswith("rec_")
-    expect(page.locator("#id_found_reason")).to_be_focused()
-    page.keyboard.type("Found the enquiry in the CRM listing by its reference")
-    page.keyboard.press("Enter")
-    expect(page.locator(f"text=resolved with record {reference}")).to_be_visible()
+    page.click("#lookup-result button:has-text('It is there: resolve')")
+    expect(page.locator("text=resolved: it is in the CRM")).to_be_visible()
 
     operation = Operation.objects.get(pk=case.operation_id)
     assert (operation.status, operation.destination_ref) == ("succeeded", reference)
@@ -163,8 +162,8 @@ def test_ambiguous_create_absent_at_the_destination_is_replayed_once(
     open_from_queue(page, case, "Not sure it happened")
     timeline = page.locator(f"#operation-{case.operation_id} .timeline")
     assert "Unclear: it may have happened" in timeline.inner_text()
-    page.click("button:has-text('Look up in the CRM')")
-    expect(page.locator("#lookup-result")).to_contain_text("absent")
+    page.click("button:has-text('Look it up in the CRM')")
+    expect(page.locator("#lookup-result")).to_contain_text("it is not there")
     page.click("button:has-text('Try again…')")
     page.check("#id_destination_checked")
     page.fill("#id_reason", "Looked it up: no record with this reference")
@@ -221,15 +220,14 @@ def test_merging_suspected_duplicates_leaves_one_record(page, users, sandbox, qc
     case = duplicate_case(sandbox)
     assert sandbox.stats()["records"] == 2
     sign_in(page, "rita", next_url=f"/console/cases/{case.pk}/")
-    page.click("text=Compare and merge…")
-    assert page.locator("td.diff").count() >= 1
+    page.click("text=Merge into one…")
+    assert page.locator("text=A merge in the CRM cannot be undone.").is_visible()
     shot(page, "merge")
-    survivor, duplicate = case.record_ids
-    page.check(f"input[name=survivor][value={survivor}]")
-    page.check(f"input[name=duplicate][value={duplicate}]")
-    page.fill("#id_reason", "Same person, same message, sent twice")
-    page.click("button:has-text('Merge the records')")
-    assert page.locator(".messages >> text=will be merged into").is_visible()
+    survivor, _duplicate = case.record_ids
+    page.check(f"input[name=survivor][value={survivor}]")  # one choice: the other merges in
+    page.fill("#id_note", "Same person, same message, sent twice")
+    page.click("button:has-text('Merge now')")
+    assert page.locator(".messages >> text=will be merged").is_visible()
     assert sandbox.stats()["records"] == 2  # the request only queued the merge
     qcluster_factory()  # a real worker cluster runs the merge operation
     wait_for(lambda: merge_operation(case).status == "succeeded", timeout=60, what="the merge")
@@ -245,8 +243,8 @@ def test_bulk_replay_progress_updates_in_place_until_the_job_finishes(
 ):
     cases = [permanent_case(f"browser-bulk-{i}") for i in range(3)]
     sign_in(page, "rex", next_url="/console/cases/")
-    page.goto("/console/cases/?kind=permanent_failure")
-    page.click("button:has-text('Replay everything matching this filter…')")
+    page.goto("/console/cases/?kind=permanent_failure")  # a filter chosen: Filters open
+    page.click("button:has-text('Try again everything matching these filters…')")
     page.fill("#id_reason", "CRM credentials fixed")
     page.click("button:has-text('Start the bulk replay')")
     page.wait_for_url("**/console/bulk-replays/*/")

@@ -149,10 +149,14 @@ def test_the_merge_page_shows_both_records_with_differences(users, sandbox):
     client.force_login(users["reviewer"])
     page = client.get(reverse("console:case-compare", args=[case.pk])).content.decode()
     for ref in case.record_ids:
-        assert ref in page
-    assert 'class="diff"' in page  # external_ref and created_at differ
-    assert "dup-a" in page and "dup-b" in page  # the originating events
+        assert ref in page  # under Technical details
+    # The same person and message twice: no row differs (Onefold's reference and the
+    # time each was made are not the customer's data, so they are no rows of their own).
+    assert 'class="diff"' not in page and ">differs<" not in page
+    assert "made <time" in page  # each record's creation, local and relative
+    assert "dup-a" in page and "dup-b" in page  # the originating events' keys, technical
     assert "a***@example.com" in page and "ada@example.com" not in page
+    assert "A merge in the CRM cannot be undone." in page
 
 
 def test_bulk_replay_replays_what_is_safe_and_lists_what_is_not(users, ambiguous_case):
@@ -212,17 +216,17 @@ def test_a_lookup_by_htmx_answers_in_place_with_the_audit_trail(users, ambiguous
     assert response.status_code == 200
     fragment = response.content.decode()
     assert "<html" not in fragment
-    assert 'id="lookup-result"' in fragment and "exists" in fragment
+    assert 'id="lookup-result"' in fragment and "it is <strong>there</strong>" in fragment
     assert 'id="case-audit" hx-swap-oob="true"' in fragment
     assert "destination_lookup" in fragment
     # The answer is on the page already: no flash message is left for the next one.
     page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
-    assert "Destination lookup: " not in page
+    assert "Looked up in the CRM: " not in page
 
     # Without JavaScript the same POST redirects back to the case, with a message.
     plain = client.post(url, follow=True)
     assert plain.redirect_chain[-1][1] == 302
-    assert "Destination lookup: " in plain.content.decode()
+    assert "Looked up in the CRM: it is there." in plain.content.decode()
     assert AuditEntry.objects.filter(case=case, action="destination_lookup").count() == 2
 
 
@@ -420,9 +424,12 @@ def test_a_lookup_from_before_the_last_attempt_does_not_count(users, ambiguous_c
     # The replayed attempt commits the record and loses the answer: ambiguous again.
     sandbox.fault("create_record", "drop_response_after_commit")
     assert operation_execute(operation_id=case.operation_id) == "ambiguous"
-    # The replay did not work: the same case stays in progress, with the new attempt.
+    # The replay did not work: the same case, back in the queue (open, nobody's), with the
+    # new attempt, and the audit trail says so.
     second = ReviewCase.objects.get(operation_id=case.operation_id)
-    assert (second.pk, second.status) == (case.pk, "in_progress")
+    assert (second.pk, second.status, second.owner_id) == (case.pk, "open", None)
+    assert AuditEntry.objects.filter(case=case, action="replay_failed").count() == 1
+    assert second.evidence["attempt"] == 2
     with pytest.raises(ReplayRefusedError, match="Look it up in the destination first"):
         replay(second, rex, destination_checked=True)  # the old "absent" is out of date
     operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=second)

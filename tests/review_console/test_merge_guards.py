@@ -143,11 +143,13 @@ def test_differences_are_judged_before_masking(sandbox):
     client = Client()
     client.force_login(rita)
     page = client.get(reverse("console:case-compare", args=[case.pk])).content.decode()
-    name_row = page[page.index("<tr><th>Name") : page.index("</tr>", page.index("<tr><th>Name"))]
+    start = page.index('<tr><th scope="row">Name')
+    name_row = page[start : page.index("</tr>", start)]
     assert name_row.count("L. T.") == 2  # both masked alike...
     assert "differs" in name_row  # ...yet marked: the real names differ
     assert "Lena" not in page and "Lars" not in page
-    email_row = page[page.index("<tr><th>Email") : page.index("</tr>", page.index("<tr><th>Email"))]
+    start = page.index('<tr><th scope="row">Email')
+    email_row = page[start : page.index("</tr>", start)]
     assert "differs" not in email_row  # the same address on both
 
 
@@ -158,22 +160,22 @@ def test_a_refused_merge_keeps_the_typed_reason_and_says_why(sandbox):
     case = case_about([a, b], events[1])
     client = Client()
     client.force_login(rita)
-    reason = "Same kitchen, same phone number; she called twice."
+    note = "Same kitchen, same phone number; she called twice."
     response = client.post(
         reverse("console:case-merge", args=[case.pk]),
-        {"confirm": "yes", "survivor": a, "duplicate": a, "reason": reason},
+        {"confirm": "yes", "survivor": a, "duplicate": a, "preset": "same_request", "note": note},
     )
     page = response.content.decode()
     assert response.status_code == 200
     assert f"You chose record {a} on both sides" in page
-    assert f'name="reason" id="id_reason" value="{reason}"' in page
+    assert f'name="note" id="id_note" value="{note}"' in page
     assert not merges_of([a, b]) and not Operation.objects.filter(step__startswith="merge").exists()
-    # A missing choice keeps the reason too, and names what is missing.
+    # A missing choice keeps the note too, and names what is missing.
     page = client.post(
         reverse("console:case-merge", args=[case.pk]),
-        {"confirm": "yes", "survivor": a, "reason": reason},
+        {"confirm": "yes", "preset": "same_request", "note": note},
     ).content.decode()
-    assert "Choose the record merged into it." in page and f'value="{reason}"' in page
+    assert "Choose the record that stays." in page and f'value="{note}"' in page
 
 
 @pytest.mark.django_db

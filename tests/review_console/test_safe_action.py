@@ -1,6 +1,7 @@
 """The safe action first (issue 14, item 3): on an ambiguous case the lookup and
 "resolve with the record found" lead, and resolving with the record the lookup
-found is one button and a reason, against the real sandbox CRM.
+found is one button (its reason preset, a note optional; issue 27), against the real
+sandbox CRM.
 
 The reference a resolution uses is the one the lookup stored in the audit trail,
 read again on the server: anything posted alongside is ignored.
@@ -30,7 +31,7 @@ def _client(user) -> Client:
 
 def _buttons(html: str) -> list[tuple[bool, str]]:
     """The case page's action buttons in page order: (primary?, text)."""
-    actions = html.split('<div class="actions"', 1)[1].split("</div>", 1)[0]
+    actions = html.split('<div class="actions main-actions"', 1)[1].split("</div>", 1)[0]
     return [("btn-primary" in cls, text.strip()) for cls, text in BUTTON.findall(actions)]
 
 
@@ -41,19 +42,23 @@ def test_the_lookup_leads_then_one_click_resolves_with_the_record_it_found(
     client = _client(users["replay_admin"])
     page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
     buttons = _buttons(page)
-    assert buttons[0] == (True, "Look up in the CRM")
+    assert buttons[0] == (True, "Look it up in the CRM")
     assert (False, "Try again…") in buttons  # a replay is the second choice
-    assert [text for primary, text in buttons if primary] == ["Look up in the CRM"]
+    assert [text for primary, text in buttons if primary] == ["Look it up in the CRM"]
 
     client.post(reverse("console:case-lookup", args=[case.pk]))
     lookup = AuditEntry.objects.get(action="destination_lookup", case=case)
     (ref,) = lookup.details["refs"]
     page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
-    assert _buttons(page)[0] == (True, f"Resolve with record {ref}…")
+    assert _buttons(page)[0] == (True, "It is there: resolve")
+    assert f'name="lookup" value="{lookup.pk}"' in page
 
+    # Without a preset, the confirmation page asks for the reason (never autofocused:
+    # on a phone that opens the keyboard; its button has the focus).
     confirm = client.post(reverse("console:case-resolve-found", args=[case.pk]))
     html = confirm.content.decode()
-    assert re.search(r'<(?:input|textarea)[^>]*name="reason"[^>]*autofocus', html)
+    assert 'name="reason"' in html
+    assert not re.search(r'<(?:input|textarea)[^>]*name="reason"[^>]*autofocus', html)
     assert f'name="lookup" value="{lookup.pk}"' in html
     assert 'name="destination_ref"' not in html  # nothing to type but the reason
 
@@ -173,9 +178,21 @@ def test_a_lookup_by_htmx_that_found_the_record_offers_resolving_with_it_in_plac
     answer = client.post(reverse("console:case-lookup", args=[case.pk]), HTTP_HX_REQUEST="true")
     html = answer.content.decode()
     (ref,) = AuditEntry.objects.get(action="destination_lookup").details["refs"]
-    # The reason is asked in place, focused, and posted with the lookup it answers.
-    assert f"Resolve with record {ref}</button>" in html
+    # The decision in place: one button, its reason preset, posted with the lookup it
+    # answers; the record's number is under Technical details.
+    assert "It is there: resolve</button>" in html and ref in html
     assert reverse("console:case-resolve-found", args=[case.pk]) in html
-    assert 'name="reason" required autofocus' in html
+    assert 'name="preset" value="found"' in html and "autofocus" not in html
     lookup = AuditEntry.objects.get(action="destination_lookup")
     assert f'name="lookup" value="{lookup.pk}"' in html
+    # One click: the preset is the reason, the optional note is added to it.
+    done = client.post(
+        reverse("console:case-resolve-found", args=[case.pk]),
+        {"preset": "found", "lookup": lookup.pk, "note": "she confirmed by phone"},
+    )
+    assert done.status_code == 302
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "verified_in_destination")
+    entry = AuditEntry.objects.get(case=case, action="case_resolved")
+    assert entry.reason == "Found in the CRM by the lookup, checked again: she confirmed by phone"
+    assert entry.details["destination_ref"] == ref

@@ -19,7 +19,7 @@ from tests.support.senders import SAMPLES, signed_headers
 
 pytestmark = pytest.mark.django_db
 
-SECRET = "first-signing-secret-2026"
+SECRET = "first-signing-secret-2026-long-enough-for-hmac"
 SAMPLE = SAMPLES["generic"]
 
 
@@ -66,7 +66,10 @@ def test_the_pages_render_for_staff_who_may_view_and_refuse_non_staff(users):
     assert "Received (first time): 1" in text and "Refused: signature or token wrong: 1" in text
     detail = page(logged_in(users["reviewer"]), source)
     assert "http://testserver/hooks/zapier/" in detail
-    assert SECRET[:6] in detail and SECRET not in detail
+    # A Reviewer learns how many secrets there are, not how they start (security
+    # review F11: their first characters only for those who may change sources).
+    assert "1 signing secret" in detail and f"{SECRET[:4]}…" not in detail
+    assert SECRET not in detail
     assert "leads" in detail and "Flag: both are processed" in detail
     assert "Onefold-Signature: t=&lt;unix seconds&gt;" in detail  # the provider's setup text
     assert "Disable…" not in detail, "a reviewer may look, not change"
@@ -152,7 +155,7 @@ def test_a_new_secret_is_shown_once_and_then_only_by_its_prefix(users):
 def test_a_typed_secret_is_not_echoed_and_a_shared_prefix_is_refused(users):
     source = signed_source()
     client = logged_in(users["superuser"])
-    typed = "webflow-secret-key-abc"
+    typed = "webflow-secret-key-abc-long-enough-for-hmac-256"
     added = confirmed(client, "console:source-secret-add", source, secret=typed)
     assert added.status_code == 200 and typed not in added.content.decode()
     assert typed[:6] in added.content.decode()
@@ -230,14 +233,17 @@ def test_the_admin_shows_prefixes_not_secrets_and_audits_a_secret_added(users):
         "secrets-0-id": str(existing.pk),
         "secrets-0-source": str(source.pk),
         "secrets-1-source": str(source.pk),
-        "secrets-1-secret": "typed-in-the-admin-1",
+        "secrets-1-secret": "typed-in-the-admin-1-long-enough-for-hmac-sha256",
     }
     saved = client.post(url, data)
     assert saved.status_code == 302, saved.content.decode()[:2000]
     source.refresh_from_db()
     assert source.duplicates == "hold"
     assert sorted(source.secrets.values_list("prefix", flat=True)) == ["first-", "typed-"]
-    assert source.secrets.get(prefix="typed-").secret == "typed-in-the-admin-1"
+    assert (
+        source.secrets.get(prefix="typed-").secret
+        == "typed-in-the-admin-1-long-enough-for-hmac-sha256"
+    )
     assert AuditEntry.objects.get(action="source_secret_added").details["prefix"] == "typed-"
 
 

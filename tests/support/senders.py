@@ -395,7 +395,7 @@ TUTORING_MAP = {
 
 # -- a hooked source and a signed delivery to it (the hook tests') ----------------------
 
-SECRET = "a-signing-secret-for-tests"
+SECRET = "a-signing-secret-for-tests-of-32-or-more-characters"
 
 
 def hook_source(profile: str, *, name: str = "", **options: str) -> tuple[Source, str]:

@@ -32,7 +32,7 @@
         b.addEventListener("change", function () { syncAll(all); });
       });
     }
-    document.querySelectorAll("tr[data-href]").forEach(function (row) {
+    document.querySelectorAll("[data-href]").forEach(function (row) {
       row.addEventListener("click", function (event) {
         if (event.target.closest("a, button, input, label, select, textarea")) {
           return;
