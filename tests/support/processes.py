@@ -140,6 +140,19 @@ class Sandbox:
         response.raise_for_status()
         return response.json()["results"]
 
+    def records(self) -> list[dict]:
+        """Every live record, oldest first (the listing reconciliation reads)."""
+        response = self.client.get(
+            "/crm/records", params={"since": "2000-01-01T00:00:00Z", "limit": 5000}
+        )
+        response.raise_for_status()
+        return response.json()["results"]
+
+    def tasks(self, record_id: str) -> list[dict]:
+        response = self.client.get(f"/crm/records/{record_id}/tasks")
+        response.raise_for_status()
+        return response.json()["results"]
+
 
 def start_sandbox(log_dir: Path) -> Sandbox:
     child = spawn("sandbox", ["sandbox", "--http-port", "0", "--smtp-port", "0"], log_dir)
