@@ -197,6 +197,18 @@ class WebServer:
 SLOW_CLIENT_SECONDS = 60
 
 
+def manage(*args: str, sandbox: Sandbox | None = None) -> subprocess.CompletedProcess[str]:
+    """`manage.py ARGS` run as an operator would, on the test database."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        cwd=REPO,
+        env={**os.environ, **app_env(sandbox)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def check_destinations(sandbox: Sandbox, **env: str) -> subprocess.CompletedProcess[str]:
     """`manage.py check_destinations` run as an operator would, on the test database."""
     return subprocess.run(
