@@ -9,12 +9,12 @@ confirmations for one enquiry, and a destination that checks a repeated request'
 body (Resend's 409 `invalid_idempotent_request`) sees the same body. So:
 
 - `content_ensure` (the engine, before any call): an operation whose `content` is
-  still null renders it (rendering.py) and stores it in one transaction, under the
-  claim token and only while it is null, committed before the call. A round robin's
-  counter is advanced in that same transaction (`_turn_take`: one atomic upsert), so
-  concurrent workers each take their own turn, and an operation whose content is
-  stored (every later attempt) takes none. A content that could not be stored (the
-  claim was lost) rolls the turn back.
+  still null renders it (rendering.py) and stores it, under the claim token and only
+  while it is null, committed before the call: one statement. A round robin's
+  counter is advanced in a transaction with that store (`_turn_take`: one atomic
+  upsert), so concurrent workers each take their own turn, and an operation whose
+  content is stored (every later attempt) takes none. A content that could not be
+  stored (the claim was lost) rolls the turn back.
 - `next_content_render` (the engine, in a worker's chain): the next step is rendered
   before the statement that records this step's success and claims that one, and
   the statement stores it there (`COALESCE(content, ...)`: only if still null). The
@@ -29,6 +29,7 @@ The content is purged with the event's payload (reconciliation/retention.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -45,7 +46,7 @@ from idempotency_core.execution.steps import (
     pipeline_for,
     step_of,
 )
-from idempotency_core.models import AssigneeTurn, Operation
+from idempotency_core.models import AssigneeTurn, Event, Operation
 from idempotency_core.sql import prepared_cursor, table_of
 from integrations.base import Classification, DestinationError
 
@@ -60,14 +61,19 @@ def content_ensure(ctx: StepContext, *, now: datetime | None = None) -> dict[str
     render = step_of(operation).render
     if render is None:
         return None
-    # Read before the transaction: inside one the cache is not used (config_cache.py).
+    # Read before any transaction: inside one the cache is not used (config_cache.py).
     version = config_current()
     inp = render_input(ctx, now=now or timezone.now())
-    with transaction.atomic():
-        content = render(inp, version, _turn_take)
+    try:
+        # Most content takes no turn: one statement, committed on its own.
+        content = render(inp, version, _turn_refused)
         stored = _content_store(operation, content)
-        if not stored:
-            transaction.set_rollback(True)  # and with it any turn taken
+    except TurnUnavailableError:
+        with transaction.atomic():
+            content = render(inp, version, _turn_take)
+            stored = _content_store(operation, content)
+            if not stored:
+                transaction.set_rollback(True)  # and with it the turn taken
     if not stored:
         # This claim was lost (a lease that expired meanwhile): what a newer attempt
         # stored is what the operation sends; with none stored, nothing is called.
@@ -166,16 +172,40 @@ def _store_sql() -> str:
     )
 
 
-def content_preview(ctx: StepContext, *, version: ConfigVersion) -> dict[str, Any] | None:
-    """What the step would send if first attempted now under `version`, stored nowhere
-    and taking no turn (a round robin shows its next name without advancing): for the
-    console's preview of a change before it is applied."""
-    render = step_of(ctx.operation).render
+def content_preview(
+    *, event: Event, step: str, version: ConfigVersion, refs: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """What `step` ("send_confirmation", "assign_task"...) of `event` would send if first
+    attempted now under `version` (the current one, or a change not yet applied),
+    stored nowhere and taking no turn: a round robin shows the name its next turn would
+    give. `refs` default to the event's succeeded steps' references. For the console's
+    preview from a kept submission (masking what the viewer may not see is the
+    console's); None for a step that renders nothing. Raises DestinationError when the
+    payload was purged or a template cannot be rendered."""
+    render = STEPS[step.partition(":")[0]].render
     if render is None:
         return None
+    if event.payload is None:
+        raise DestinationError(
+            "the submission's payload was purged after its retention period",
+            classification=Classification.PERMANENT,
+        )
+    if refs is None:
+        refs = dict(
+            event.operations.filter(status=Operation.Status.SUCCEEDED).values_list(
+                "step", "destination_ref"
+            )
+        )
 
     def next_turn(scope: str) -> int:
         row = AssigneeTurn.objects.filter(scope=scope).values_list("turns", flat=True).first()
         return int(row or 0) + 1
 
-    return render(render_input(ctx, now=timezone.now()), version, next_turn)
+    inp = RenderInput(
+        payload=event.payload,
+        source=event.source.name,
+        default_assignee=event.source.task_assignee,
+        refs=refs,
+        now=timezone.now(),
+    )
+    return render(inp, version, next_turn)

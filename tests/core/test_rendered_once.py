@@ -16,12 +16,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from idempotency_core.configuration.versions import ConfigVersion, config_current
+from idempotency_core.execution.content import content_preview
 from idempotency_core.execution.engine import operation_execute, operation_execute_chain
 from idempotency_core.models import AssigneeTurn, Event, Operation, ReviewCase
 from idempotency_core.reconciliation.retention import payloads_purge
 from idempotency_core.review.email_cases import email_send_again
 from idempotency_core.review.replay import operation_replay
-from tests.factories import configured, ingest, make_user, op
+from tests.factories import completed, configured, ingest, make_user, op
 
 pytestmark = pytest.mark.django_db
 
@@ -167,3 +169,22 @@ def test_the_content_is_purged_with_the_payload(sandbox, settings):
     Event.objects.filter(pk=event.pk).update(received_at=old)
     assert payloads_purge().purged == 1
     assert not event.operations.filter(content__isnull=False).exists()
+
+
+def test_a_preview_renders_a_kept_submission_under_a_version_storing_nothing(sandbox):
+    configured({"*": {"task": {"assignee": {"round_robin": ["ana", "ben"]}}}})
+    event = completed("preview-1")
+    draft = version_of({"*": {"confirmation": {"subject": "Draft for {{ contact.first_name }}"}}})
+    preview = content_preview(event=event, step="send_confirmation", version=draft)
+    assert preview is not None and preview["subject"] == "Draft for Ada"
+    assert preview["text"].endswith(
+        f"Your reference: {op(event, 'create_enquiry').destination_ref}\n"
+    )
+    task = content_preview(event=event, step="assign_task", version=config_current())
+    assert task is not None and task["assignee"] == "ben"  # the next turn, not taken
+    assert AssigneeTurn.objects.get(scope="website/*").turns == 1
+    assert op(event, "send_confirmation").content["subject"] == "We received your enquiry"
+
+
+def version_of(forms: dict[str, object]) -> ConfigVersion:
+    return ConfigVersion(99, {"sources": {"website": {"forms": forms}}})
