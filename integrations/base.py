@@ -143,10 +143,10 @@ class RecordContent:
 
     `properties` go on the enquiry object itself (a deal's `amount`, a lead's
     `Company`), `contact_properties` on its contact or person, where the CRM has one;
-    `pipeline` and `stage` place it ("" : the adapter's own configuration, as before).
+    `pipeline` and `stage` place it ("": the adapter's own setting).
     Names are the CRM's property names as the configuration wrote them; whether the CRM
     has them is checked against its schema by `check_destinations`, not here. Empty
-    (the default) means what the adapter sent before there was any configuration."""
+    (the default) means the adapter's built-in content alone."""
 
     properties: dict[str, str] = field(default_factory=dict)
     contact_properties: dict[str, str] = field(default_factory=dict)
@@ -270,7 +270,7 @@ class CrmAdapter(Protocol):
     ) -> Effect:
         """`assignee` is the name the configuration chose (or the source's own): an
         adapter maps it to the CRM's owner where it can. `due_at`: when the task is due
-        (None: no due date, as before there was any configuration)."""
+        (None: no due date)."""
         ...
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None: ...

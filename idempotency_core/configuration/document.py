@@ -343,3 +343,45 @@ def form_block(
     if form in forms:
         return form, forms[form] or {}
     return ANY_FORM, forms.get(ANY_FORM) or {}
+
+
+@dataclass(frozen=True)
+class ConfiguredNames:
+    """What a source's blocks name in its CRM, for checking against the CRM's schema and
+    owners (`check_destinations`): property names per object, assignee names, and the
+    pipelines and stages written as plain text (a template's value is known only when
+    rendered, so it is not listed)."""
+
+    enquiry_properties: frozenset[str]
+    contact_properties: frozenset[str]
+    assignees: frozenset[str]
+    pipelines: frozenset[str]
+    stages: frozenset[str]
+
+
+def configured_names(document: Mapping[str, Any], source: str) -> ConfiguredNames:
+    """Every CRM name `source`'s blocks (all forms) use, from a validated document."""
+    forms = ((document.get("sources") or {}).get(source) or {}).get("forms") or {}
+    found: dict[str, set[str]] = {key: set() for key in ConfiguredNames.__dataclass_fields__}
+    for block in forms.values():
+        block = block or {}
+        enquiry = block.get("enquiry") or {}
+        found["enquiry_properties"] |= set(enquiry.get("fields") or {})
+        found["contact_properties"] |= set((block.get("contact") or {}).get("fields") or {})
+        for key, bucket in (("pipeline", "pipelines"), ("stage", "stages")):
+            value = enquiry.get(key)
+            if isinstance(value, str) and value.strip() and "{" not in value:
+                found[bucket].add(value.strip())
+        found["assignees"] |= _assignee_names((block.get("task") or {}).get("assignee"))
+    return ConfiguredNames(**{key: frozenset(names) for key, names in found.items()})
+
+
+def _assignee_names(spec: object) -> set[str]:
+    if isinstance(spec, str):
+        return {spec.strip()} if spec.strip() else set()
+    if not isinstance(spec, Mapping):
+        return set()
+    names = [*(spec.get("round_robin") or []), *(spec.get("map") or {}).values()]
+    if spec.get("default"):
+        names.append(spec["default"])
+    return {str(name).strip() for name in names if str(name).strip()}

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from idempotency_core.configuration.document import document_problems
+from idempotency_core.configuration.document import configured_names, document_problems
 from idempotency_core.configuration.versions import ConfigInvalidError, config_apply
 from idempotency_core.configuration.yamlfile import YamlFileError, yaml_load
 from idempotency_core.intake.sources import source_get_or_create
@@ -175,3 +175,23 @@ def test_properties_must_be_crm_names_and_never_onefolds_reference() -> None:
     base = "sources.website.forms.*.enquiry.fields"
     assert set(problems) == {f"{base}.bad name", f"{base}.external_ref", f"{base}.n"}
     assert "quote a number" in problems[f"{base}.n"]
+
+
+def test_the_names_a_source_uses_in_its_crm_are_listed_for_check_destinations() -> None:
+    forms = {
+        "*": {
+            "enquiry": {"fields": {"amount": "x"}, "pipeline": "default", "stage": "{{ x }}"},
+            "contact": {"fields": {"company": "x"}},
+            "task": {"assignee": {"round_robin": ["ana", "ben"]}},
+        },
+        "quote": {
+            "enquiry": {"fields": {"budget__c": "x"}},
+            "task": {"assignee": {"from_field": "form", "map": {"a": "cy"}, "default": "dee"}},
+        },
+    }
+    names = configured_names({"sources": {"website": {"forms": forms}}}, "website")
+    assert names.enquiry_properties == {"amount", "budget__c"}
+    assert names.contact_properties == {"company"}
+    assert names.assignees == {"ana", "ben", "cy", "dee"}
+    assert (names.pipelines, names.stages) == ({"default"}, set())  # a template is not known
+    assert configured_names({}, "website").assignees == frozenset()
