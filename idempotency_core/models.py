@@ -406,6 +406,12 @@ class Operation(models.Model):
     # What a step needs beyond the event (a merge: which records); null for
     # pipeline steps, which read the event.
     arguments = models.JSONField(null=True, blank=True)
+    # What this effect sends (properties, task title and assignee, the email's subject
+    # and text...), rendered from the business configuration when the operation is first
+    # attempted and stored before the destination is called: every retry, recovery and
+    # replay sends exactly this (configuration/content.py). Null until then; purged with
+    # the event's payload (it holds the same contact details).
+    content = models.JSONField(null=True, blank=True)
     # Who or what scheduled the next attempt; the claim copies it onto the attempt.
     # (db_default too: rows that bulk loads insert with SQL start as the worker's.)
     next_trigger = models.CharField(
@@ -894,3 +900,47 @@ class ReconciliationFinding(models.Model):
     @property
     def record_id_list(self) -> list[str]:
         return [r for r in self.record_ids.split(",") if r]
+
+
+# --- Business configuration (issue 25) -------------------------------------------------
+# What the effects contain: per source and form, the enquiry's and the contact's CRM
+# properties, the task's title, assignee and due date, the confirmation's subject, text,
+# HTML and Reply-To (idempotency_core/configuration/). One document, versioned: the
+# newest version is the configuration; a change is a new version.
+
+
+class BusinessConfigVersion(models.Model):
+    """One version of the whole business configuration document. Never updated or
+    deleted (a database trigger refuses both, migration 0028): a restore is a new
+    version holding an older document. An insert NOTIFYs `onefold_config`, so every
+    process's cached configuration is dropped at its commit."""
+
+    number = models.PositiveIntegerField(unique=True)
+    # {"sources": {name: {"forms": {form or "*": {"enquiry": ..., "task": ...}}}}}
+    document = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    # "user:alice" or "system:config apply": readable even when the user is gone.
+    actor_label = models.CharField(max_length=150)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        permissions = [("change_businessconfig", "Can change the business configuration")]
+
+    def __str__(self) -> str:
+        return f"configuration version {self.number}"
+
+
+class AssigneeTurn(models.Model):
+    """A round-robin's counter: how many tasks it has assigned. Advanced by one atomic
+    UPDATE in the transaction that stores the task's rendered content, so concurrent
+    workers each take their own turn and a retry (whose content is stored) takes none."""
+
+    # "<source>/<form key>": the configuration block the round robin is written in.
+    scope = models.CharField(max_length=255, unique=True)
+    turns = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.scope}: {self.turns} turns"

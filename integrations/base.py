@@ -23,7 +23,7 @@ Nothing here imports Onefold's models: integrations sit below the core.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -137,6 +137,27 @@ class Effect:
 
 
 @dataclass(frozen=True)
+class RecordContent:
+    """What the business configured an enquiry to carry beyond its core fields, rendered
+    once for the operation (the engine's execution/content.py): the same on every retry.
+
+    `properties` go on the enquiry object itself (a deal's `amount`, a lead's
+    `Company`), `contact_properties` on its contact or person, where the CRM has one;
+    `pipeline` and `stage` place it ("": the adapter's own setting).
+    Names are the CRM's property names as the configuration wrote them; whether the CRM
+    has them is checked against its schema by `check_destinations`, not here. Empty
+    (the default) means the adapter's built-in content alone."""
+
+    properties: dict[str, str] = field(default_factory=dict)
+    contact_properties: dict[str, str] = field(default_factory=dict)
+    pipeline: str = ""
+    stage: str = ""
+
+
+NO_CONTENT = RecordContent()
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a destination can recognise of a repeat (DESIGN.md, Flow 4).
 
@@ -213,13 +234,21 @@ class CrmAdapter(Protocol):
         ...
 
     def create_record(
-        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+        self,
+        *,
+        external_ref: str,
+        fields: dict[str, Any],
+        allow_duplicate: bool = False,
+        content: RecordContent = NO_CONTENT,
     ) -> Effect:
         """`allow_duplicate`: a reviewer decided to create despite the destination's
-        duplicate rule (DestinationError.create_anyway); ignored where there is none."""
+        duplicate rule (DestinationError.create_anyway); ignored where there is none.
+        `content`: the configured properties, contact properties, pipeline and stage."""
         ...
 
-    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect: ...
+    def update_record(
+        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
+    ) -> Effect: ...
 
     def get_record(self, record_id: str) -> dict[str, Any] | None: ...
 
@@ -231,8 +260,18 @@ class CrmAdapter(Protocol):
     def find_record(self, *, external_ref: str) -> str | None: ...
 
     def create_task(
-        self, *, record_id: str, external_ref: str, title: str, assignee: str
-    ) -> Effect: ...
+        self,
+        *,
+        record_id: str,
+        external_ref: str,
+        title: str,
+        assignee: str,
+        due_at: datetime | None = None,
+    ) -> Effect:
+        """`assignee` is the name the configuration chose (or the source's own): an
+        adapter maps it to the CRM's owner where it can. `due_at`: when the task is due
+        (None: no due date)."""
+        ...
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None: ...
 
@@ -252,7 +291,19 @@ class EmailAdapter(Protocol):
 
     def verify(self) -> list[CapabilityCheck]: ...
 
-    def send(self, *, operation_key: str, to: str, subject: str, body: str) -> Effect: ...
+    def send(
+        self,
+        *,
+        operation_key: str,
+        to: str,
+        subject: str,
+        body: str,
+        html: str | None = None,
+        reply_to: str | None = None,
+    ) -> Effect:
+        """`body` is the plain text; `html`, when given, its HTML alternative; `reply_to`
+        one address for the Reply-To. The same arguments on every retry (rendered once)."""
+        ...
 
 
 Adapter = CrmAdapter | EmailAdapter

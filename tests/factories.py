@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import operation_subject
+from idempotency_core.configuration.versions import ApplyResult, config_apply
 from idempotency_core.execution.engine import operation_execute, operation_hold_later
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
@@ -91,6 +92,14 @@ def completed(key: str, **overrides: Any) -> Event:
     event = ingest(key, **overrides)
     run_pipeline(event)
     return event
+
+
+def configured(forms: dict[str, Any], *, source: str = "website") -> ApplyResult:
+    """Applies `forms` (form name or "*" -> sections) as `source`'s business
+    configuration, through the service the command and the console use; the source is
+    made when missing."""
+    source_get_or_create(name=source)
+    return config_apply(document={"sources": {source: {"forms": forms}}}, reason="a test")
 
 
 # -- console users and review cases ------------------------------------------------

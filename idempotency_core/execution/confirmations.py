@@ -47,6 +47,8 @@ NEUTRAL_GREETING = "Hello,"
 # apostrophes and dots ("Jean-Luc", "O'Brien", "N\u2019Dour", "J. R. R. Tolkien");
 # U+2010 and U+2019 are the typographic hyphen and apostrophe.
 _NAME_PUNCTUATION = frozenset("-\u2010'\u2019.")
+# What HTML escaping neutralises, allowed in a configured template's values.
+_MARKUP = frozenset('<>&"/')
 # The limits count the confirmations allowed in the last this long.
 LIMIT_WINDOW = timedelta(hours=24)
 # Written on a delivery's `verification` when its CAPTCHA could not be checked.
@@ -55,7 +57,7 @@ CAPTCHA_UNCHECKED = "CAPTCHA not checked"
 _BY_PERSON = (Attempt.Trigger.REPLAY, Attempt.Trigger.REVIEWER)
 
 
-def greeting_name(name: object) -> str:
+def greeting_name(name: object, *, markup: bool = False) -> str:
     """The submitted name as a greeting may show it, or "" when it may not.
 
     Only short plain text: letters, spaces, hyphens, apostrophes and dots, at most
@@ -63,14 +65,20 @@ def greeting_name(name: object) -> str:
     a link: no "www", and no dot followed by two letters ("evil.com", "bit.ly"), so
     an initial ("J. Smith", "J.R.R.") passes and a domain does not. Digits, "@", "/",
     ":", markup, line breaks and invisible or direction-changing characters are
-    refused by the character rule itself."""
+    refused by the character rule itself.
+
+    `markup` (a configured template's values, execution/rendering.py) also lets through
+    the characters HTML escaping neutralises, `<`, `>`, `&`, `"` and `/` ("Smith &
+    Sons"): the HTML part is autoescaped and the text part is plain text, so they show
+    as typed. Everything else of the rule holds: still no digits, "@", ":" or domain."""
     if not isinstance(name, str):
         return ""
     # Runs of plain spaces collapse; any other space (a line break, a tab) is refused.
     shown = " ".join(part for part in name.split(" ") if part)
     if not shown or len(shown) > GREETING_NAME_MAX:
         return ""
-    if not all(_name_character(c) for c in shown) or not any(c.isalpha() for c in shown):
+    allowed = (lambda c: c in _MARKUP or _name_character(c)) if markup else _name_character
+    if not all(allowed(c) for c in shown) or not any(c.isalpha() for c in shown):
         return ""
     folded = shown.casefold()
     if "www" in folded:
@@ -94,19 +102,37 @@ def confirmation_greeting(name: object) -> str:
     return f"Hello {shown}," if shown else NEUTRAL_GREETING
 
 
+# The confirmation a form without configured content sends (configuration: none).
+DEFAULT_SUBJECT = "We received your enquiry"
+
+
+def confirmation_default_text(name: object, reference: str) -> str:
+    """The built-in text: the greeting (by the strict rule above), then the reference."""
+    return (
+        f"{confirmation_greeting(name)}\n\n"
+        "Thank you for your enquiry. We have received it and someone will be in touch.\n\n"
+        f"Your reference: {reference}\n"
+    )
+
+
 # What a skipped confirmation says, on its operation and on the console's pages.
 NO_ADDRESS = "not sent: no address"
 
 
+# What a confirmation turned off for its form says (`confirmation.send: false`).
+TURNED_OFF = "not sent: turned off for this form (confirmation.send is false)"
+
+
 class ConfirmationSkippedError(DestinationError):
-    """There is nobody to send the confirmation to: the submission has no email address.
-    Nothing reached the mail service and no limit counted it; the step ends cancelled
-    (engine.py, policy.py), its next step released as after a success."""
+    """There is nobody to send the confirmation to: the submission has no email address
+    (or the form's configuration turns confirmations off, `TURNED_OFF`). Nothing reached
+    the mail service and no limit counted it; the step ends cancelled (engine.py,
+    policy.py), its next step released as after a success."""
 
     skipped = True
 
-    def __init__(self) -> None:
-        super().__init__(NO_ADDRESS, classification=Classification.PERMANENT)
+    def __init__(self, message: str = NO_ADDRESS) -> None:
+        super().__init__(message, classification=Classification.PERMANENT)
 
 
 class ConfirmationHeldError(DestinationError):

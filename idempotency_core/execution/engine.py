@@ -45,6 +45,7 @@ from idempotency_core.execution.budget import (
     budget_for,
     destination_pause,
 )
+from idempotency_core.execution.content import content_ensure, next_content_render
 from idempotency_core.execution.destinations import (
     AdapterUnavailableError,
     DestinationRefusedError,
@@ -476,6 +477,8 @@ def _call_destination(
 ) -> AttemptResult:
     """Reads first where the rule allows it, else performs the step's effect."""
     context = step_context(operation, refs=refs, adapter=adapter)
+    # Rendered once, stored (committed) before any call: every attempt sends the same.
+    content_ensure(context)
     return _read_or_perform(operation, step_of(operation), context, rule=rule)
 
 
@@ -621,6 +624,12 @@ def _success_release(
         now=now,
         release_next=True,
         claim_next=None if chained is None else (token, _lease_until(now)),
+        # The step claimed next gets its content in the same statement (content.py).
+        next_content=None
+        if chained is None
+        else next_content_render(
+            claim.operation, refs=claim.refs, destination_ref=result.destination_ref, now=now
+        ),
     )
     if written.cases_waiting:
         return None
@@ -643,6 +652,7 @@ def _outcome_statement(
     now: datetime,
     release_next: bool,
     claim_next: tuple[uuid.UUID, datetime] | None = None,
+    next_content: str | None = None,
 ) -> Written:
     """statements.outcome_write for this claim."""
     operation_sets, attempt_sets = _outcome_fields(
@@ -657,6 +667,7 @@ def _outcome_statement(
         settles_case_ids=list((claim.operation.arguments or {}).get("settles_case_ids", [])),
         release_next=release_next,
         claim_next=claim_next,
+        next_content=next_content,
         now=now,
     )
 

@@ -108,6 +108,7 @@ def outcome_write(
     settles_case_ids: list[int],
     release_next: bool = False,
     claim_next: tuple[uuid.UUID, datetime] | None = None,
+    next_content: str | None = None,
     now: datetime,
 ) -> Written:
     """The outcome under the claim token, and the attempt's if it matched. `sets` and
@@ -118,7 +119,8 @@ def outcome_write(
     when a case waits: settling it belongs in the outcome's transaction. With
     `claim_next` too, (token, lease end), that step is claimed for the caller, and
     returned with its attempt's id and the references of the steps before it, this
-    one's new reference included."""
+    one's new reference included. `next_content` (JSON `{step: content}`) is stored on
+    the step claimed, if still without content (execution/content.py)."""
     names = tuple(sets)
     attempt_names = tuple(attempt_sets)
     waiting = [operation_id, settles_case_ids, list(ReviewCase.OPEN_STATUSES)]
@@ -131,7 +133,7 @@ def outcome_write(
     params += [attempt_id]
     claiming = release_next and claim_next is not None
     if release_next:
-        params += _released_params(now, claim_next)
+        params += _released_params(now, claim_next, next_content)
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_outcome_sql(names, attempt_names, release_next, claiming), params)
         rows = cursor.fetchall()
@@ -368,10 +370,12 @@ def _released(claiming: bool) -> str:
         f"AND {_by_id_only(_NEXT_WAITING)}"
     )
     if claiming:
+        # A claimed step's content, rendered ahead by the caller, where it has none yet.
         return (
             f"released AS (UPDATE {op} o SET {_CLAIM_SET.format(t='o.')}, "
-            f'"next_attempt_at" = %s, "enqueued_at" = %s {following} RETURNING o.*), '
-            f"attempt AS ({_attempt_insert('released')})"
+            f'"next_attempt_at" = %s, "enqueued_at" = %s, '
+            f'"content" = COALESCE(o."content", %s::jsonb -> o."step") {following} '
+            f"RETURNING o.*), attempt AS ({_attempt_insert('released')})"
         )
     return (
         f'released AS (UPDATE {op} o SET "next_attempt_at" = %s, "enqueued_at" = %s, '
@@ -379,12 +383,17 @@ def _released(claiming: bool) -> str:
     )
 
 
-def _released_params(now: datetime, claim_next: tuple[uuid.UUID, datetime] | None) -> list[object]:
-    """`_released`'s parameters: `claim_next` is (token, lease end) when claiming."""
+def _released_params(
+    now: datetime,
+    claim_next: tuple[uuid.UUID, datetime] | None,
+    next_content: str | None = None,
+) -> list[object]:
+    """`_released`'s parameters: `claim_next` is (token, lease end) when claiming, and
+    `next_content` the claimed step's content (JSON `{step: content}`, or None)."""
     if claim_next is None:
         return [now, now, now]
     token, lease_until = claim_next
-    return [token, lease_until, now, now, now, now, *_attempt_params(token, now)]
+    return [token, lease_until, now, now, now, now, next_content, *_attempt_params(token, now)]
 
 
 _NEXT_WAITING = 'o."status" = \'pending\' AND o."next_attempt_at" IS NULL'

@@ -10,15 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 from idempotency_core.audit.cases import review_case_settle
+from idempotency_core.configuration.versions import ConfigVersion
 from idempotency_core.execution.confirmations import (
+    TURNED_OFF,
     ConfirmationSkippedError,
     confirmation_allow,
-    confirmation_greeting,
 )
 from idempotency_core.execution.destinations import adapter_for, capabilities_of
+from idempotency_core.execution.rendering import (
+    RenderInput,
+    Turn,
+    confirmation_render,
+    enquiry_render,
+    task_render,
+)
 from idempotency_core.models import Event, Operation, ReviewCase, Source
 from integrations.base import (
     Adapter,
@@ -28,6 +37,7 @@ from integrations.base import (
     DestinationError,
     Effect,
     EmailAdapter,
+    RecordContent,
 )
 
 _conformance: dict[tuple[type, type], bool] = {}
@@ -81,8 +91,16 @@ class StepContext:
         return payload
 
     @property
-    def contact(self) -> dict[str, Any]:
-        return self.payload.get("contact") or {}
+    def content(self) -> dict[str, Any]:
+        """What this operation sends, rendered and stored before its first call
+        (execution/content.py `content_ensure`, which the engine runs first)."""
+        content = self.operation.content
+        if content is None:
+            raise DestinationError(
+                f"{self.operation.step} has no stored content: it is rendered before the call",
+                classification=Classification.PERMANENT,
+            )
+        return dict(content)
 
     def ref_of(self, step: str) -> str:
         try:
@@ -114,28 +132,28 @@ class Step:
     # It creates a task: recovery follows what the CRM recognises of tasks
     # (`Capabilities.for_tasks`), which may differ from records (HubSpot).
     creates_task: bool = False
+    # Renders what the effect sends from the business configuration (rendering.py):
+    # stored on the operation before its first call and sent as stored ever after
+    # (content.py). None: the step sends what its arguments say (a merge).
+    render: Callable[[RenderInput, ConfigVersion, Turn], dict[str, Any]] | None = None
 
 
-def _enquiry_fields(ctx: StepContext) -> dict[str, Any]:
-    payload = ctx.payload
-    contact = ctx.contact
-    return {
-        "name": contact.get("name", ""),
-        "email": contact.get("email", ""),
-        "phone": contact.get("phone", ""),
-        "message": payload.get("message", ""),
-        "form": payload.get("form", ""),
-        "source": ctx.event.source.name,
-        "submitted_at": payload.get("submitted_at"),
-        "fields": payload.get("fields") or {},
-    }
+def _record_content(content: dict[str, Any]) -> RecordContent:
+    return RecordContent(
+        properties=dict(content.get("properties") or {}),
+        contact_properties=dict(content.get("contact") or {}),
+        pipeline=str(content.get("pipeline") or ""),
+        stage=str(content.get("stage") or ""),
+    )
 
 
 def _create_enquiry(ctx: StepContext) -> Effect:
+    content = ctx.content
     return ctx.crm.create_record(
         external_ref=ctx.operation.key,
-        fields=_enquiry_fields(ctx),
+        fields=dict(content["fields"]),
         allow_duplicate=ctx.operation.allow_duplicate,
+        content=_record_content(content),
     )
 
 
@@ -152,13 +170,21 @@ def _update_enquiry(ctx: StepContext) -> Effect:
             "the revised submission's enquiry is not created yet",
             classification=Classification.RETRYABLE,
         )
-    return ctx.crm.update_record(record_id=original.destination_ref, fields=_enquiry_fields(ctx))
+    content = ctx.content
+    return ctx.crm.update_record(
+        record_id=original.destination_ref,
+        fields=dict(content["fields"]),
+        content=_record_content(content),
+    )
 
 
 def _remap_enquiry(ctx: StepContext) -> Effect:
     """A corrected field map (`remap`): this event's own enquiry takes its new content."""
+    content = ctx.content
     return ctx.crm.update_record(
-        record_id=ctx.ref_of("create_enquiry"), fields=_enquiry_fields(ctx)
+        record_id=ctx.ref_of("create_enquiry"),
+        fields=dict(content["fields"]),
+        content=_record_content(content),
     )
 
 
@@ -167,11 +193,14 @@ def _find_enquiry(ctx: StepContext) -> str | None:
 
 
 def _assign_task(ctx: StepContext) -> Effect:
+    content = ctx.content
+    due_at = content.get("due_at")
     return ctx.crm.create_task(
         record_id=ctx.ref_of("create_enquiry"),
         external_ref=ctx.operation.key,
-        title=f"Follow up {ctx.payload.get('form', 'website')} enquiry",
-        assignee=ctx.event.source.task_assignee,
+        title=str(content["title"]),
+        assignee=str(content["assignee"]),
+        due_at=datetime.fromisoformat(due_at) if due_at else None,
     )
 
 
@@ -180,24 +209,23 @@ def _find_task(ctx: StepContext) -> str | None:
 
 
 def _send_confirmation(ctx: StepContext) -> Effect:
-    contact = ctx.contact
-    to = str(contact.get("email") or "").strip()
+    content = ctx.content
+    to = str(content.get("to") or "")
     if not to:
         # A contact without an address (a form with no email field) is processed, and
         # this step skipped, before the allowance below counts anything.
         raise ConfirmationSkippedError()
-    body = (
-        f"{confirmation_greeting(contact.get('name'))}\n\n"
-        "Thank you for your enquiry. We have received it and someone will be in touch.\n\n"
-        f"Your reference: {ctx.ref_of('create_enquiry')}\n"
-    )
+    if not content.get("send", True):
+        raise ConfirmationSkippedError(TURNED_OFF)
     # Counted, or held for a person, before anything reaches the mail service.
     confirmation_allow(operation=ctx.operation, recipient=to)
     return ctx.mail.send(
         operation_key=ctx.operation.key,
         to=to,
-        subject="We received your enquiry",
-        body=body,
+        subject=str(content["subject"]),
+        body=str(content["text"]),
+        html=content.get("html") or None,
+        reply_to=content.get("reply_to") or None,
     )
 
 
@@ -240,7 +268,7 @@ MERGE_STEP = "merge_duplicate"
 STEPS: dict[str, Step] = {
     step.name: step
     for step in (
-        Step("create_enquiry", "crm", _create_enquiry, _find_enquiry),
+        Step("create_enquiry", "crm", _create_enquiry, _find_enquiry, render=enquiry_render),
         Step(
             "assign_task",
             "crm",
@@ -248,6 +276,7 @@ STEPS: dict[str, Step] = {
             _find_task,
             requires=("create_enquiry",),
             creates_task=True,
+            render=task_render,
         ),
         Step(
             "send_confirmation",
@@ -255,8 +284,11 @@ STEPS: dict[str, Step] = {
             _send_confirmation,
             at_most_once=True,
             requires=("create_enquiry",),
+            render=confirmation_render,
         ),
-        Step("update_enquiry", "crm", _update_enquiry, idempotent_action=True),
+        Step(
+            "update_enquiry", "crm", _update_enquiry, idempotent_action=True, render=enquiry_render
+        ),
         # "remap_enquiry:<n>": one per re-mapping of the event (intake/remap.py).
         Step(
             "remap_enquiry",
@@ -264,6 +296,7 @@ STEPS: dict[str, Step] = {
             _remap_enquiry,
             idempotent_action=True,
             requires=("create_enquiry",),
+            render=enquiry_render,
         ),
         Step(MERGE_STEP, "crm", _merge_duplicate, idempotent_action=True, on_success=_merge_done),
     )

@@ -29,10 +29,10 @@ from django_q.tasks import async_task
 
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import event_pair_subject, event_subject
+from idempotency_core.config_cache import config_cached
 from idempotency_core.execution.destinations import destination_for
 from idempotency_core.execution.engine import Screen
 from idempotency_core.execution.steps import EDIT_PIPELINE, STEPS, pipeline_for
-from idempotency_core.intake.config_cache import config_cached
 from idempotency_core.intake.duplicate_hold import (
     duplicate_hold,
     message_normalised,

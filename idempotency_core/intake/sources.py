@@ -15,8 +15,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
+from idempotency_core.config_cache import config_cached
 from idempotency_core.execution.steps import pipeline_validate
-from idempotency_core.intake.config_cache import config_cached
 from idempotency_core.intake.senders.captcha import PROVIDERS as CAPTCHA_PROVIDERS
 from idempotency_core.intake.senders.mapping import document_map
 from idempotency_core.intake.senders.profiles import API, PRESETS, profile_resolve

@@ -1,7 +1,7 @@
 """Writes to sources, API keys and destinations NOTIFY `onefold_config` (PostgreSQL).
 
 Web processes cache what every submission reads of these tables (the source an API key
-names, a source's destinations: idempotency_core/intake/config_cache.py) and empty the
+names, a source's destinations: idempotency_core/config_cache.py) and empty the
 cache on this notification. Triggers rather than code: a service, the admin, a command
 or raw SQL in any process all write through them, and a revoked key must stop working
 from the next request whoever revoked it. One notification per statement; PostgreSQL

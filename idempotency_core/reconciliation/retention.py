@@ -2,7 +2,8 @@
 
 - **Payloads** (contact details, message, extra fields) are nulled
   ONEFOLD_PAYLOAD_RETENTION_DAYS after their event arrived, once none of its
-  operations is still in flight (pending, running, retry scheduled). The key,
+  operations is still in flight (pending, running, retry scheduled), and with them
+  the content each operation sent (rendered from them, `Operation.content`). The key,
   the fingerprint, the operations, deliveries, attempts, cases and audit stay,
   so a repeat is still recognised and the history still reads. A replay after
   the purge fails permanently ("payload purged") rather than send blanks.
@@ -91,10 +92,14 @@ def payloads_purge(
                 .filter(pk__in=ids)
                 .update(payload=None, payload_purged_at=now)
             )
-            # The raw deliveries of a hook hold the same contact details.
+            # The raw deliveries of a hook hold the same contact details, and so does
+            # what each operation sent (its rendered content: execution/content.py).
             Delivery.objects.filter(
                 event_id__in=ids, event__payload__isnull=True, raw_body__isnull=False
             ).update(raw_body=None)
+            Operation.objects.filter(
+                event_id__in=ids, event__payload__isnull=True, content__isnull=False
+            ).update(content=None)
             purged += done
             if progress is not None:
                 progress(purged, candidates)

@@ -44,11 +44,13 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from integrations.base import (
+    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
     DestinationError,
     Effect,
+    RecordContent,
     RequestBudget,
     http_reply,
 )
@@ -188,11 +190,20 @@ class DataverseCrm:
     # -- leads ---------------------------------------------------------------
 
     def create_record(
-        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+        self,
+        *,
+        external_ref: str,
+        fields: dict[str, Any],
+        allow_duplicate: bool = False,
+        content: RecordContent = NO_CONTENT,
     ) -> Effect:
+        """The lead, created once by the GUID derived from our key. A lead is the enquiry
+        and its person in one row: the configured properties and contact properties are
+        its columns (logical names, `companyname`); it has no pipeline or stage of its
+        own (an opportunity's are), so those are not sent."""
         # allow_duplicate is ignored: the Web API suppresses duplicate detection by default.
         guid = record_guid("lead", external_ref)
-        body = {**_lead_body(fields), self.ref_column: external_ref}
+        body = {**_lead_body(fields, content), self.ref_column: external_ref}
         response = self._request(
             "PATCH", f"/leads({guid})", json=body, headers={"If-None-Match": "*"}
         )
@@ -208,12 +219,14 @@ class DataverseCrm:
             raise self._error(response, "412 on the alternate key, yet no lead holds the key")
         return Effect(ref=found, reply=http_reply(412), adopted=True)
 
-    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
+    def update_record(
+        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
+    ) -> Effect:
         """PATCH with If-Match: * only updates (404 when the lead is gone, never a create)."""
         guid = _guid(record_id)
-        response = self._request(
-            "PATCH", f"/leads({guid})", json=_lead_body(fields), headers={"If-Match": "*"}
-        )
+        body = _lead_body(fields, content)
+        body.pop(self.ref_column, None)
+        response = self._request("PATCH", f"/leads({guid})", json=body, headers={"If-Match": "*"})
         self._raise_for_status(response)
         return Effect(ref=guid, reply=http_reply(response.status_code))
 
@@ -294,14 +307,25 @@ class DataverseCrm:
     # -- tasks ---------------------------------------------------------------
 
     def create_task(
-        self, *, record_id: str, external_ref: str, title: str, assignee: str
+        self,
+        *,
+        record_id: str,
+        external_ref: str,
+        title: str,
+        assignee: str,
+        due_at: datetime | None = None,
     ) -> Effect:
+        """A task regarding the lead, created once by its derived GUID. A GUID assignee
+        is its owner (mapping a name to a systemuser is the next lookup's, not done
+        here); `due_at` its `scheduledend`, the task's due date."""
         guid = record_guid("task", external_ref)
         body: dict[str, Any] = {
             "subject": title[:200],
             "description": f"Assignee: {assignee}"[:_DESCRIPTION_LENGTH] if assignee else "",
             "regardingobjectid_lead_task@odata.bind": f"/leads({_guid(record_id)})",
         }
+        if due_at is not None:
+            body["scheduledend"] = due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if _GUID.fullmatch(assignee or ""):
             body["ownerid@odata.bind"] = f"/systemusers({assignee.lower()})"
         if self.task_ref_column:
@@ -411,10 +435,10 @@ def _guid(record_id: str) -> str:
     return record_id.lower()
 
 
-def _lead_body(fields: Mapping[str, Any]) -> dict[str, Any]:
+def _lead_body(fields: Mapping[str, Any], content: RecordContent = NO_CONTENT) -> dict[str, Any]:
     """The enquiry as lead columns: the topic (subject), the person (lastname holds the
     whole name, Dataverse builds fullname from it), email, phone, and the message with
-    the form's other data after it in the description."""
+    the form's other data after it in the description; then the configured columns."""
     name = str(fields.get("name") or "").strip()
     trailer = [
         f"{label}: {fields[key]}"
@@ -437,6 +461,9 @@ def _lead_body(fields: Mapping[str, Any]) -> dict[str, Any]:
         "emailaddress1": fields.get("email") or None,
         "telephone1": str(fields["phone"])[:50] if fields.get("phone") else None,
         "description": description[:_DESCRIPTION_LENGTH],
+        # The configured columns (`content`): the person's, then the enquiry's.
+        **content.contact_properties,
+        **content.properties,
     }
 
 

@@ -33,12 +33,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import httpx
 
 from integrations.base import (
+    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
     DestinationError,
     Effect,
     RateLimit,
+    RecordContent,
     RequestBudget,
     http_reply,
 )
@@ -240,16 +242,24 @@ class HubSpotCrm:
     # -- records -------------------------------------------------------------------
 
     def create_record(
-        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+        self,
+        *,
+        external_ref: str,
+        fields: dict[str, Any],
+        allow_duplicate: bool = False,
+        content: RecordContent = NO_CONTENT,
     ) -> Effect:
-        """The contact (found or created by email), then the enquiry associated to it."""
+        """The contact (found or created by email), then the enquiry associated to it.
+        The configured properties go on each (`content`), and its pipeline and stage
+        over HUBSPOT_PIPELINE and HUBSPOT_STAGE; the reference property stays ours."""
         # allow_duplicate is ignored: HubSpot has no duplicate rule that refuses a create.
-        contact_id = self._contact_for(fields)
+        contact_id = self._contact_for(fields, content.contact_properties)
         shape = self._shape
         properties = {
             **self._enquiry_properties(fields),
-            shape["pipeline"][0]: self.config.pipeline or shape["pipeline"][1],
-            shape["stage"][0]: self.config.stage or shape["stage"][1],
+            **content.properties,
+            shape["pipeline"][0]: content.pipeline or self.config.pipeline or shape["pipeline"][1],
+            shape["stage"][0]: content.stage or self.config.stage or shape["stage"][1],
             self.config.reference_property: external_ref,
         }
         associations = (
@@ -287,12 +297,17 @@ class HubSpotCrm:
         record.update(name=name, email=contact.get("email") or "")
         return record
 
-    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
-        """PATCH the enquiry's title and text: the same update twice leaves it as once."""
+    def update_record(
+        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
+    ) -> Effect:
+        """PATCH the enquiry's title, text and configured properties: the same update
+        twice leaves it as once."""
+        properties = {**self._enquiry_properties(fields), **content.properties}
+        properties.pop(self.config.reference_property, None)
         response = self._send(
             "PATCH",
             f"/crm/v3/objects/{self.object_type}/{_segment(record_id)}",
-            json={"properties": self._enquiry_properties(fields)},
+            json={"properties": properties},
         )
         self._raise_for_status(response)
         return Effect(
@@ -359,12 +374,21 @@ class HubSpotCrm:
     # -- tasks ---------------------------------------------------------------------
 
     def create_task(
-        self, *, record_id: str, external_ref: str, title: str, assignee: str
+        self,
+        *,
+        record_id: str,
+        external_ref: str,
+        title: str,
+        assignee: str,
+        due_at: datetime | None = None,
     ) -> Effect:
         """A task with its own reference, associated to the enquiry. HubSpot owners are
-        numeric ids: a numeric assignee becomes the owner, any other is named in the body."""
+        numeric ids: a numeric assignee becomes the owner, any other is named in the body
+        (mapping a name to its owner id is the owners API's, not done here). A task's
+        `hs_timestamp` is its due date: `due_at`, else now."""
+        due = due_at.astimezone(UTC) if due_at is not None else datetime.now(UTC)
         properties = {
-            "hs_timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+            "hs_timestamp": due.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
             "hs_task_subject": title,
             "hs_task_status": "NOT_STARTED",
             "hs_task_body": f"Assignee: {assignee}" if assignee else "",
@@ -427,14 +451,18 @@ class HubSpotCrm:
 
     # -- plumbing ------------------------------------------------------------------
 
-    def _contact_for(self, fields: Mapping[str, Any]) -> str | None:
+    def _contact_for(
+        self, fields: Mapping[str, Any], configured: Mapping[str, str] | None = None
+    ) -> str | None:
         """The contact's id by email: created, or on 409 the existing one adopted (its
-        id is only in the message text: CRM-FACTS.md, HubSpot). None without an email."""
+        id is only in the message text: CRM-FACTS.md, HubSpot). None without an email.
+        `configured` properties go on a contact created here; an existing contact is
+        adopted as it is (its properties are its owner's, not overwritten)."""
         email = str(fields.get("email") or "").strip()
         if not email:
             return None
         first, _, last = str(fields.get("name") or "").strip().partition(" ")
-        properties = {"email": email, "firstname": first, "lastname": last}
+        properties = {**(configured or {}), "email": email, "firstname": first, "lastname": last}
         if fields.get("phone"):
             properties["phone"] = str(fields["phone"])
         # `associations` is required by the Contacts v3 spec (SimplePublicObjectInputForCreate),

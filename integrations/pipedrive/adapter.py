@@ -47,12 +47,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import httpx
 
 from integrations.base import (
+    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
     DestinationError,
     Effect,
     RateLimit,
+    RecordContent,
     RequestBudget,
     http_reply,
 )
@@ -141,11 +143,20 @@ class PipedriveCrm:
     # -- records (leads) -----------------------------------------------------
 
     def create_record(
-        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+        self,
+        *,
+        external_ref: str,
+        fields: dict[str, Any],
+        allow_duplicate: bool = False,
+        content: RecordContent = NO_CONTENT,
     ) -> Effect:
+        """The person (found by email, else created), then the lead. The configured
+        properties are the lead's fields by their keys (a custom field's is its 40-hex
+        key), the contact properties the person's `custom_fields`; a lead has no
+        pipeline or stage (a deal's are), so those are not sent."""
         # allow_duplicate is ignored: Pipedrive has no duplicate rule that refuses a create.
         try:
-            person_id = self._person_for(fields)
+            person_id = self._person_for(fields, content.contact_properties)
         except DestinationError as exc:
             if exc.classification != Classification.AMBIGUOUS:
                 raise
@@ -156,6 +167,7 @@ class PipedriveCrm:
                 reply=exc.reply,
             ) from exc
         body = {
+            **content.properties,
             "title": _title(fields),
             "person_id": person_id,
             self.reference_field: external_ref,
@@ -165,9 +177,17 @@ class PipedriveCrm:
         _raise_for_status(response)
         return Effect(ref=str(_data(response)["id"]), reply=http_reply(response.status_code))
 
-    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
-        """PATCH the lead's title and person: the same update twice leaves it as once."""
-        body: dict[str, Any] = {"title": _title(fields), **self._message(fields)}
+    def update_record(
+        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
+    ) -> Effect:
+        """PATCH the lead's title, person and configured fields: the same update twice
+        leaves it as once."""
+        body: dict[str, Any] = {
+            **content.properties,
+            "title": _title(fields),
+            **self._message(fields),
+        }
+        body.pop(self.reference_field, None)
         if fields.get("email"):
             body["person_id"] = self._person_for(fields)
         response = self._send("PATCH", f"/v1/leads/{_segment(record_id)}", json=body)
@@ -262,8 +282,17 @@ class PipedriveCrm:
     # -- tasks (activities) --------------------------------------------------
 
     def create_task(
-        self, *, record_id: str, external_ref: str, title: str, assignee: str
+        self,
+        *,
+        record_id: str,
+        external_ref: str,
+        title: str,
+        assignee: str,
+        due_at: datetime | None = None,
     ) -> Effect:
+        """An activity on the lead. A numeric assignee is its owner_id (mapping a name to
+        a user id is the users API's, not done here); `due_at` its due_date and
+        due_time (UTC, as Pipedrive keeps them)."""
         reference = _REFERENCE_LINE.format(html.escape(external_ref))
         note = f"<p>Assignee: {html.escape(assignee)}</p><p>{reference}</p>"
         body: dict[str, Any] = {
@@ -274,6 +303,9 @@ class PipedriveCrm:
         }
         if assignee.isdigit():
             body["owner_id"] = int(assignee)
+        if due_at is not None:
+            due = due_at.astimezone(UTC)
+            body["due_date"], body["due_time"] = due.date().isoformat(), due.strftime("%H:%M")
         response = self._send("POST", "/api/v2/activities", json=body)
         _raise_for_status(response)
         return Effect(ref=str(_data(response)["id"]), reply=http_reply(response.status_code))
@@ -308,11 +340,14 @@ class PipedriveCrm:
 
     # -- plumbing ------------------------------------------------------------
 
-    def _person_for(self, fields: Mapping[str, Any]) -> int:
+    def _person_for(
+        self, fields: Mapping[str, Any], configured: Mapping[str, str] | None = None
+    ) -> int:
         """The person with this email (exact search), else a new one. The search lags
         too: a person created moments ago may be created again. A duplicate person is
         tolerable (Pipedrive merges persons: PUT /v1/persons/{id}/merge); a duplicate
-        lead is what Onefold prevents."""
+        lead is what Onefold prevents. `configured` (contact properties) go in a new
+        person's `custom_fields`; a person found is left as it is."""
         email = str(fields.get("email") or "").strip()
         if email:
             params = {"term": email, "fields": "email", "exact_match": "true", "limit": 1}
@@ -326,6 +361,8 @@ class PipedriveCrm:
             body["emails"] = [{"value": email, "primary": True, "label": "work"}]
         if fields.get("phone"):
             body["phones"] = [{"value": str(fields["phone"]), "primary": True, "label": "work"}]
+        if configured:
+            body["custom_fields"] = dict(configured)
         response = self._send("POST", "/api/v2/persons", json=body)
         _raise_for_status(response)
         return int(_data(response)["id"])

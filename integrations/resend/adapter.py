@@ -186,13 +186,26 @@ class ResendSender:
         )
         return CapabilityCheck("sender_domain", False, how)
 
-    def send(self, *, operation_key: str, to: str, subject: str, body: str) -> Effect:
+    def send(
+        self,
+        *,
+        operation_key: str,
+        to: str,
+        subject: str,
+        body: str,
+        html: str | None = None,
+        reply_to: str | None = None,
+    ) -> Effect:
+        """POST /emails (https://resend.com/docs/api-reference/emails/send-email): `text`,
+        and `html` and `reply_to` when given. Built from the arguments alone, which are
+        the operation's stored content: a retry's body is the first one's, byte for
+        byte, as Resend's idempotency key requires."""
         if not 1 <= len(operation_key) <= MAX_KEY_LENGTH:
             raise DestinationError(
                 "the operation key does not fit Resend's 1-256 character idempotency key",
                 classification=Classification.PERMANENT,
             )
-        payload = {
+        payload: dict[str, Any] = {
             "from": self.sender,
             "to": [to.strip()],
             "subject": subject,
@@ -200,6 +213,10 @@ class ResendSender:
             # Recognisable in the mailbox and in Resend's logs; fixed per operation.
             "headers": {"X-Onefold-Operation": operation_key},
         }
+        if html is not None:
+            payload["html"] = html
+        if reply_to:
+            payload["reply_to"] = reply_to.strip()
         response = self._send(
             "POST", "/emails", json=payload, headers={"Idempotency-Key": operation_key}
         )

@@ -62,12 +62,14 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from integrations.base import (
+    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
     DestinationError,
     Effect,
     RateLimit,
+    RecordContent,
     RequestBudget,
     http_reply,
 )
@@ -269,21 +271,29 @@ class SalesforceCrm:
     # -- records ---------------------------------------------------------------------
 
     def create_record(
-        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+        self,
+        *,
+        external_ref: str,
+        fields: dict[str, Any],
+        allow_duplicate: bool = False,
+        content: RecordContent = NO_CONTENT,
     ) -> Effect:
         """`allow_duplicate`: a reviewer's decision on a suspected duplicate whose rule
         only alerts: the same create, with `Sforce-Duplicate-Rule-Header:
-        allowSave=true` ([DUPRULE]). A blocking rule refuses it still."""
+        allowSave=true` ([DUPRULE]). A blocking rule refuses it still. `content`: the
+        configured fields (`_record_body`)."""
         headers = {"Sforce-Duplicate-Rule-Header": "allowSave=true"} if allow_duplicate else None
         return self._create_once(
-            self.config.sobject, external_ref, self._record_body(fields), headers=headers
+            self.config.sobject, external_ref, self._record_body(fields, content), headers=headers
         )
 
     def create_record_allowing_duplicates(
-        self, *, external_ref: str, fields: dict[str, Any]
+        self, *, external_ref: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
     ) -> Effect:
         """`create_record(allow_duplicate=True)`."""
-        return self.create_record(external_ref=external_ref, fields=fields, allow_duplicate=True)
+        return self.create_record(
+            external_ref=external_ref, fields=fields, allow_duplicate=True, content=content
+        )
 
     def find_record(self, *, external_ref: str) -> str | None:
         return self._find(self.config.sobject, self.config.reference_field, external_ref)
@@ -302,7 +312,9 @@ class SalesforceCrm:
             return None
         return self._record_of(json_object(response))
 
-    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
+    def update_record(
+        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
+    ) -> Effect:
         """PATCH by id with `Sforce-Auto-Assign: FALSE` ([ASSIGN]): 204. Twice is as once."""
         problem = self.reference_check(record_id)
         if problem:
@@ -310,7 +322,7 @@ class SalesforceCrm:
         response = self._call(
             "PATCH",
             f"/sobjects/{self.config.sobject}/{record_id}",
-            json=self._record_body(fields),
+            json=self._record_body(fields, content),
             headers={"Sforce-Auto-Assign": "FALSE"},
         )
         return Effect(ref=record_id, reply=http_reply(response.status_code))
@@ -375,9 +387,15 @@ class SalesforceCrm:
             "merged_into": None,
         }
 
-    def _record_body(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+    def _record_body(
+        self, fields: Mapping[str, Any], content: RecordContent = NO_CONTENT
+    ) -> dict[str, Any]:
         """Onefold's enquiry as Lead (or Contact) fields. LastName is required on both and
-        Company on Lead; a missing one is written "[not provided]"."""
+        Company on Lead; a missing one is written "[not provided]". A Lead is the
+        enquiry and its person in one object: the configured properties and contact
+        properties both become its fields (API names, `Budget__c`), and the stage its
+        `Status`; a Lead has no pipeline, so `content.pipeline` is not sent. The
+        reference field stays Onefold's."""
         name = str(fields.get("name") or "").strip()
         first, _, last = name.rpartition(" ")
         body: dict[str, Any] = {
@@ -392,6 +410,11 @@ class SalesforceCrm:
             body["Company"] = str(fields.get("company") or "[not provided]")
         # [FIELDS]: a longer value is refused (STRING_TOO_LONG), and a name cut short
         # is better than no lead. An email is never cut: a wrong address is worse.
+        body.update(content.contact_properties)
+        body.update(content.properties)
+        if content.stage:
+            body["Status"] = content.stage
+        body.pop(self.config.reference_field, None)
         for name, limit in _NAME_LENGTHS.items():
             if isinstance(body.get(name), str):
                 body[name] = body[name][:limit]
@@ -400,17 +423,27 @@ class SalesforceCrm:
     # -- tasks ----------------------------------------------------------------------
 
     def create_task(
-        self, *, record_id: str, external_ref: str, title: str, assignee: str
+        self,
+        *,
+        record_id: str,
+        external_ref: str,
+        title: str,
+        assignee: str,
+        due_at: datetime | None = None,
     ) -> Effect:
         """[FACTS]: Task with WhoId (a lead as WhoId leaves WhatId empty). `assignee`
         becomes OwnerId when it is a user id (005...), else it is named in the
-        Description and the task stays with the integration user."""
+        Description and the task stays with the integration user (mapping a name to
+        its user id is the owners lookup's, not done here). `due_at` becomes its
+        ActivityDate, a date (UTC)."""
         body: dict[str, Any] = {
             "Subject": title[:255],
             "WhoId": record_id,
             "Status": "Not Started",
             "Priority": "Normal",
         }
+        if due_at is not None:
+            body["ActivityDate"] = due_at.astimezone(UTC).date().isoformat()
         if assignee and _id_problem(assignee, "005", "User") is None:
             body["OwnerId"] = assignee
         elif assignee:

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from integrations.base import (
+    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
     DestinationError,
     Effect,
+    RecordContent,
     RequestBudget,
     http_reply,
 )
@@ -63,10 +66,15 @@ class SandboxCrm:
     # -- records -------------------------------------------------------------
 
     def create_record(
-        self, *, external_ref: str, fields: dict[str, Any], allow_duplicate: bool = False
+        self,
+        *,
+        external_ref: str,
+        fields: dict[str, Any],
+        allow_duplicate: bool = False,
+        content: RecordContent = NO_CONTENT,
     ) -> Effect:
         # allow_duplicate is ignored: the sandbox has no duplicate rule.
-        body = {**fields, "external_ref": external_ref}
+        body = {**_record_body(fields, content), "external_ref": external_ref}
         return self._create("POST", "/crm/records", body, idempotency_key=external_ref)
 
     def find_record(self, *, external_ref: str) -> str | None:
@@ -84,9 +92,13 @@ class SandboxCrm:
         self._raise_for_status(response)
         return json_object(response)
 
-    def update_record(self, *, record_id: str, fields: dict[str, Any]) -> Effect:
+    def update_record(
+        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
+    ) -> Effect:
         """PATCH: the same update twice leaves the record as once."""
-        response = self._send("PATCH", f"/crm/records/{_segment(record_id)}", json=fields)
+        response = self._send(
+            "PATCH", f"/crm/records/{_segment(record_id)}", json=_record_body(fields, content)
+        )
         self._raise_for_status(response)
         return Effect(
             ref=str(json_object(response).get("id", record_id)),
@@ -122,9 +134,17 @@ class SandboxCrm:
     # -- tasks ---------------------------------------------------------------
 
     def create_task(
-        self, *, record_id: str, external_ref: str, title: str, assignee: str
+        self,
+        *,
+        record_id: str,
+        external_ref: str,
+        title: str,
+        assignee: str,
+        due_at: datetime | None = None,
     ) -> Effect:
-        body = {"external_ref": external_ref, "title": title, "assignee": assignee}
+        body: dict[str, Any] = {"external_ref": external_ref, "title": title, "assignee": assignee}
+        if due_at is not None:
+            body["due_at"] = due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         return self._create(
             "POST", f"/crm/records/{_segment(record_id)}/tasks", body, idempotency_key=external_ref
         )
@@ -184,6 +204,20 @@ class SandboxCrm:
             return
         detail = json_object(response).get("detail") or response.reason_phrase
         raise status_error(response, f"HTTP {response.status_code}: {detail}")
+
+
+def _record_body(fields: dict[str, Any], content: RecordContent) -> dict[str, Any]:
+    """A record's body: the core fields, then the configured properties as keys of their
+    own (the sandbox keeps every key but the core ones in `extra`), the contact's under
+    `contact`, and `pipeline` and `stage` when set."""
+    body = {**fields, **content.properties}
+    if content.contact_properties:
+        body["contact"] = dict(content.contact_properties)
+    if content.pipeline:
+        body["pipeline"] = content.pipeline
+    if content.stage:
+        body["stage"] = content.stage
+    return body
 
 
 def _segment(value: str) -> str:

@@ -85,6 +85,7 @@ _PLAIN = {
         r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9] \+0000"
     ),
     "Message-ID": re.compile(r"<[A-Za-z0-9_\-]+@onefold>"),
+    "Reply-To": _PLAIN_ADDRESS,
 }
 _BODY_UNSAFE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|=\?")
 _MAX_LINE = 78  # the policy's max_line_length: longer lines are folded or encoded
@@ -175,13 +176,19 @@ def _quiet(client: smtplib.SMTP) -> bool:
     return not readable
 
 
-def composed_message_bytes(headers: Iterable[tuple[str, str]], body: str, *, utf8: bool) -> bytes:
+def composed_message_bytes(
+    headers: Iterable[tuple[str, str]], body: str, *, utf8: bool, html: str | None = None
+) -> bytes:
     """The message written by the email package: headers folded and encoded as needed,
-    the body 7-bit (quoted-printable or base64 when it must be)."""
+    the body 7-bit (quoted-printable or base64 when it must be). With `html`, a
+    multipart/alternative of the text and then the HTML (RFC 2046, 5.1.4: the last
+    part is the one preferred)."""
     message = EmailMessage(policy=_COMPOSE_POLICY)
     for name, value in headers:
         message[name] = value
     message.set_content(body)
+    if html is not None:
+        message.add_alternative(html, subtype="html")
     # SMTPUTF8 carries headers as UTF-8; otherwise they must be ASCII.
     return message.as_bytes(policy=email.policy.SMTPUTF8 if utf8 else _COMPOSE_POLICY)
 
@@ -280,16 +287,28 @@ class SmtpSender:
         self.timeout = timeout
         self.sender = sender
 
-    def send(self, *, operation_key: str, to: str, subject: str, body: str) -> Effect:
+    def send(
+        self,
+        *,
+        operation_key: str,
+        to: str,
+        subject: str,
+        body: str,
+        html: str | None = None,
+        reply_to: str | None = None,
+    ) -> Effect:
         sender, recipient = envelope_address(self.sender), envelope_address(to)
         utf8 = not (sender.isascii() and recipient.isascii())
+        extra = (("Reply-To", envelope_address(reply_to)),) if reply_to else ()
         data = self._message_bytes(
             operation_key=operation_key,
             sender=sender,
             to=recipient,
             subject=subject,
             body=body,
-            utf8=utf8,
+            utf8=utf8 or not all(value.isascii() for _, value in extra),
+            extra=extra,
+            html=html,
         )
         key = (self.host, self.port, self.timeout)
         session = self._session(key)
@@ -320,10 +339,20 @@ class SmtpSender:
             ) from exc
 
     def _message_bytes(
-        self, *, operation_key: str, sender: str, to: str, subject: str, body: str, utf8: bool
+        self,
+        *,
+        operation_key: str,
+        sender: str,
+        to: str,
+        subject: str,
+        body: str,
+        utf8: bool,
+        extra: tuple[tuple[str, str], ...] = (),
+        html: str | None = None,
     ) -> bytes:
         """The message as it will be sent, written before connecting: what the email
-        package cannot write is a permanent failure, and nothing was sent."""
+        package cannot write is a permanent failure, and nothing was sent. `extra`
+        headers (a Reply-To) come after the fixed ones; `html` makes it multipart."""
         headers = (
             ("From", sender),
             ("To", to),
@@ -331,12 +360,13 @@ class SmtpSender:
             ("Date", format_datetime(timezone.now())),
             ("Message-ID", message_id_for(operation_key)),
             ("X-Onefold-Operation", operation_key),
+            *extra,
         )
-        plain = plain_message_bytes(headers, body)
+        plain = plain_message_bytes(headers, body) if html is None else None
         if plain is not None:
             return plain
         try:
-            return composed_message_bytes(headers, body, utf8=utf8)
+            return composed_message_bytes(headers, body, utf8=utf8, html=html)
         except (ValueError, TypeError, email.errors.MessageError) as exc:
             # UnicodeError is a ValueError: an address or header that cannot be encoded.
             raise DestinationError(

@@ -47,7 +47,7 @@ over the limit is refused before anything else with 429 `rate_limit_exceeded`
 and `retry-after`. A refused request does not count.
 
 ``POST /emails`` ``{"from", "to": str | [str] (1-50), "subject", "text" | "html",
-"headers"?: {...}}``
+"reply_to"?: str | [str], "headers"?: {...}}``
     200 ``{"id": "<uuid>"}``: the email is sent (stored, see the controls).
     Missing fields: 422 `missing_required_field`. An address that is not
     `email@example.com` or `Name <email@example.com>`: 422 `validation_error`
@@ -77,7 +77,8 @@ and `retry-after`. A refused request does not count.
 
 ``GET /emails/{id}``
     200 with the email (`object`, `id`, `from`, `to`, `subject`, `text`, `html`,
-    `headers`, `created_at`, `last_event`), 404 `not_found`.
+    `reply_to` when one was sent, `headers`, `created_at`, `last_event`), 404
+    `not_found`.
 
 ``GET /domains`` (https://resend.com/docs/api-reference/domains/list-domains)
     200 ``{"object": "list", "has_more": false, "data": [{"id", "name", "status",
@@ -189,7 +190,8 @@ CREATE TABLE IF NOT EXISTS resend_emails (
     html_body TEXT,
     headers TEXT NOT NULL,
     idempotency_key TEXT,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    reply_to TEXT
 );
 CREATE TABLE IF NOT EXISTS resend_keys (
     key TEXT PRIMARY KEY,
@@ -371,8 +373,8 @@ class ResendStore(SandboxStore):
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO resend_emails (id, sender, recipients, subject, text_body, "
-                "html_body, headers, idempotency_key, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "html_body, headers, idempotency_key, created_at, reply_to) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     answer["id"],
                     email["from"],
@@ -383,6 +385,10 @@ class ResendStore(SandboxStore):
                     json.dumps(email.get("headers") or {}),
                     key,
                     created_at,
+                    # A list, whichever form was sent: the Email schema's `reply_to` is one.
+                    json.dumps(_recipients(email["reply_to"], "reply_to"))
+                    if email.get("reply_to")
+                    else None,
                 ),
             )
             if key is not None:
@@ -447,7 +453,7 @@ class ResendStore(SandboxStore):
     def _email_dict(row: sqlite3.Row) -> dict[str, Any]:
         # The shape of GET /emails/{id} (https://resend.com/docs/api-reference/emails/retrieve-email),
         # plus the key it was sent with.
-        return {
+        email = {
             "object": "email",
             "id": row["id"],
             "from": row["sender"],
@@ -460,6 +466,10 @@ class ResendStore(SandboxStore):
             "created_at": row["created_at"],
             "last_event": "delivered",
         }
+        if row["reply_to"]:
+            # Left out when none was sent: the Email schema has it as a list, not null.
+            email["reply_to"] = json.loads(row["reply_to"])
+        return email
 
 
 def _whole_or_none(minimum: int) -> Callable[[Any], str]:
@@ -693,6 +703,8 @@ class ResendRequestHandler(SandboxRequestHandler):
             return resend_error(422, "missing_required_field", "Missing `html` or `text` field.")
         try:
             recipients = _recipients(body["to"])
+            if body.get("reply_to") is not None:
+                _recipients(body["reply_to"], "reply_to")
         except InvalidInput as exc:
             return resend_error(422, "validation_error", exc.detail)
         if not 1 <= len(recipients) <= MAX_RECIPIENTS:
@@ -762,16 +774,16 @@ class ResendRequestHandler(SandboxRequestHandler):
         return Reply(200, {"results": self.resend.emails()})
 
 
-def _recipients(value: Any) -> list[str]:
-    """`to`: one address or a list of them, each `email@example.com` or `Name
-    <email@example.com>` (send-email reference; the 422 as resend/resend-python#65
-    quotes it)."""
+def _recipients(value: Any, field: str = "to") -> list[str]:
+    """`to` (or `reply_to`): one address or a list of them, each `email@example.com` or
+    `Name <email@example.com>` (send-email reference: both are "string | string[]";
+    the 422 as resend/resend-python#65 quotes it)."""
     addresses = [value] if isinstance(value, str) else value
     if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-        raise InvalidInput("Invalid `to` field: a string or a list of strings.")
+        raise InvalidInput(f"Invalid `{field}` field: a string or a list of strings.")
     if any(sender_domain(address) is None for address in addresses):
         raise InvalidInput(
-            "Invalid `to` field. The email address needs to follow the "
+            f"Invalid `{field}` field. The email address needs to follow the "
             "`email@example.com` or `Name <email@example.com>` format."
         )
     return [address.strip() for address in addresses]

@@ -95,9 +95,10 @@ gone). Listings, lookups, uniqueness and stats only see live records.
     204; the record and its tasks are gone. PATCH and DELETE are how tests
     play staff changing the CRM behind Onefold's back.
 
-``POST /crm/records/<id>/tasks`` ``{"external_ref", "title", "assignee"}``
+``POST /crm/records/<id>/tasks`` ``{"external_ref", "title", "assignee", "due_at"?}``
     201 ``{"id": "task_000001", "record_id", "external_ref", "title",
-    "assignee", "created_at"}``. 404 when the record does not exist, 409
+    "assignee", "due_at", "created_at"}`` (``due_at`` an ISO 8601 instant, stored
+    in the store's UTC form, or null). 404 when the record does not exist, 409
     ``"code": "record_merged"`` when it was merged away. The capabilities apply
     as to records: ``Idempotency-Key`` (its own key space), ``external_ref``
     unique *per record* (409 with ``existing_id`` of the task).
@@ -183,9 +184,10 @@ Control and inspection (tests and drills only)
 
 ``GET /_sandbox/messages``
     ``{"results": [{"id", "mail_from", "rcpt_to": [...], "message_id",
-    "subject", "headers": {name: value}, "body", "received_at"}]}``: every
-    message stored, oldest first. Repeated headers are joined with ", ";
-    ``body`` is the text/plain part (else text/html).
+    "subject", "headers": {name: value}, "body", "html", "received_at"}]}``:
+    every message stored, oldest first. Repeated headers are joined with ", ";
+    ``body`` is the text/plain part (else the text/html part's source), ``html``
+    the text/html part, or null when the message has none.
 
 ``POST /_sandbox/seed`` ``{"count": N, "prefix": "bench-", "created_at": ISO?}``
     200 ``{"created": N}``: N records with external_ref ``<prefix>0`` ..

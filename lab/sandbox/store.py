@@ -65,6 +65,8 @@ MAX_SEED = 10_000_000
 
 _RECORD_FIELDS = ("external_ref", "name", "email", "message")
 _TASK_FIELDS = ("external_ref", "title", "assignee")
+# Columns added since a `--db` file may have been made: (table, column, its type).
+_ADDED_COLUMNS = (("tasks", "due_at", "TEXT"), ("messages", "html", "TEXT"))
 # Keys a client may not set: the CRM owns them.
 _RESERVED_RECORD_KEYS = {"id", "created_at", "updated_at", "merged_into", "extra"}
 _TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -96,7 +98,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     external_ref TEXT,
     title TEXT NOT NULL DEFAULT '',
     assignee TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    due_at TEXT
 );
 -- Per-record lookup, uniqueness check and listing of a record's tasks.
 CREATE INDEX IF NOT EXISTS tasks_record_ref ON tasks (record_seq, external_ref);
@@ -109,7 +112,8 @@ CREATE TABLE IF NOT EXISTS messages (
     subject TEXT,
     headers TEXT NOT NULL,
     body TEXT NOT NULL,
-    received_at TEXT NOT NULL
+    received_at TEXT NOT NULL,
+    html TEXT
 );
 
 CREATE TABLE IF NOT EXISTS idempotency_keys (
@@ -271,11 +275,15 @@ def clean_record_fields(body: Mapping[str, Any], *, partial: bool = False) -> di
 
 
 def clean_task_fields(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Validates a task body; other keys are ignored, as the task has no free fields."""
-    return {
+    """Validates a task body; other keys are ignored, as the task has no free fields but
+    its due date (`due_at`, an ISO 8601 instant, or null: none)."""
+    cleaned = {
         key: _optional_str(body, key) if key == "external_ref" else _optional_str(body, key) or ""
         for key in _TASK_FIELDS
     }
+    due_at = _optional_str(body, "due_at")
+    cleaned["due_at"] = parse_timestamp(due_at, name="due_at") if due_at else None
+    return cleaned
 
 
 def _require_bool(value: Any, name: str) -> bool:
@@ -293,7 +301,8 @@ def _require_number(value: Any, name: str, *, minimum: float = 0) -> float:
 
 
 def parse_message(content: bytes) -> dict[str, Any]:
-    """Extracts Message-ID, Subject, headers and the text body from raw message bytes."""
+    """Extracts Message-ID, Subject, headers, the text body (else the HTML's source) and
+    the HTML part (None without one) from raw message bytes."""
     message = BytesParser(policy=policy.default).parsebytes(content)
     headers: dict[str, str] = {}
     for name, value in message.items():
@@ -319,7 +328,22 @@ def parse_message(content: bytes) -> dict[str, Any]:
         "subject": str(subject) if subject is not None else None,
         "headers": headers,
         "body": body,
+        "html": _html_part(message),
     }
+
+
+def _html_part(message: Any) -> str | None:
+    """The text/html part's text (CRLF as newlines), or None when the message has none."""
+    if not isinstance(message, EmailMessage):
+        return None
+    part = message.get_body(preferencelist=("html",))
+    if part is None:
+        return None
+    try:
+        html = part.get_content()
+    except (LookupError, KeyError):
+        return None
+    return str(html).replace("\r\n", "\n")
 
 
 class SandboxStore:
@@ -346,6 +370,14 @@ class SandboxStore:
             self._conn.execute("PRAGMA synchronous=NORMAL")
         with self._lock:
             self._conn.executescript(_SCHEMA)
+            self._columns_add()
+
+    def _columns_add(self) -> None:
+        """Adds the columns a file made by an older sandbox lacks (call with the lock)."""
+        for table, column, kind in _ADDED_COLUMNS:
+            present = {row["name"] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         with self._lock:
@@ -699,14 +731,15 @@ class SandboxStore:
                     )
             seq = _inserted(
                 db.execute(
-                    "INSERT INTO tasks (record_seq, external_ref, title, assignee, created_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO tasks (record_seq, external_ref, title, assignee, created_at, "
+                    "due_at) VALUES (?, ?, ?, ?, ?, ?)",
                     (
                         record["seq"],
                         ref,
                         fields.get("title") or "",
                         fields.get("assignee") or "",
                         now_iso(),
+                        fields.get("due_at"),
                     ),
                 )
             )
@@ -744,7 +777,7 @@ class SandboxStore:
             seq = _inserted(
                 db.execute(
                     "INSERT INTO messages (mail_from, rcpt_to, message_id, subject, headers, "
-                    "body, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "body, received_at, html) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         mail_from,
                         json.dumps(rcpt_to),
@@ -753,6 +786,7 @@ class SandboxStore:
                         json.dumps(parsed["headers"]),
                         parsed["body"],
                         now_iso(),
+                        parsed["html"],
                     ),
                 )
             )
@@ -943,6 +977,7 @@ class SandboxStore:
             "external_ref": row["external_ref"],
             "title": row["title"],
             "assignee": row["assignee"],
+            "due_at": row["due_at"],
             "created_at": row["created_at"],
         }
 
@@ -956,5 +991,6 @@ class SandboxStore:
             "subject": row["subject"],
             "headers": json.loads(row["headers"]),
             "body": row["body"],
+            "html": row["html"],
             "received_at": row["received_at"],
         }

@@ -1,5 +1,5 @@
 """What one submission costs the database, pinned so that it cannot creep back, and the
-per-process cache that makes it so (intake/config_cache.py), invalidated from elsewhere.
+per-process cache that makes it so (idempotency_core/config_cache.py), invalidated from elsewhere.
 
 These tests commit (`transaction=True`): the cache is only used outside a transaction,
 as in a web process, and its invalidation arrives by NOTIFY, which PostgreSQL sends at
@@ -27,9 +27,9 @@ from django.utils import timezone
 from django_q.conf import Conf
 from psycopg._queries import _query2pg
 
+from idempotency_core.config_cache import config_cache_clear
 from idempotency_core.execution.engine import TASK
 from idempotency_core.intake import ingest_statement
-from idempotency_core.intake.config_cache import config_cache_clear
 from idempotency_core.intake.ingest import suspected_duplicate_flag
 from idempotency_core.intake.ingest_statement import ID_BLOCK, operation_ids_forget
 from idempotency_core.intake.sources import (

@@ -23,11 +23,13 @@ from django.utils import timezone
 from django_q.models import OrmQ, Task
 
 from idempotency_core import tasks
-from idempotency_core.execution import engine
+from idempotency_core.configuration import versions
+from idempotency_core.execution import content, engine
 from idempotency_core.execution.engine import TASK, operation_execute_chain
 from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
 from idempotency_core.models import Attempt, Event, Operation
 from idempotency_core.review.replay import operation_replay
+from idempotency_core.sql import table_of
 from integrations import http
 from tests.factories import ingest, op, permanent_case
 from tests.support.counting_proxy import CountingProxy
@@ -66,13 +68,18 @@ def test_a_worker_task_runs_every_step_its_successes_release(sandbox):
 
 
 @pytest.mark.django_db
-def test_a_submissions_three_steps_cost_the_worker_six_statements(sandbox):
+def test_a_submissions_three_steps_cost_the_worker_seven_statements(sandbox, monkeypatch):
     """Pinned so that no round trip creeps back (execution/statements.py): the first
     claim, which makes the suspected-duplicate search too (claiming only when it finds
-    nothing), then for each step one statement recording its success and claiming the
-    next step (the last one has none to claim); before the email, its recipient's lock
-    and the decision that counts it against the sending limits
-    (execution/confirmations.py)."""
+    nothing), the first step's rendered content stored before its call
+    (execution/content.py), then for each step one statement recording its success and
+    claiming the next step with its content (the last one has none to claim); before
+    the email, its recipient's lock and the decision that counts it against the
+    sending limits (execution/confirmations.py)."""
+    # In a worker the configuration comes from the per-process cache (config_cache.py),
+    # which a test's transaction cannot use: read once here, as a warm worker has it.
+    current = versions.config_current()
+    monkeypatch.setattr(content, "config_current", lambda: current)
     warm = ingest("chain-warm", contact_from_key=True)  # verifies the destinations
     OrmQ.objects.all().delete()
     tasks.operation_run(op(warm, "create_enquiry").pk)
@@ -86,6 +93,7 @@ def test_a_submissions_three_steps_cost_the_worker_six_statements(sandbox):
     shapes = [_shape(q["sql"]) for q in captured.captured_queries]
     assert [s for s in shapes if "SAVEPOINT" not in s] == [
         "WITH screened",  # no twin near: create_enquiry claimed
+        f"UPDATE {table_of(Operation)}",  # create_enquiry's content, before its call
         "WITH waiting",  # success of create_enquiry, assign_task claimed
         "WITH waiting",  # success of assign_task, send_confirmation claimed
         "SELECT pg_advisory_xact_lock",  # the recipient's turn to be counted

@@ -16,7 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
-from integrations.base import Classification, CrmAdapter, DestinationError, Effect, RateLimit
+from integrations.base import (
+    Classification,
+    CrmAdapter,
+    DestinationError,
+    Effect,
+    RateLimit,
+    RecordContent,
+)
 from integrations.http import shared_client
 from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env, seconds_to_midnight
 from lab.emulators.hubspot import DEFAULT_TOKEN, HubSpotEmulator
@@ -493,3 +500,43 @@ def test_configuration_errors_are_loud():
     crm = adapter_from_env(base_url=None, timeout=5, env={"HUBSPOT_BASE_URL": "http://x:1/"})
     assert crm.base_url == "http://x:1"
     assert adapter_from_env(base_url=None, timeout=5, env={}).base_url == "https://api.hubapi.com"
+
+
+# -- what the business configured (issue 25) ----------------------------------------
+
+
+def test_configured_properties_pipeline_and_stage_reach_the_deal_and_contact(hubspot, crm):
+    content = RecordContent(
+        properties={"amount": "10000"},
+        contact_properties={"company": "Acme"},
+        pipeline="default",
+        stage="qualifiedtobuy",
+    )
+    effect = crm.create_record(external_ref="opk_cfg", fields=ADA, content=content)
+    deal = hubspot.hubspot.read(
+        "deals", effect.ref, id_property=None, wanted=None, with_associations=("contacts",)
+    )
+    props = deal["properties"]
+    assert (props["amount"], props["pipeline"], props["dealstage"]) == (
+        "10000",
+        "default",
+        "qualifiedtobuy",
+    )
+    assert props["onefold_ref"] == "opk_cfg"
+    (contact_id,) = [a["id"] for a in deal["associations"]["contacts"]["results"]]
+    contact = hubspot.hubspot.read(
+        "contacts", contact_id, id_property=None, wanted=["company"], with_associations=()
+    )
+    assert contact["properties"]["company"] == "Acme"
+
+
+def test_a_tasks_due_date_is_its_hs_timestamp(hubspot, crm):
+    deal = crm.create_record(external_ref="opk_d", fields=ADA).ref
+    due = datetime(2026, 11, 30, 10, 15, tzinfo=UTC)
+    task = crm.create_task(
+        record_id=deal, external_ref="opk_t", title="Call Ada", assignee="ana", due_at=due
+    )
+    read = hubspot.hubspot.read(
+        "tasks", task.ref, id_property=None, wanted=["hs_timestamp"], with_associations=()
+    )
+    assert read["properties"]["hs_timestamp"] == "2026-11-30T10:15:00.000Z"

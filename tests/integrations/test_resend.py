@@ -370,3 +370,45 @@ def test_configuration_from_the_environment(emulator: ResendEmulator, settings) 
         adapter_from_env(base_url=None, timeout=5, env={})
     assert missing.value.classification == Classification.PERMANENT
     assert "RESEND_API_KEY" in missing.value.message
+
+
+# -- what a configured confirmation adds (issue 25) ---------------------------------
+
+
+def test_html_and_reply_to_are_sent_as_resend_documents_them(sender: ResendSender, control) -> None:
+    effect = sender.send(
+        operation_key="opk_html",
+        to="ada@example.com",
+        subject="Received",
+        body="Thank you.",
+        html="<p>Thank you, Ann &lt;b&gt;</p>",
+        reply_to="office@example.com",
+    )
+    (sent,) = messages(control)
+    assert sent["id"] == effect.ref
+    assert (sent["text"], sent["html"]) == ("Thank you.", "<p>Thank you, Ann &lt;b&gt;</p>")
+    assert sent["reply_to"] == ["office@example.com"]
+
+
+def test_the_same_key_with_another_body_is_refused_409_and_sends_nothing(
+    sender: ResendSender, control
+) -> None:
+    # What a retry would meet if it rendered a changed template again instead of sending
+    # the stored content: Resend binds the key to the first payload
+    # (https://resend.com/docs/dashboard/emails/idempotency-keys).
+    confirm(sender, key="opk_once", body="Thank you.")
+    with pytest.raises(DestinationError) as refused:
+        confirm(sender, key="opk_once", body="Thank you, again.")
+    assert refused.value.reply is not None and refused.value.reply.code == 409
+    assert "invalid_idempotent_request" in refused.value.message
+    assert refused.value.classification == Classification.PERMANENT
+    assert len(messages(control)) == 1
+
+
+def test_a_reply_to_that_is_no_address_is_refused_by_resend(sender: ResendSender, control) -> None:
+    with pytest.raises(DestinationError) as refused:
+        sender.send(
+            operation_key="opk_bad", to="ada@example.com", subject="s", body="b", reply_to="nobody"
+        )
+    assert refused.value.reply is not None and refused.value.reply.code == 422
+    assert messages(control) == []

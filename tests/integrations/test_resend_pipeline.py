@@ -26,7 +26,7 @@ from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, Event, Operation, ReviewCase
 from lab.emulators.resend import DEFAULT_API_KEY, DEFAULT_DOMAIN, ResendEmulator
-from tests.factories import ingest, op, submission
+from tests.factories import configured, ingest, op, submission
 from tests.support.processes import wait_for
 from tests.support.vendors import all_settled, configure, emulator_as_default, stats
 
@@ -96,6 +96,32 @@ def test_a_lost_answer_inside_the_window_is_retried_and_one_message_arrives(
     assert counted["messages_by_message_id"] == {confirmation.key: 1}
     assert counted["calls"]["send_email"] == 2  # two requests, one message
     assert sandbox.messages() == []  # nothing went through SMTP
+    assert not ReviewCase.objects.exists()
+
+
+def test_a_retry_after_a_template_change_is_a_repeat_resend_accepts_never_a_409(
+    resend: httpx.Client,
+) -> None:
+    """The first send's answer is lost after Resend sent it; the template changes; the
+    retry sends the stored content under the same key, so Resend recognises the repeat
+    (same key, same body) and answers with the first email. Rendered anew, the body
+    would differ and Resend would refuse it: 409 invalid_idempotent_request
+    (test_resend.py shows the emulator does)."""
+    configure(resend, rate_limit=None)  # two attempts back to back, as above
+    forms = {"*": {"confirmation": {"subject": "First {{ contact.name }}", "html": "<p>1</p>"}}}
+    configured(forms)
+    _, confirmation = confirmation_of("rs-template")
+    fault(resend, "http_500_after_commit")
+    assert operation_execute(operation_id=confirmation.pk) == Attempt.Outcome.AMBIGUOUS
+    configured({"*": {"confirmation": {"subject": "Second", "html": "<p>2</p>"}}})
+
+    assert run_now(confirmation) == Attempt.Outcome.SUCCEEDED
+    (sent,) = resend.get("/_sandbox/messages").json()["results"]
+    assert (sent["subject"], sent["html"]) == ("First Kim", "<p>1</p>")
+    counted = stats(resend)
+    assert counted["messages_by_message_id"] == {confirmation.key: 1}
+    assert counted["calls"]["send_email"] == 2
+    assert [a.http_status for a in confirmation.attempts.order_by("number")] == [500, 200]
     assert not ReviewCase.objects.exists()
 
 

@@ -10,6 +10,7 @@ import os
 import queue
 import signal
 import smtplib
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -288,6 +289,7 @@ def test_tasks_are_unique_per_record_and_can_be_looked_up(client: httpx.Client) 
         "external_ref": "t-1",
         "title": "Call back",
         "assignee": "sales",
+        "due_at": None,
         "created_at": task.json()["created_at"],
     }
     assert duplicate.status_code == 409
@@ -560,12 +562,54 @@ def test_the_sink_stores_messages_with_headers_and_body(
     assert first["subject"] == "Thanks"
     assert first["headers"]["To"] == "ada@example.com"
     assert first["body"] == "We received your enquiry.\n"
+    assert first["html"] is None
     assert first["received_at"].endswith("Z")
     counts = stats(client)
     assert counts["messages"] == 2
     assert counts["messages_by_recipient"] == {"ada@example.com": 1, "bob@example.com": 1}
     assert counts["messages_by_message_id"] == {"<m1@onefold.test>": 1, "<m2@onefold.test>": 1}
     assert counts["calls"]["send_email"] == 2
+
+
+def test_the_sink_gives_the_text_and_the_html_parts_apart(
+    client: httpx.Client, server: SandboxServer
+) -> None:
+    message = email()
+    message["Reply-To"] = "office@example.com"
+    message.add_alternative("<p>We received <b>your</b> enquiry.</p>\n", subtype="html")
+    send(server, message)
+
+    (stored,) = client.get("/_sandbox/messages").json()["results"]
+
+    assert stored["body"] == "We received your enquiry.\n"
+    assert stored["html"] == "<p>We received <b>your</b> enquiry.</p>\n"
+    assert stored["headers"]["Reply-To"] == "office@example.com"
+    assert stored["headers"]["Content-Type"].startswith("multipart/alternative")
+
+
+def test_a_task_keeps_its_due_date_in_utc(client: httpx.Client) -> None:
+    record = create(client, "op-1").json()["id"]
+    body = {"external_ref": "t-1", "title": "Call", "assignee": "ana"}
+    due = client.post(
+        f"/crm/records/{record}/tasks", json={**body, "due_at": "2026-11-30T11:15:00+01:00"}
+    )
+    wrong = client.post(
+        f"/crm/records/{record}/tasks", json={**body, "external_ref": "t-2", "due_at": "soon"}
+    )
+    assert due.status_code == 201 and due.json()["due_at"] == "2026-11-30T10:15:00.000000Z"
+    assert wrong.status_code == 400
+
+
+def test_configured_keys_of_a_record_are_kept_in_extra(client: httpx.Client) -> None:
+    response = create(
+        client, "op-1", company="Acme", contact={"company": "Acme"}, pipeline="p", stage="s"
+    )
+    assert response.json()["extra"] == {
+        "company": "Acme",
+        "contact": {"company": "Acme"},
+        "pipeline": "p",
+        "stage": "s",
+    }
 
 
 @pytest.mark.parametrize(
@@ -770,6 +814,27 @@ def test_a_file_database_survives_a_restart(tmp_path: Path) -> None:
 
     assert again.json() == record.json()
     assert caps["lookup"] is False
+
+
+def test_a_file_from_an_older_sandbox_gains_the_new_columns(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite3"
+    with sqlite3.connect(db) as old:
+        # The tables as the sandbox made them before tasks had due dates and messages HTML.
+        old.executescript(
+            "CREATE TABLE tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, record_seq INTEGER "
+            "NOT NULL, external_ref TEXT, title TEXT NOT NULL DEFAULT '', assignee TEXT NOT "
+            "NULL DEFAULT '', created_at TEXT NOT NULL);"
+            "CREATE TABLE messages (seq INTEGER PRIMARY KEY AUTOINCREMENT, mail_from TEXT NOT "
+            "NULL, rcpt_to TEXT NOT NULL, message_id TEXT, subject TEXT, headers TEXT NOT "
+            "NULL, body TEXT NOT NULL, received_at TEXT NOT NULL);"
+        )
+    with SandboxServer(http_port=0, smtp_port=0, db_path=str(db)) as sandbox:
+        record = httpx.post(f"{sandbox.http_url}/crm/records", json={"external_ref": "op-1"})
+        task = httpx.post(
+            f"{sandbox.http_url}/crm/records/{record.json()['id']}/tasks",
+            json={"title": "Call", "due_at": "2026-11-30T10:15:00Z"},
+        )
+    assert task.status_code == 201 and task.json()["due_at"] == "2026-11-30T10:15:00.000000Z"
 
 
 # -- the management command -----------------------------------------------

@@ -140,6 +140,19 @@ class Sandbox:
         response.raise_for_status()
         return response.json()["results"]
 
+    def records(self) -> list[dict]:
+        """Every live record, oldest first (the listing reconciliation reads)."""
+        response = self.client.get(
+            "/crm/records", params={"since": "2000-01-01T00:00:00Z", "limit": 5000}
+        )
+        response.raise_for_status()
+        return response.json()["results"]
+
+    def tasks(self, record_id: str) -> list[dict]:
+        response = self.client.get(f"/crm/records/{record_id}/tasks")
+        response.raise_for_status()
+        return response.json()["results"]
+
 
 def start_sandbox(log_dir: Path) -> Sandbox:
     child = spawn("sandbox", ["sandbox", "--http-port", "0", "--smtp-port", "0"], log_dir)
@@ -182,6 +195,18 @@ class WebServer:
 
 # How long the test servers wait for a connected client's request (see start_web).
 SLOW_CLIENT_SECONDS = 60
+
+
+def manage(*args: str, sandbox: Sandbox | None = None) -> subprocess.CompletedProcess[str]:
+    """`manage.py ARGS` run as an operator would, on the test database."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        cwd=REPO,
+        env={**os.environ, **app_env(sandbox)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def check_destinations(sandbox: Sandbox, **env: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,211 @@
+"""Rendered once: an operation's content is made when it is first attempted, stored on
+the operation before its destination is called, and sent as stored ever after.
+
+What an effect sends (an enquiry's properties, a task's title, assignee and due date,
+a confirmation's subject, text and HTML) comes from templates a person may change at
+any moment (configuration/). A retry, a recovery after a lost answer and a replay
+must send what the first attempt sent: a customer never gets two different
+confirmations for one enquiry, and a destination that checks a repeated request's
+body (Resend's 409 `invalid_idempotent_request`) sees the same body. So:
+
+- `content_ensure` (the engine, before any call): an operation whose `content` is
+  still null renders it (rendering.py) and stores it, under the claim token and only
+  while it is null, committed before the call: one statement. A round robin's
+  counter is advanced in a transaction with that store (`_turn_take`: one atomic
+  upsert), so concurrent workers each take their own turn, and an operation whose
+  content is stored (every later attempt) takes none. A content that could not be
+  stored (the claim was lost) rolls the turn back.
+- `next_content_render` (the engine, in a worker's chain): the next step is rendered
+  before the statement that records this step's success and claims that one, and
+  the statement stores it there (`COALESCE(content, ...)`: only if still null). The
+  chain's steps then cost no commit of their own for their content. A step that needs
+  a round robin's turn is not rendered ahead (its turn must be taken with its store):
+  it is rendered by `content_ensure` when claimed.
+
+"Send again", an edit and `remap` create new operations: null content, rendered afresh.
+The content is purged with the event's payload (reconciliation/retention.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from idempotency_core.configuration.versions import ConfigVersion, config_current
+from idempotency_core.execution.rendering import RenderInput, TurnUnavailableError
+from idempotency_core.execution.steps import (
+    EDIT_PIPELINE,
+    STEPS,
+    StepContext,
+    pipeline_for,
+    step_of,
+)
+from idempotency_core.models import AssigneeTurn, Event, Operation
+from idempotency_core.sql import prepared_cursor, table_of
+from integrations.base import Classification, DestinationError
+
+
+def content_ensure(ctx: StepContext, *, now: datetime | None = None) -> dict[str, Any] | None:
+    """The operation's content: as stored, else rendered and stored now (committed
+    before this returns). None for a step that renders nothing (a merge). Call with the
+    operation claimed, outside any transaction."""
+    operation = ctx.operation
+    if operation.content is not None:
+        return dict(operation.content)
+    render = step_of(operation).render
+    if render is None:
+        return None
+    # Read before any transaction: inside one the cache is not used (config_cache.py).
+    version = config_current()
+    inp = render_input(ctx, now=now or timezone.now())
+    try:
+        # Most content takes no turn: one statement, committed on its own.
+        content = render(inp, version, _turn_refused)
+        stored = _content_store(operation, content)
+    except TurnUnavailableError:
+        with transaction.atomic():
+            content = render(inp, version, _turn_take)
+            stored = _content_store(operation, content)
+            if not stored:
+                transaction.set_rollback(True)  # and with it the turn taken
+    if not stored:
+        # This claim was lost (a lease that expired meanwhile): what a newer attempt
+        # stored is what the operation sends; with none stored, nothing is called.
+        kept = Operation.objects.filter(pk=operation.pk).values_list("content", flat=True).first()
+        if kept is None:
+            raise DestinationError(
+                "the operation's content could not be stored: its claim was lost; not called",
+                classification=Classification.RETRYABLE,
+            )
+        content = dict(kept)
+    operation.content = content
+    return content
+
+
+def render_input(ctx: StepContext, *, now: datetime) -> RenderInput:
+    source = ctx.event.source
+    return RenderInput(
+        payload=ctx.payload,
+        source=source.name,
+        default_assignee=source.task_assignee,
+        refs=ctx.refs,
+        now=now,
+    )
+
+
+def next_content_render(
+    operation: Operation, *, refs: dict[str, str] | None, destination_ref: str, now: datetime
+) -> str | None:
+    """The content of the step the success of `operation` releases, rendered now for the
+    statement that claims it, as JSON `{step: content}`; None when there is nothing to
+    render ahead (the last step, a step that needs a turn, a payload purged, a template
+    that fails: each is then rendered, or refused, when the step is claimed)."""
+    event = operation.event
+    source = event.source
+    steps = EDIT_PIPELINE if event.revises_id else pipeline_for(source, event.form)
+    if operation.step not in steps or steps[-1] == operation.step or event.payload is None:
+        return None
+    following = steps[steps.index(operation.step) + 1]
+    render = STEPS[following].render
+    if render is None or refs is None:
+        return None
+    inp = RenderInput(
+        payload=event.payload,
+        source=source.name,
+        default_assignee=source.task_assignee,
+        refs={**refs, operation.step: destination_ref},
+        now=now,
+    )
+    try:
+        content = render(inp, config_current(), _turn_refused)
+    except (TurnUnavailableError, DestinationError):
+        return None
+    return json.dumps({following: content})
+
+
+def _turn_refused(scope: str) -> int:
+    raise TurnUnavailableError(scope)
+
+
+def _turn_take(scope: str) -> int:
+    """The round robin's counter for `scope`, advanced by one: its new value. In the
+    caller's transaction, so it is taken exactly when the content is stored."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_turn_sql(), [scope])
+        (turns,) = cursor.fetchone()
+    return int(turns)
+
+
+@cache
+def _turn_sql() -> str:
+    # One atomic upsert: concurrent workers wait for the row's lock, each then adds one
+    # to what the one before it committed.
+    table = table_of(AssigneeTurn)
+    return (
+        f'INSERT INTO {table} ("scope", "turns") VALUES (%s, 1) ON CONFLICT ("scope") '
+        f'DO UPDATE SET "turns" = {table}."turns" + 1 RETURNING "turns"'
+    )
+
+
+def _content_store(operation: Operation, content: dict[str, Any]) -> bool:
+    """Stores the content if the claim still holds and none is stored yet."""
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            _store_sql(),
+            [json.dumps(content), operation.pk, operation.claim_token],
+        )
+        return cursor.fetchone() is not None
+
+
+@cache
+def _store_sql() -> str:
+    return (
+        f'UPDATE {table_of(Operation)} SET "content" = %s::jsonb '
+        'WHERE "id" = %s AND "claim_token" = %s AND "status" = \'running\' '
+        'AND "content" IS NULL RETURNING 1'
+    )
+
+
+def content_preview(
+    *, event: Event, step: str, version: ConfigVersion, refs: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """What `step` ("send_confirmation", "assign_task"...) of `event` would send if first
+    attempted now under `version` (the current one, or a change not yet applied),
+    stored nowhere and taking no turn: a round robin shows the name its next turn would
+    give. `refs` default to the event's succeeded steps' references. For the console's
+    preview from a kept submission (masking what the viewer may not see is the
+    console's); None for a step that renders nothing. Raises DestinationError when the
+    payload was purged or a template cannot be rendered."""
+    render = STEPS[step.partition(":")[0]].render
+    if render is None:
+        return None
+    if event.payload is None:
+        raise DestinationError(
+            "the submission's payload was purged after its retention period",
+            classification=Classification.PERMANENT,
+        )
+    if refs is None:
+        refs = dict(
+            event.operations.filter(status=Operation.Status.SUCCEEDED).values_list(
+                "step", "destination_ref"
+            )
+        )
+
+    def next_turn(scope: str) -> int:
+        row = AssigneeTurn.objects.filter(scope=scope).values_list("turns", flat=True).first()
+        return int(row or 0) + 1
+
+    inp = RenderInput(
+        payload=event.payload,
+        source=event.source.name,
+        default_assignee=event.source.task_assignee,
+        refs=refs,
+        now=timezone.now(),
+    )
+    return render(inp, version, next_turn)

@@ -1,0 +1,1 @@
+"""Tests of the business configuration: its document, templates, versions and file."""
