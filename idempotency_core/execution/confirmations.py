@@ -29,15 +29,13 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 from datetime import datetime, timedelta
-from functools import cache
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from idempotency_core.keys import contact_digest
-from idempotency_core.models import Attempt, ConfirmationAllowance, Delivery, Operation
-from idempotency_core.sql import prepared_cursor, table_of
+from idempotency_core.models import Attempt, Operation
+from idempotency_core.sql import prepared_cursor
 from integrations.base import Classification, DestinationError
 
 # Longest name a greeting shows; a longer one is a message, not a name.
@@ -55,6 +53,13 @@ LIMIT_WINDOW = timedelta(hours=24)
 CAPTCHA_UNCHECKED = "CAPTCHA not checked"
 # Attempts a person asked for: a replay, a send-again. Counted, never refused.
 _BY_PERSON = (Attempt.Trigger.REPLAY, Attempt.Trigger.REVIEWER)
+# The decision (migration 0029 says what it reads and writes): whether the operation
+# had an allowance already, whether one was granted now, the counts and the CAPTCHA.
+_ALLOW = (
+    "SELECT * FROM onefold_confirmation_allow(%s::bigint, %s::bigint, %s::bigint, "
+    "%s::uuid, %s::varchar, %s::timestamptz, %s::timestamptz, %s::integer, %s::integer, "
+    "%s::text, %s::boolean)"
+)
 
 
 def greeting_name(name: object, *, markup: bool = False) -> str:
@@ -153,12 +158,13 @@ def confirmation_allow(
     was allowed, and a retry is not counted again).
 
     Call before the send, outside any transaction: the allowance commits before the
-    mail service is called. Two statements in one transaction: the recipient's
-    advisory lock, then the decision (`_decide_sql`), so that workers deciding for one
-    address at the same moment decide one after the other, each counting what the
-    one before it committed: six concurrent confirmations to one address send
-    exactly three. (The lock must come in a statement of its own: a statement reads
-    the snapshot taken when it started, before a lock taken inside it was granted.)
+    mail service is called. One call, `onefold_confirmation_allow` (migration 0029),
+    which takes the recipient's advisory lock and then, in a statement of its own, makes
+    the decision, so that workers deciding for one address at the same moment decide
+    one after the other, each counting what the one before it committed: six concurrent
+    confirmations to one address send exactly three. (The lock must come before the
+    statement that counts: a statement reads the snapshot taken when it started, before
+    a lock taken inside it was granted.)
 
     The source's count is not under a lock: at the same moment, a source may pass its
     limit by the confirmations being decided for other addresses, a few at most, and
@@ -168,20 +174,15 @@ def confirmation_allow(
         settings.ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY,
         settings.ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY,
     )
-    source_id = operation.event.source_id
     now = now or timezone.now()
-    by_person = operation.next_trigger in _BY_PERSON
-    with transaction.atomic(), prepared_cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s::bigint)", [_lock_key(digest)])
+    with prepared_cursor() as cursor:
         cursor.execute(
-            _decide_sql(),
+            _ALLOW,
             [
-                operation.pk,
-                *(digest, now - LIMIT_WINDOW, limits[0]),
-                *(source_id, now - LIMIT_WINDOW, limits[1]),
-                *(operation.event_id, CAPTCHA_UNCHECKED),
-                *(operation.pk, source_id, digest, now, by_person),
-                *(by_person, digest, limits[0], limits[1]),
+                _lock_key(digest),
+                *(operation.pk, operation.event.source_id, operation.event_id),
+                *(digest, now, now - LIMIT_WINDOW, limits[0], limits[1]),
+                *(CAPTCHA_UNCHECKED, operation.next_trigger in _BY_PERSON),
             ],
         )
         earlier, granted, to_recipient, from_source, unchecked = cursor.fetchone()
@@ -205,41 +206,6 @@ def confirmation_allow(
         f"limit (ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY) is {limits[1]}. Replay to send "
         "it anyway, or close the case"
     )
-
-
-@cache
-def _decide_sql() -> str:
-    """The decision, in one statement: an allowance the operation already has (a
-    retry), the counts (bounded by their limits: an index range of at most that many
-    entries), whether the submission's CAPTCHA went unchecked, and the new allowance,
-    inserted only where everything permits it (or a person asked)."""
-    allowance, delivery = table_of(ConfirmationAllowance), table_of(Delivery)
-    return f"""
-WITH earlier AS (
-    SELECT 1 FROM {allowance} WHERE operation_id = %s::bigint
-), seen AS (
-    SELECT
-        (SELECT count(*) FROM (
-            SELECT 1 FROM {allowance} WHERE recipient_digest = %s::varchar
-            AND granted_at >= %s::timestamptz LIMIT %s::integer) r) AS to_recipient,
-        (SELECT count(*) FROM (
-            SELECT 1 FROM {allowance} WHERE source_id = %s::bigint
-            AND granted_at >= %s::timestamptz LIMIT %s::integer) s) AS from_source,
-        EXISTS (
-            SELECT 1 FROM {delivery} WHERE event_id = %s::uuid AND outcome = 'accepted'
-            AND strpos(verification, %s::text) > 0) AS unchecked
-), granted AS (
-    INSERT INTO {allowance} (operation_id, source_id, recipient_digest, granted_at, by_person)
-    SELECT %s::bigint, %s::bigint, %s::varchar, %s::timestamptz, %s::boolean FROM seen
-    WHERE NOT EXISTS (SELECT 1 FROM earlier)
-    AND (%s::boolean OR (NOT seen.unchecked
-        AND (%s::varchar = '' OR seen.to_recipient < %s::integer)
-        AND seen.from_source < %s::integer))
-    RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM earlier), EXISTS (SELECT 1 FROM granted),
-    to_recipient, from_source, unchecked
-FROM seen"""
 
 
 def _lock_key(digest: str) -> int:
