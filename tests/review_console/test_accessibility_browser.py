@@ -5,7 +5,7 @@ The pages are the glossary test's (cases of every kind made the real way, settle
 ones, a completed submission), opened as a superuser who sees every control; the
 confirmation steps are the POSTs a case page's buttons send (Playwright's route
 turns the navigation into that POST), plus the sign-in page signed out and the
-styled 404. Screenshots of each page at both widths go to the test's tmp dir.
+styled 404. A screenshot of each page and width that fails goes to the test's tmp dir.
 
 axe-core is run through axe-playwright-python (its bundled axe.min.js); impacts
 are axe's own ("minor", "moderate", "serious", "critical"):
@@ -107,10 +107,10 @@ def open_page(page, method: str, url: str, data: dict | None) -> int:
 def check(page, axe: Axe, name: str, shots: Path) -> list[str]:
     """axe's serious and critical violations on the page, and any sideways page scroll,
     at each width; a screenshot per width."""
-    problems = []
+    problems: list[str] = []
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 900})
-        page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
+        found = len(problems)
         scroll = page.evaluate("document.documentElement.scrollWidth")
         if scroll != width:
             culprits = page.evaluate(STICKING_OUT)
@@ -127,6 +127,8 @@ def check(page, axe: Axe, name: str, shots: Path) -> list[str]:
                 problems.append(
                     f"{name} @{width}: {violation['impact']} {violation['id']} {targets}"
                 )
+        if len(problems) > found:  # a picture of what failed, for whoever fixes it
+            page.screenshot(path=str(shots / f"{name}-{width}.png"), full_page=True)
     # Opened, the "Technical details" (keys, raw replies) must not widen the page either.
     page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
     for width in WIDTHS:
