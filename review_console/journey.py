@@ -469,8 +469,8 @@ def _edit(facts: _Facts) -> JourneyPath:
         slug="edit",
         title="An edit (revises)",
         what="The customer corrects this submission: the same contact sends it again under "
-        "a new key with `revises` naming this one. It is a new submission whose effect is an "
-        "update, planned by the edit pipeline, not a retry.",
+        "a new key with its “revises” field naming this one. It is a new submission whose "
+        "effect is an update, planned by the edit pipeline, not a retry.",
         steps=EDIT_PIPELINE,
         payload=facts.payload,
     )
