@@ -10,6 +10,7 @@ from review_console import (
     views_duplicate_rule,
     views_field_map,
     views_hold,
+    views_journey,
     views_sources,
     views_submissions,
 )
@@ -118,6 +119,11 @@ urlpatterns = [
         "sources/<int:source_id>/field-map/apply/",
         views_field_map.source_field_map_apply,
         name="source-field-map-apply",
+    ),
+    path(
+        "journey/<str:source>/<path:form>/",
+        views_journey.journey,
+        name="journey",
     ),
     path("api/", include(api.router.urls)),
     path(

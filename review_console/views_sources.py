@@ -42,6 +42,7 @@ from idempotency_core.models import Delivery, Event, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
+from review_console.journey import journey_forms
 from review_console.permissions import CHANGE_SOURCE, VIEW_CASES, acting_user, console_permission
 from review_console.views import _confirm_action, _confirmed
 
@@ -260,6 +261,7 @@ def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
             "unreadable_waiting": Event.objects.filter(unreadable_waiting(), source=source).count()
             if profile is not None
             else 0,
+            "journey_forms": journey_forms(source),
         },
     )
 

@@ -16,6 +16,7 @@ from typing import Any, cast
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.configuration.versions import ConfigVersion
 from idempotency_core.execution.confirmations import (
+    NO_ADDRESS,
     TURNED_OFF,
     ConfirmationSkippedError,
     confirmation_allow,
@@ -208,15 +209,25 @@ def _find_task(ctx: StepContext) -> str | None:
     return ctx.crm.find_task(record_id=ctx.ref_of("create_enquiry"), external_ref=ctx.operation.key)
 
 
+def confirmation_skipped(content: dict[str, Any]) -> str | None:
+    """Why a confirmation with this stored content is not sent (`NO_ADDRESS`,
+    `TURNED_OFF`), or None: it goes to the mail service. The one rule, for the step and
+    for what the console shows a form's customers get."""
+    if not str(content.get("to") or ""):
+        # A contact without an address (a form with no email field) is processed, and
+        # this step skipped, before the allowance counts anything.
+        return NO_ADDRESS
+    if not content.get("send", True):
+        return TURNED_OFF
+    return None
+
+
 def _send_confirmation(ctx: StepContext) -> Effect:
     content = ctx.content
-    to = str(content.get("to") or "")
-    if not to:
-        # A contact without an address (a form with no email field) is processed, and
-        # this step skipped, before the allowance below counts anything.
-        raise ConfirmationSkippedError()
-    if not content.get("send", True):
-        raise ConfirmationSkippedError(TURNED_OFF)
+    skipped = confirmation_skipped(content)
+    if skipped is not None:
+        raise ConfirmationSkippedError(skipped)
+    to = str(content["to"])
     # Counted, or held for a person, before anything reaches the mail service.
     confirmation_allow(operation=ctx.operation, recipient=to)
     return ctx.mail.send(

@@ -1,0 +1,771 @@
+"""A form's customer journey: what the customer and the CRM get on each path.
+
+The console's page /console/journey/<source>/<form>/ (views_journey.py) takes one kept
+submission of the form (or, when none is kept, a synthetic example labelled as such)
+and shows, rendered from the current configuration version, what each path sends and
+which record and task it touches: a first delivery, a retry after a lost answer, a
+replay, "send again", an edit (`revises`), a held duplicate settled as "same enquiry",
+and a submission without an email address. Nothing is stored, no round robin's turn
+is taken and no destination is written; the only read beyond the database is the
+destinations' capabilities (the sandbox's, bounded, as a replay preview reads them).
+
+Each path is derived from the engine's own rules, not described by hand:
+
+- the steps a path plans: `steps.pipeline_for` (a first delivery, a submission without
+  email, a retry, a replay), `steps.EDIT_PIPELINE` (an edit; `_update_enquiry` updates
+  the record of the submission it revises), the email step alone
+  (`review.email_cases.email_send_again`: a new `send_confirmation:<n>` operation with
+  its own key), none (`review.held_duplicates.held_duplicate_link` cancels every step
+  of the held submission, none of them tried);
+- which party a step touches: `Step.destination` and `Step.creates_task` of `STEPS`;
+- what a step sends: `content.content_preview` under `versions.config_current()`; a
+  replay sends the operation's stored `content` when it has one (what
+  `content.content_ensure` returns ever after its first attempt);
+- whether a confirmation goes out: `steps.confirmation_skipped` (no address, turned off);
+- what a retry after a lost answer does: `policy.recovery_for` with the step's flags
+  (`Step.at_most_once`, `Step.idempotent_action`) and the destination's capabilities
+  (`destinations.destination_for`, `capabilities_of`, `Capabilities.for_tasks`), the
+  retry at `RetryPolicy.ceiling(1)`; a replay follows the same rule
+  (`review.replay.replay_refusal` asks a person to check first where it is "review").
+
+Contact details the viewer may not see (VIEW_CONTACT, or a reveal in force) are masked
+before rendering (masking.py's rule applied to the payload's contact), and any real
+value still in what is shown (a stored content, an extra field repeating the address)
+is replaced by its masked form.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.html import escape
+
+from idempotency_core.configuration.document import ANY_FORM, form_block
+from idempotency_core.configuration.versions import ConfigVersion, config_current
+from idempotency_core.execution.content import content_preview
+from idempotency_core.execution.destinations import capabilities_of, destination_for
+from idempotency_core.execution.policy import OperationState, RetryPolicy, recovery_for
+from idempotency_core.execution.steps import (
+    EDIT_PIPELINE,
+    STEPS,
+    confirmation_skipped,
+    pipeline_for,
+)
+from idempotency_core.intake.remap import unreadable_waiting
+from idempotency_core.models import Event, Operation, Source
+from integrations.base import Capabilities, DestinationError
+from review_console.masking import mask_email, mask_name, mask_phone
+
+Recovery = Operation.Recovery
+
+# Kept submissions offered by the page's picker, newest first.
+PICKER_SIZE = 20
+# Recent submissions whose forms the source page lists beside the configured ones.
+RECENT_FORMS_SCAN = 200
+# What a template's `reference` shows before the CRM has given the enquiry one.
+REFERENCE_PLACEHOLDER = "(the CRM's reference)"
+CONFIRMATION, ENQUIRY, TASK = "send_confirmation", "create_enquiry", "assign_task"
+# The second send of a confirmation, as `email_send_again` names it.
+SEND_AGAIN_STEP = f"{CONFIRMATION}:2"
+# The synthetic example's contact: example.com is reserved (RFC 2606), nobody's address.
+EXAMPLE_CONTACT = {"name": "Alex Example", "email": "alex@example.com", "phone": "+44 20 7946 0000"}
+_FIELD_REFERENCE = re.compile(r"\bfields\.([A-Za-z0-9_\-]+)")
+
+RETRY_RECORD: dict[str, str] = {
+    Recovery.REPEAT_WITH_KEY: "No second {what}: the retry presents the same idempotency key "
+    "(the operation key) and the CRM answers with the {what} it made.",
+    Recovery.REPEAT_UNIQUE_REF: "No second {what}: the CRM refuses another {what} with the same "
+    "external reference and names the first, which Onefold adopts.",
+    Recovery.LOOKUP_FIRST: "No second {what}: Onefold looks the {what} up by its external "
+    "reference first and adopts it; it is created only if it is absent.",
+    Recovery.REPEAT: "The same change again: doing it twice is the same as once.",
+    Recovery.REVIEW: "Not repeated: this CRM offers nothing that recognises a repeat (no "
+    "idempotency key within its window, no unique reference, no lookup), so a case asks a "
+    "person to look for the {what}.",
+}
+RETRY_MESSAGE: dict[str, str] = {
+    Recovery.REPEAT_WITH_KEY: "No second email: the stored email is presented again under the "
+    "same idempotency key, which the mail service recognises within its window.",
+    Recovery.REVIEW: "No second email: the mail service cannot recognise a resend (plain SMTP "
+    "has no idempotency key), so Onefold does not resend; a case asks a person to check with "
+    "the customer, who may then have it sent again.",
+}
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one party gets on one path: the customer, the CRM's record, or its task."""
+
+    # "sent", "created", "updated", "linked", "none"
+    verb: str
+    summary: str
+    # What is shown of the content: (label, value) lines, a message's text and HTML.
+    lines: tuple[tuple[str, str], ...] = ()
+    text: str = ""
+    html: str = ""
+    # The code that decides it, for the page's technical details.
+    rule: str = ""
+
+    @property
+    def touched(self) -> bool:
+        return self.verb != "none"
+
+    @property
+    def badge(self) -> str:
+        """The console's badge colour (base.html's b-* classes)."""
+        return VERB_BADGES[self.verb]
+
+    @property
+    def label(self) -> str:
+        return "nothing" if self.verb == "none" else self.verb
+
+
+VERB_BADGES = {
+    "sent": "succeeded",
+    "created": "succeeded",
+    "updated": "pending",
+    "linked": "open",
+    "none": "cancelled",
+}
+
+
+@dataclass(frozen=True)
+class JourneyPath:
+    slug: str
+    title: str
+    what: str
+    customer: Side
+    record: Side
+    task: Side
+
+
+@dataclass(frozen=True)
+class Journey:
+    source: Source
+    form: str
+    version: ConfigVersion
+    # The block of the configuration that applies ("*" or the form's own; "" for none).
+    block_key: str
+    # The kept submission shown; None with `synthetic`.
+    event: Event | None
+    steps: tuple[str, ...]
+    paths: list[JourneyPath]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def synthetic(self) -> bool:
+        return self.event is None
+
+
+# -- which submissions and forms ------------------------------------------------------
+
+
+def journey_events(source: Source, form: str) -> list[Event]:
+    """The form's kept submissions, newest first (PICKER_SIZE): a payload still kept,
+    not an edit (its journey is the edit path of the one it revises), not waiting
+    unreadable for a corrected map. `"*"` means the forms without a block of their own."""
+    return list(_kept(source, form).order_by("-received_at")[:PICKER_SIZE])
+
+
+def journey_event(source: Source, form: str, event_id: Any) -> Event | None:
+    return _kept(source, form).filter(pk=event_id).first()
+
+
+def _kept(source: Source, form: str) -> Any:
+    events = Event.objects.select_related("source").filter(
+        ~Q(unreadable_waiting()), source=source, payload__isnull=False, revises__isnull=True
+    )
+    if form != ANY_FORM:
+        return events.filter(form=form)
+    return events.exclude(form__in=_configured_forms(source) - {ANY_FORM})
+
+
+def _configured_forms(source: Source) -> set[str]:
+    document = config_current().document
+    return set(((document.get("sources") or {}).get(source.name) or {}).get("forms") or {})
+
+
+def journey_forms(source: Source) -> list[str]:
+    """The forms the source page links a journey for: those configured, those with a
+    pipeline of their own, the default form and those of its recent submissions, then
+    "*" (every other form)."""
+    recent = (
+        Event.objects.filter(source=source)
+        .order_by("-received_at")
+        .values_list("form", flat=True)[:RECENT_FORMS_SCAN]
+    )
+    names = (
+        _configured_forms(source)
+        | set(source.pipelines or {})
+        | {source.default_form}
+        | set(recent)
+    )
+    return [*sorted(name for name in names if name and name != ANY_FORM), ANY_FORM]
+
+
+# -- the journey ----------------------------------------------------------------------
+
+
+def journey_build(*, source: Source, form: str, event: Event | None, unmasked: bool) -> Journey:
+    """Every path of `event` (None: a synthetic example built from the form's block)
+    under the current configuration version."""
+    version = config_current()
+    block_key, block = form_block(version.document, source.name, form)
+    block = block or {}
+    payload = dict(event.payload or {}) if event is not None else _example(block, form, source)
+    shown_form = str(payload.get("form") or form)
+    refs = _refs(event)
+    renderer = _Renderer(
+        source=source,
+        version=version,
+        refs=refs,
+        unmasked=unmasked or event is None,
+        real=payload,
+    )
+    steps = pipeline_for(source, shown_form)
+    facts = _Facts(
+        renderer=renderer,
+        payload=payload,
+        steps=steps,
+        stored=_stored_contents(event),
+        retry=_retry_rules(source, steps),
+        duplicates=source.duplicates,
+    )
+    return Journey(
+        source=source,
+        form=form,
+        version=version,
+        block_key=block_key if block_key in _configured_forms(source) else "",
+        event=event,
+        steps=steps,
+        paths=[facts.first, *(path(facts) for path in PATHS)],
+        notes=_notes(facts, refs),
+    )
+
+
+def _notes(facts: _Facts, refs: Mapping[str, str]) -> list[str]:
+    notes = []
+    if ENQUIRY not in refs:
+        notes.append(
+            f"The CRM's reference of this enquiry is not known yet: templates show "
+            f"“{REFERENCE_PLACEHOLDER}” for it."
+        )
+    if not facts.renderer.unmasked:
+        notes.append(
+            "Contact details are masked: the messages are rendered from the masked name, "
+            "address and phone number (seeing them needs the “see unmasked contact details” "
+            "permission)."
+        )
+    return notes
+
+
+def _refs(event: Event | None) -> dict[str, str]:
+    refs: dict[str, str] = {}
+    if event is not None:
+        refs = dict(
+            event.operations.filter(status=Operation.Status.SUCCEEDED).values_list(
+                "step", "destination_ref"
+            )
+        )
+    return refs
+
+
+def _stored_contents(event: Event | None) -> dict[str, dict[str, Any]]:
+    """The content each step of `event` stored at its first attempt (what a replay sends)."""
+    if event is None:
+        return {}
+    rows = event.operations.filter(content__isnull=False).values_list("step", "content")
+    return {step: dict(content or {}) for step, content in rows}
+
+
+def _retry_rules(source: Source, steps: tuple[str, ...]) -> dict[str, str]:
+    """The recovery rule (policy.recovery_for) a retry of each step follows after an
+    answer lost at its first attempt, with its destination's capabilities as they are now."""
+    now = timezone.now()
+    retry_at = now + timedelta(seconds=RetryPolicy.from_settings().ceiling(1))
+    offered: dict[str, Capabilities] = {}
+    rules = {}
+    for name in steps:
+        step = STEPS[name]
+        if step.destination not in offered:
+            offered[step.destination] = capabilities_of(destination_for(source, step.destination))
+        capabilities = offered[step.destination]
+        state = OperationState(
+            step=name,
+            attempt_number=1,
+            first_presented_at=now,
+            at_most_once=step.at_most_once,
+            idempotent_action=step.idempotent_action,
+        )
+        rules[name] = recovery_for(
+            state=state,
+            capabilities=capabilities.for_tasks() if step.creates_task else capabilities,
+            retry_at=retry_at,
+        )
+    return rules
+
+
+def _example(block: Mapping[str, Any], form: str, source: Source) -> dict[str, Any]:
+    """A synthetic submission of `form`: the example contact, and each extra field the
+    form's block reads (`fields.<name>` in a template, a from_field rule, a language
+    field), a from_field rule's first choice where it has a map."""
+    names = sorted(set(_FIELD_REFERENCE.findall(repr(block))))
+    fields = {name: f"example {name}" for name in names}
+    assignee = (block.get("task") or {}).get("assignee")
+    if isinstance(assignee, Mapping) and assignee.get("map"):
+        chosen = str(assignee.get("from_field") or "").partition(".")[2]
+        if chosen:
+            fields[chosen] = str(next(iter(assignee["map"])))
+    if form == ANY_FORM:  # "*" is no form's name: any other form is what it covers
+        form = _unconfigured_name(_configured_forms(source))
+    return {
+        "form": form,
+        "submitted_at": timezone.now().isoformat(),
+        "contact": dict(EXAMPLE_CONTACT),
+        "message": "An example message: what a customer might write in this form.",
+        "fields": fields,
+    }
+
+
+def _unconfigured_name(taken: set[str]) -> str:
+    candidates = ("other", *(f"other-{n}" for n in range(2, 100)))
+    return next(name for name in candidates if name not in taken)
+
+
+# -- rendering, masked for the viewer ---------------------------------------------------
+
+
+class _Renderer:
+    """Renders a step's content from a payload (content_preview), as the viewer may see it."""
+
+    def __init__(
+        self,
+        *,
+        source: Source,
+        version: ConfigVersion,
+        refs: Mapping[str, str],
+        unmasked: bool,
+        real: Mapping[str, Any],
+    ) -> None:
+        self.source = source
+        self.version = version
+        self.refs = {ENQUIRY: REFERENCE_PLACEHOLDER, **refs}
+        self.unmasked = unmasked
+        self.replacements = [] if unmasked else _replacements(real.get("contact") or {})
+
+    def preview(self, payload: Mapping[str, Any], step: str) -> dict[str, Any]:
+        """Raises DestinationError when a template cannot be rendered."""
+        shown = dict(payload) if self.unmasked else _masked_payload(payload)
+        event = Event(source=self.source, payload=shown, form=str(shown.get("form") or ""))
+        content = content_preview(event=event, step=step, version=self.version, refs=self.refs)
+        return self.scrub(content or {})
+
+    def scrub(self, value: Any) -> Any:
+        """`value` with every real contact value left in it replaced by its masked form."""
+        if isinstance(value, str):
+            for pattern, masked in self.replacements:
+                value = pattern.sub(masked, value)
+            return value
+        if isinstance(value, Mapping):
+            return {key: self.scrub(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.scrub(item) for item in value]
+        return value
+
+
+def _masked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
+    masked = copy.deepcopy(dict(payload))
+    contact = dict(masked.get("contact") or {})
+    for key, mask in (("name", mask_name), ("email", mask_email), ("phone", mask_phone)):
+        if contact.get(key):
+            contact[key] = mask(str(contact[key]))
+    masked["contact"] = contact
+    return masked
+
+
+def _replacements(contact: Mapping[str, Any]) -> list[tuple[re.Pattern[str], str]]:
+    """(pattern, masked) for each contact value and name part, as typed and as escaped
+    in HTML; the longest first, so that a full name goes before its parts."""
+    pairs: dict[str, str] = {}
+    for key, mask in (("email", mask_email), ("phone", mask_phone), ("name", mask_name)):
+        value = str(contact.get(key) or "").strip()
+        if len(value) >= 2:
+            pairs[value] = mask(value)
+    for part in str(contact.get("name") or "").split():
+        if len(part) >= 2:
+            pairs.setdefault(part, mask_name(part))
+    for value, masked in list(pairs.items()):
+        pairs.setdefault(str(escape(value)), masked)
+    ordered = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
+    # Whole words only: a name part "Ann" leaves a template's "announcement" alone.
+    return [
+        (re.compile(rf"(?<!\w){re.escape(value)}(?!\w)", re.IGNORECASE), masked)
+        for value, masked in ordered
+    ]
+
+
+# -- the paths --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Facts:
+    renderer: _Renderer
+    payload: Mapping[str, Any]
+    steps: tuple[str, ...]
+    stored: Mapping[str, Mapping[str, Any]]
+    retry: Mapping[str, str]
+    duplicates: str
+
+    @cached_property
+    def first(self) -> JourneyPath:
+        """The first delivery, which the retry and the replay start from (rendered once)."""
+        return _first_delivery(self)
+
+    @property
+    def enquiry_ref(self) -> str:
+        """The enquiry's CRM reference as the page names it."""
+        ref = self.renderer.refs[ENQUIRY]
+        return f"record {ref}" if ref != REFERENCE_PLACEHOLDER else "this submission's record"
+
+
+def _first_delivery(facts: _Facts) -> JourneyPath:
+    return _planned(
+        facts,
+        slug="first",
+        title="First delivery",
+        what="The submission arrives for the first time and each step of the form's "
+        "pipeline runs once.",
+        steps=facts.steps,
+        payload=facts.payload,
+    )
+
+
+def _without_email(facts: _Facts) -> JourneyPath:
+    payload = copy.deepcopy(dict(facts.payload))
+    payload["contact"] = {**(payload.get("contact") or {}), "email": ""}
+    return _planned(
+        facts,
+        slug="no-email",
+        title="A submission without an email address",
+        what="The same submission with no email address (a form without an email field). "
+        "It is processed like any other; only the confirmation has nobody to go to.",
+        steps=facts.steps,
+        payload=payload,
+    )
+
+
+def _edit(facts: _Facts) -> JourneyPath:
+    return _planned(
+        facts,
+        slug="edit",
+        title="An edit (revises)",
+        what="The customer corrects this submission: the same contact sends it again under "
+        "a new key with its “revises” field naming this one. It is a new submission whose "
+        "effect is an update, planned by the edit pipeline, not a retry.",
+        steps=EDIT_PIPELINE,
+        payload=facts.payload,
+    )
+
+
+def _planned(
+    facts: _Facts,
+    *,
+    slug: str,
+    title: str,
+    what: str,
+    steps: tuple[str, ...],
+    payload: Mapping[str, Any],
+) -> JourneyPath:
+    """A path whose effects are the steps it plans, each rendered from `payload`."""
+    planned = ", ".join(steps)
+    record_steps = [s for s in steps if STEPS[s].destination == "crm" and not STEPS[s].creates_task]
+    task_steps = [s for s in steps if STEPS[s].creates_task]
+    if record_steps:
+        record = _record_side(facts, payload, record_steps[0])
+    else:
+        record = Side("none", f"No record: the steps planned ({planned}) write none.")
+    task = (
+        _task_side(facts, payload, task_steps[0])
+        if task_steps
+        else Side("none", f"No task: the steps planned ({planned}) create none.")
+    )
+    if CONFIRMATION in steps:
+        customer = _message_side(facts, payload, CONFIRMATION)
+    else:
+        customer = Side("none", f"No message: the steps planned ({planned}) send none.")
+    return JourneyPath(slug, title, what, customer, record, task)
+
+
+def _record_side(facts: _Facts, payload: Mapping[str, Any], step: str) -> Side:
+    try:
+        content = facts.renderer.preview(payload, step)
+    except DestinationError as exc:
+        return _unrenderable(step, exc)
+    if step == ENQUIRY:
+        summary = "A new record, its external reference the step's operation key."
+        verb = "created"
+    else:  # an edit's update_enquiry
+        summary = (
+            f"The record of the submission it revises ({facts.enquiry_ref}) takes the edit's "
+            "content; no new record."
+        )
+        verb = "updated"
+    return Side(verb, summary, lines=tuple(_record_lines(content)), rule=f"step {step}")
+
+
+def _record_lines(content: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    core = content.get("fields") or {}
+    for key in ("name", "email", "phone", "message"):
+        yield key.capitalize(), str(core.get(key) or "")
+    for name, value in (content.get("properties") or {}).items():
+        yield f"Property {name}", str(value)
+    for name, value in (content.get("contact") or {}).items():
+        yield f"Contact property {name}", str(value)
+    for key in ("pipeline", "stage"):
+        if content.get(key):
+            yield key.capitalize(), str(content[key])
+
+
+def _task_side(facts: _Facts, payload: Mapping[str, Any], step: str) -> Side:
+    try:
+        content = facts.renderer.preview(payload, step)
+    except DestinationError as exc:
+        return _unrenderable(step, exc)
+    return Side(
+        "created",
+        "A task on the enquiry's record.",
+        lines=tuple(_task_lines(content)),
+        rule=f"step {step}",
+    )
+
+
+RULES = {
+    "fixed": "a fixed name",
+    "round_robin": "round robin: the name its next turn would give",
+    "from_field": "chosen by a field's value",
+    "source": "the source's default assignee",
+}
+
+
+def _task_lines(content: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    yield "Title", str(content.get("title") or "")
+    rule = RULES.get(str(content.get("assignee_rule")), str(content.get("assignee_rule")))
+    yield "Assignee", f"{content.get('assignee')} ({rule})"
+    due = parse_datetime(str(content.get("due_at") or ""))
+    yield "Due", _due_words(due) if due is not None else "no due date"
+
+
+def _due_words(due: datetime) -> str:
+    hours = round((due - timezone.now()).total_seconds() / 3600)
+    return f"{hours} hours after the first attempt (if that were now: {due:%Y-%m-%d %H:%M} UTC)"
+
+
+def _message_side(facts: _Facts, payload: Mapping[str, Any], step: str) -> Side:
+    try:
+        content = facts.renderer.preview(payload, step)
+    except DestinationError as exc:
+        return _unrenderable(step, exc)
+    return _message_of(content, summary="The confirmation, rendered now.", rule=f"step {step}")
+
+
+def _message_of(content: Mapping[str, Any], *, summary: str, rule: str) -> Side:
+    """A confirmation's content as sent, or why it is not (confirmation_skipped)."""
+    skipped = confirmation_skipped(dict(content))
+    if skipped is not None:
+        return Side("none", f"No message ({skipped}).", rule=f"{rule}; confirmation_skipped")
+    lines = [("To", str(content.get("to")))]
+    if content.get("reply_to"):
+        lines.append(("Reply-To", str(content["reply_to"])))
+    lines.append(("Subject", str(content.get("subject") or "")))
+    if content.get("language"):
+        lines.append(("Language", str(content["language"])))
+    return Side(
+        "sent",
+        summary,
+        lines=tuple(lines),
+        text=str(content.get("text") or ""),
+        html=str(content.get("html") or ""),
+        rule=rule,
+    )
+
+
+def _unrenderable(step: str, exc: DestinationError) -> Side:
+    return Side(
+        "none",
+        f"Not sent: the configuration cannot be rendered for this submission ({exc.message}). "
+        "The step would be refused and open a case.",
+        rule=f"step {step}",
+    )
+
+
+def _retry(facts: _Facts) -> JourneyPath:
+    """Each step's first attempt reached the destination, its answer was lost."""
+    first = facts.first
+
+    def side(step: str, what: str, was: Side) -> Side:
+        if step not in facts.steps or not was.touched:
+            return Side("none", f"Nothing new: no {what} on the first delivery either.")
+        rule = facts.retry[step]
+        table = RETRY_MESSAGE if step == CONFIRMATION else RETRY_RECORD
+        summary = table.get(rule, RETRY_RECORD[Recovery.REVIEW]).format(what=what)
+        return Side("none", summary, rule=f"recovery_for: {rule or 'normal call'}")
+
+    return JourneyPath(
+        "retry",
+        "A retry after a lost answer",
+        "A step's first attempt reached the destination but its answer was lost (a timeout "
+        "after sending, a reset connection). The retry sends the content stored at that "
+        "first attempt, never a new rendering, under the same operation key.",
+        customer=side(CONFIRMATION, "message", first.customer),
+        record=side(ENQUIRY, "record", first.record),
+        task=side(TASK, "task", first.task),
+    )
+
+
+def _replay(facts: _Facts) -> JourneyPath:
+    """A person replays a step in review: the original key and the stored content."""
+    first = facts.first
+    customer = Side("none", "No message: this form's pipeline has no confirmation.")
+    if CONFIRMATION in facts.steps:
+        customer, label = _stored_or(facts, CONFIRMATION, first.customer)
+        check = facts.retry[CONFIRMATION] == Recovery.REVIEW
+        customer = _with_summary(
+            customer,
+            (
+                "Only after a person has checked that the first email did not arrive (the "
+                "mail service cannot recognise a resend). "
+                if check and customer.touched
+                else ""
+            )
+            + f"The email under its original key (the same Message-ID), as {label}.",
+        )
+    record = _replayed(facts, ENQUIRY, "record", first.record)
+    task = _replayed(facts, TASK, "task", first.task)
+    return JourneyPath(
+        "replay",
+        "A replay",
+        "A person replays a step that needs review. It goes through the same claim and "
+        "recovery rules as a retry, with the original operation key and the stored content.",
+        customer,
+        record,
+        task,
+    )
+
+
+def _stored_or(facts: _Facts, step: str, was: Side) -> tuple[Side, str]:
+    """What a replay of `step` sends: the content its first attempt stored, else (never
+    attempted) what that first attempt will render and store, `was`; and which it is."""
+    content = facts.stored.get(step)
+    if content is None:
+        return was, "not attempted yet: it stores what its first attempt renders, as above"
+    version = content.get("version")
+    label = f"stored at the first attempt (configuration version {version})"
+    if version != facts.renderer.version.number:
+        label += f"; the current version, {facts.renderer.version.number}, is not used"
+    return _stored_side(facts, step, content), label
+
+
+def _replayed(facts: _Facts, step: str, what: str, was: Side) -> Side:
+    if step not in facts.steps:
+        return was
+    side, label = _stored_or(facts, step, was)
+    if not side.touched:
+        return side
+    rule = facts.retry[step]
+    how = (
+        "A person checks the CRM first: nothing there recognises a repeat."
+        if rule == Recovery.REVIEW
+        else RETRY_RECORD.get(rule, "").format(what=what)
+    )
+    return _with_summary(
+        side,
+        f"At most one {what}, under its original operation key. {how} Content {label}.",
+        rule=f"recovery_for: {rule or 'normal call'}",
+    )
+
+
+def _stored_side(facts: _Facts, step: str, content: Mapping[str, Any]) -> Side:
+    shown = facts.renderer.scrub(content)
+    if step == CONFIRMATION:
+        return _message_of(shown, summary="", rule="stored content")
+    if STEPS[step].creates_task:
+        return Side("created", "", lines=tuple(_task_lines(shown)), rule="stored content")
+    return Side("created", "", lines=tuple(_record_lines(shown)), rule="stored content")
+
+
+def _with_summary(side: Side, summary: str, *, rule: str = "") -> Side:
+    if not side.touched:
+        return side
+    return Side(side.verb, summary, side.lines, side.text, side.html, rule or side.rule)
+
+
+def _send_again(facts: _Facts) -> JourneyPath:
+    """email_send_again: a new operation of the email step, rendered afresh."""
+    step = STEPS[CONFIRMATION]
+    untouched = Side(
+        "none",
+        f"Not touched: a send again is an operation of the {step.destination} step alone.",
+        rule="email_send_again",
+    )
+    if CONFIRMATION in facts.steps:
+        customer = _message_side(facts, facts.payload, SEND_AGAIN_STEP)
+        customer = _with_summary(
+            customer,
+            "A new email, rendered now from the current version, under a new key of its own "
+            "(a new Message-ID), linked to the first.",
+            rule="email_send_again",
+        )
+    else:
+        customer = Side("none", "No message: this form sends no confirmation to send again.")
+    return JourneyPath(
+        "send-again",
+        "“Send again”",
+        "The customer says the confirmation never arrived and a reviewer chooses “Not "
+        "received: send again”.",
+        customer,
+        untouched,
+        untouched,
+    )
+
+
+def _same_enquiry(facts: _Facts) -> JourneyPath:
+    """held_duplicate_link: every step of the held submission cancelled, never tried."""
+    rule = "held_duplicate_link"
+    what = (
+        "The same customer sends the same message again under a new key, the source holds "
+        "it as a suspected duplicate before its CRM write, and a reviewer settles it as "
+        "“Same enquiry”."
+    )
+    if facts.duplicates != "hold":
+        what += (
+            " This source flags duplicates instead (policy “flag”): both are written and a "
+            "case offers a merge. Switch the source's duplicates setting to “hold” for this path."
+        )
+    return JourneyPath(
+        "same-enquiry",
+        "A held duplicate settled as “same enquiry”",
+        what,
+        customer=Side(
+            "none", "No message: the held submission's steps end cancelled, never tried.", rule=rule
+        ),
+        record=Side(
+            "linked",
+            f"Nothing written: the held submission is linked to {facts.enquiry_ref}, which the "
+            "case and its audit entry name; there is nothing to merge later.",
+            rule=rule,
+        ),
+        task=Side("none", "No task: this submission's task stays the only one.", rule=rule),
+    )
+
+
+# After the first delivery (`_Facts.first`), in the order the page shows them.
+PATHS = (_retry, _replay, _send_again, _edit, _same_enquiry, _without_email)
