@@ -10,6 +10,7 @@ from review_console import (
     views_duplicate_rule,
     views_field_map,
     views_hold,
+    views_settings,
     views_sources,
     views_submissions,
 )
@@ -118,6 +119,44 @@ urlpatterns = [
         "sources/<int:source_id>/field-map/apply/",
         views_field_map.source_field_map_apply,
         name="source-field-map-apply",
+    ),
+    # The business configuration (views_settings.py): Settings admins.
+    path("settings/", views_settings.settings_home, name="settings"),
+    path("settings/versions/", views_settings.settings_versions, name="settings-versions"),
+    path(
+        "settings/versions/<int:number>/",
+        views_settings.settings_version,
+        name="settings-version",
+    ),
+    path(
+        "settings/versions/<int:number>/restore/",
+        views_settings.settings_restore,
+        name="settings-restore",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/",
+        views_settings.settings_form,
+        name="settings-form",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/",
+        views_settings.settings_section,
+        name="settings-section",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/preview/",
+        views_settings.settings_preview,
+        name="settings-preview",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/save/",
+        views_settings.settings_save,
+        name="settings-save",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/test/",
+        views_settings.settings_test_send,
+        name="settings-test-send",
     ),
     path("api/", include(api.router.urls)),
     path(
