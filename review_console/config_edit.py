@@ -20,6 +20,7 @@ masks it), so nothing of it reaches the page, nor the test they send themselves.
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -322,12 +323,22 @@ def _worded(inner: str, problem: Problem) -> str:
 
 
 def kept_submissions(
-    source: Source, form: str, document: Mapping[str, Any], *, limit: int = RECENT_SUBMISSIONS
+    source: Source,
+    form: str,
+    document: Mapping[str, Any],
+    *,
+    limit: int = RECENT_SUBMISSIONS,
+    pk: str | None = None,
 ) -> list[Event]:
     """The newest submissions of `source` whose payload is kept and that `form`'s block
     applies to: the form's own, or for "*" those of a form the source names no block
-    for (in `document`)."""
+    for (in `document`). With `pk`, that one submission if it is such a one."""
     events = Event.objects.filter(source=source, payload__isnull=False)
+    if pk is not None:
+        try:
+            events = events.filter(pk=uuid.UUID(pk))
+        except ValueError:
+            return []
     if form == ANY_FORM:
         named = ((document.get("sources") or {}).get(source.name) or {}).get("forms") or {}
         events = events.exclude(form__in=[name for name in named if name != ANY_FORM])

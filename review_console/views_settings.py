@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -25,6 +26,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 
 from idempotency_core.configuration.document import ANY_FORM, SECTIONS
 from idempotency_core.configuration.versions import (
@@ -72,6 +74,7 @@ from review_console.permissions import (
 VERSIONS_PER_PAGE = 50
 # Forms a source received lately that no block names: offered as blocks to add.
 RECENT_FORMS_SCANNED = 200
+RECENT_FORMS_DAYS = 30
 
 
 def _form_url(source: str, form: str) -> str | None:
@@ -84,8 +87,10 @@ def _form_url(source: str, form: str) -> str | None:
 
 
 def _recent_forms(source: Source) -> list[str]:
+    # event_received_idx: the last days' events only, however many a source has.
+    since = timezone.now() - timedelta(days=RECENT_FORMS_DAYS)
     forms = (
-        Event.objects.filter(source=source)
+        Event.objects.filter(source=source, received_at__gte=since)
         .order_by("-received_at")
         .values_list("form", flat=True)[:RECENT_FORMS_SCANNED]
     )
@@ -195,17 +200,23 @@ def _editor_form(
         ) or {}
     saved = saved_section(saved_document, source.name, form, section)
     unmasked = request.user.has_perm(VIEW_CONTACT)
-    events = kept_submissions(source, form, current.document)
+    chosen = request.POST.get("event", "") if bound else request.GET.get("event", "")
+    if bound and chosen and getattr(request, "htmx", False):
+        # As one types: the submission the page chose alone, read by its key.
+        events = kept_submissions(source, form, current.document, pk=chosen)
+    else:
+        events = kept_submissions(source, form, current.document)
     choices = [(str(e.pk), submission_label(e, unmasked=unmasked)) for e in events]
     kwargs: dict[str, Any] = {"section": section, "saved": saved, "events": choices}
     if bound:
         editor = SectionForm(request.POST, **kwargs)
     else:
-        picked = request.GET.get("event", "")
+        # The newest unless another is asked for: each preview then names its own.
+        newest = choices[0][0] if choices else ""
         initial = {
             **initial_of(section, saved),
             "based_on": based_on,
-            "event": picked if picked in {c[0] for c in choices} else "",
+            "event": chosen if chosen in {c[0] for c in choices} else newest,
         }
         editor = SectionForm(initial=initial, **kwargs)
     return editor, events, based_on

@@ -101,6 +101,7 @@ def test_only_settings_admins_and_superusers_reach_settings(source) -> None:
 def test_the_list_shows_each_source_with_its_forms_and_configured_blocks(source) -> None:
     configured({"contact": CONFIRMATION, "*": {"task": {"title": "Call {{ contact.name }}"}}})
     ingest("seen-1", form="quote")
+    ingest("seen-2", contact={"name": "Grace Hopper", "email": "grace@example.com"})
     page = client_for(settings_admin()).get(reverse("console:settings")).text
     assert "website" in page and "version 1" in page
     assert 'href="/console/settings/website/contact/"' in page
@@ -108,6 +109,12 @@ def test_the_list_shows_each_source_with_its_forms_and_configured_blocks(source)
     assert "Confirmation email" in page and "Follow-up task" in page
     # A form it received lately with no block of its own is offered as one to add.
     assert 'href="/console/settings/website/quote/"' in page
+    # "*" previews from a form the source names no block for: the quote, not the contact.
+    client = client_for(settings_admin("sue-c", contact=True))
+    rest = client.get(section_url("console:settings-section", "task", form="*")).text
+    assert "Call Ada Lovelace" in rest and "Grace" not in rest
+    typed = client.get(reverse("console:settings"), {"source": "website", "form": "brochure"})
+    assert typed["Location"] == "/console/settings/website/brochure/"
 
 
 def test_a_save_is_a_new_version_with_who_and_why_and_keeps_the_rest(source) -> None:
@@ -193,7 +200,7 @@ def test_the_preview_renders_the_draft_from_a_kept_submission_masked_unless_allo
 ) -> None:
     configured({"contact": CONFIRMATION})
     older = ingest("older-1", contact={"name": "Grace Hopper", "email": "grace@example.com"})
-    ingest("newer-1")  # Ada Lovelace, the newest: the one shown first
+    newer = ingest("newer-1")  # Ada Lovelace, the newest: the one shown first
     draft = confirmation_post(subject="Hello {{ contact.name }}, about {{ fields.budget }}")
     url = section_url("console:settings-preview")
     htmx = {"HX-Request": "true"}
@@ -218,6 +225,28 @@ def test_the_preview_renders_the_draft_from_a_kept_submission_masked_unless_allo
     # The editor's page opens with the saved section rendered from the newest one.
     page = allowed.get(section_url("console:settings-section")).text
     assert "Thanks, Ada Lovelace" in page
+    assert f'<option value="{newer.pk}" selected>' in page
+
+    # The task and the enquiry preview what their steps would send (staff values as
+    # submitted: only a confirmation filters what a visitor typed).
+    task = allowed.post(
+        section_url("console:settings-preview", "task"),
+        {
+            "title": "Call {{ contact.name }} ({{ fields.budget }})",
+            "assignee": "{round_robin: [ana, ben]}",
+            "due_in_hours": "24",
+            "event": str(older.pk),
+        },
+        headers=htmx,
+    ).text
+    assert "Call Grace Hopper (10k)" in task and "ana" in task and "round_robin" in task
+    enquiry = allowed.post(
+        section_url("console:settings-preview", "enquiry"),
+        {"fields": "budget_amount: '{{ fields.budget }}'\n", "pipeline": "", "stage": "sales"},
+        headers=htmx,
+    ).text
+    assert "budget_amount" in enquiry and "10k" in enquiry and "sales" in enquiry
+    assert BusinessConfigVersion.objects.count() == 1
 
 
 def test_a_test_send_goes_to_the_admin_alone_through_the_mail_destination(source, sandbox) -> None:
