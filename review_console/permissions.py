@@ -26,6 +26,9 @@ VIEW_AUDIT = "idempotency_core.view_auditentry"
 REPLAY = "idempotency_core.replay_operation"
 VIEW_CONTACT = "idempotency_core.view_contact_details"
 CHANGE_SOURCE = "idempotency_core.change_source"
+# The Settings admins group (migration 0028): the business configuration's pages.
+CHANGE_CONFIG = "idempotency_core.change_businessconfig"
+VIEW_CONFIG_VERSIONS = "idempotency_core.view_businessconfigversion"
 
 
 def console_allows(user: Any, perm: str) -> bool:

@@ -11,6 +11,7 @@ from review_console import (
     views_field_map,
     views_hold,
     views_journey,
+    views_settings,
     views_sources,
     views_submissions,
 )
@@ -124,6 +125,44 @@ urlpatterns = [
         "journey/<str:source>/<path:form>/",
         views_journey.journey,
         name="journey",
+    ),
+    # The business configuration (views_settings.py): Settings admins.
+    path("settings/", views_settings.settings_home, name="settings"),
+    path("settings/versions/", views_settings.settings_versions, name="settings-versions"),
+    path(
+        "settings/versions/<int:number>/",
+        views_settings.settings_version,
+        name="settings-version",
+    ),
+    path(
+        "settings/versions/<int:number>/restore/",
+        views_settings.settings_restore,
+        name="settings-restore",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/",
+        views_settings.settings_form,
+        name="settings-form",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/",
+        views_settings.settings_section,
+        name="settings-section",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/preview/",
+        views_settings.settings_preview,
+        name="settings-preview",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/save/",
+        views_settings.settings_save,
+        name="settings-save",
+    ),
+    path(
+        "settings/<str:source>/<str:form>/<str:section>/test/",
+        views_settings.settings_test_send,
+        name="settings-test-send",
     ),
     path("api/", include(api.router.urls)),
     path(

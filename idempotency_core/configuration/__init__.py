@@ -12,7 +12,7 @@ configuration"; docs/configuration.md says it for users).
   and the line of a syntax error;
 - `yamlfile.py`: the file `manage.py config` reads and writes, with line numbers;
 - `versions.py`: the services: the current version, apply (validated whole, one new
-  version, audited), export.
+  version, audited), export, and the console's edit of one section and restore.
 
 What one operation sends is rendered from here once, when it is first attempted, and
 stored on the operation (execution/content.py): this package says what the business

@@ -4,7 +4,10 @@ Every change is a new `BusinessConfigVersion` (never an update: a trigger refuse
 one), written with who and why and audited as `config_applied`; the newest is the
 configuration. `config_apply` is the one way to write one, for the command and the
 console alike: it validates the whole document first and writes nothing unless all
-of it holds.
+of it holds. The console's edits go through it too: `config_section_apply` (one
+section of one form's block, refused when someone else changed that section since
+the editor opened) and `config_restore` (an older version's document as a new
+version, audited as `config_restored`).
 
 The current version is read through the per-process cache of `config_cache.py`: a new
 version NOTIFYs `onefold_config` at its commit (migration 0028), so a worker renders
@@ -95,19 +98,21 @@ def config_apply(
     reason: str = "",
     dry_run: bool = False,
     marks: Marks | None = None,
+    audit_action: str = "config_applied",
+    audit_details: Mapping[str, Any] | None = None,
 ) -> ApplyResult:
     """Applies `document` as one new version, or raises ConfigInvalidError and writes
     nothing. The sources it names replace theirs (a source named with an empty block
     has no configuration afterwards); the sources it does not name keep theirs. With
     `dry_run`, only validates and says what would change. An apply that changes
-    nothing writes no version."""
+    nothing writes no version. `audit_action` and `audit_details` name a special kind
+    of apply in its audit entry (a restore: `config_restore`)."""
     problems = config_problems(document, marks=marks)
     if problems:
         raise ConfigInvalidError(problems)
     with transaction.atomic():
         if not dry_run:
-            with prepared_cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s::bigint)", [_APPLY_LOCK])
+            _apply_lock()
         current = _newest()
         merged = _merged(current.document, document)
         changes = list(config_changes(current.document, merged))
@@ -122,7 +127,7 @@ def config_apply(
             reason=reason,
         )
         audit_record(
-            action="config_applied",
+            action=audit_action,
             actor=actor,
             system=SYSTEM,
             reason=reason,
@@ -131,9 +136,19 @@ def config_apply(
                 "previous_version": current.number,
                 "sources": sorted((document.get("sources") or {}).keys()),
                 "changes": changes,
+                **(audit_details or {}),
             },
         )
     return result
+
+
+def _apply_lock() -> None:
+    """Taken by every writer of a version, in its transaction; a writer that reads the
+    current version to build its document (a section's edit, a restore) takes it
+    before that read, so no apply lands between its read and its write (PostgreSQL's
+    transaction-level advisory locks stack: `config_apply` taking it again is free)."""
+    with prepared_cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s::bigint)", [_APPLY_LOCK])
 
 
 def _merged(current: Mapping[str, Any], applied: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,6 +190,12 @@ def config_export(*, source: str | None = None) -> dict[str, Any]:
     sources = dict(document.get("sources") or {})
     if source is not None:
         sources = {source: sources.get(source) or {}}
+    return document_ordered({"sources": sources})
+
+
+def document_ordered(document: Mapping[str, Any]) -> dict[str, Any]:
+    """`document` in the order the documentation writes it, for a person to read."""
+    sources = dict(document.get("sources") or {})
     return {"sources": {name: _source_ordered(block) for name, block in sorted(sources.items())}}
 
 
@@ -192,3 +213,130 @@ def _in_order(value: Any, order: Mapping[str, Any]) -> Any:
         return copy.deepcopy(value)
     keys = [key for key in order if key in value] + sorted(k for k in value if k not in order)
     return {key: _in_order(value[key], order.get(key) or {}) for key in keys}
+
+
+# -- The console's edits: one section of one form's block, and a restore -------------
+
+
+class ConfigConflictError(Exception):
+    """The section was changed by someone else since the version the edit started from."""
+
+
+class ConfigVersionMissingError(LookupError):
+    """No version has that number."""
+
+
+def section_of(document: Mapping[str, Any], *, source: str, form: str, section: str) -> Any:
+    """What `document` says for one section of one form's block (`{}` for nothing)."""
+    forms = ((document.get("sources") or {}).get(source) or {}).get("forms") or {}
+    return (forms.get(form) or {}).get(section) or {}
+
+
+def config_with_section(
+    document: Mapping[str, Any],
+    *,
+    source: str,
+    form: str,
+    section: str,
+    values: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A copy of `document` whose `source`/`form` block has `values` as its `section`
+    (empty `values`: the section removed, and a block or source left empty with it).
+    The draft a console edit is previewed and applied from; writes nothing."""
+    sources = dict(copy.deepcopy(dict(document.get("sources") or {})))
+    block = dict(sources.get(source) or {})
+    forms = dict(block.get("forms") or {})
+    sections = dict(forms.get(form) or {})
+    if values:
+        sections[section] = copy.deepcopy(dict(values))
+    else:
+        sections.pop(section, None)
+    if sections:
+        forms[form] = sections
+    else:
+        forms.pop(form, None)
+    if forms:
+        sources[source] = {**block, "forms": forms}
+    else:
+        sources.pop(source, None)
+    return {"sources": sources}
+
+
+def config_section_apply(
+    *,
+    source: str,
+    form: str,
+    section: str,
+    values: Mapping[str, Any],
+    actor: User,
+    reason: str,
+    based_on: int | None = None,
+    marks: Marks | None = None,
+) -> ApplyResult:
+    """One section of one form's block set to `values` (the console's edit page), the
+    rest of the configuration kept as it is now: a new version, audited as
+    `config_applied`, through `config_apply`. Raises ConfigInvalidError (nothing
+    written) when the source's blocks would not validate, and ConfigConflictError when
+    this section differs between version `based_on` (the one the editor was opened on)
+    and the current one: someone else saved it meanwhile, and saving would undo that
+    unseen. A change elsewhere (another section, another form) is kept, not refused."""
+    with transaction.atomic():
+        _apply_lock()  # before the read: no apply lands between it and the write
+        current = _newest()
+        if based_on is not None and based_on != current.number:
+            then = (
+                BusinessConfigVersion.objects.filter(number=based_on)
+                .values_list("document", flat=True)
+                .first()
+            )
+            where = {"source": source, "form": form, "section": section}
+            if section_of(then or {}, **where) != section_of(current.document, **where):
+                raise ConfigConflictError(
+                    f"The {section} settings of {source}/{form} were changed by version "
+                    f"{current.number} after you opened them (version {based_on}): "
+                    "open the page again to start from that version."
+                )
+        draft = config_with_section(
+            current.document, source=source, form=form, section=section, values=values
+        )
+        block = (draft.get("sources") or {}).get(source) or {}
+        return config_apply(
+            document={"sources": {source: block}}, actor=actor, reason=reason, marks=marks
+        )
+
+
+def config_restore(*, number: int, actor: User, reason: str, dry_run: bool = False) -> ApplyResult:
+    """Version `number`'s document applied as a new version (the versions are never
+    changed: a restore is one more), audited as `config_restored` with the version
+    restored. The whole document comes back: a source configured since then, and
+    still existing, goes back to having no configuration. Raises
+    ConfigVersionMissingError, or ConfigInvalidError when the old document does not
+    hold any more (it names a source since removed). With `dry_run`, says what
+    restoring would change, writing nothing."""
+    with transaction.atomic():
+        if not dry_run:
+            _apply_lock()  # the sources to empty are read from the current version
+        old = (
+            BusinessConfigVersion.objects.filter(number=number)
+            .values_list("document", flat=True)
+            .first()
+        )
+        if old is None:
+            raise ConfigVersionMissingError(f"There is no configuration version {number}.")
+        restored = dict((old or {}).get("sources") or {})
+        existing = set(Source.objects.values_list("name", flat=True))
+        # A removed source's block stays in the document (nothing reads it); emptying
+        # it would be refused by validation, which knows only the sources that exist.
+        emptied: dict[str, Any] = {
+            name: {}
+            for name in (_newest().document.get("sources") or {})
+            if name not in restored and name in existing
+        }
+        return config_apply(
+            document={"sources": {**emptied, **restored}},
+            actor=actor,
+            reason=reason,
+            dry_run=dry_run,
+            audit_action="config_restored",
+            audit_details={"restored_version": number},
+        )
