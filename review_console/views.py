@@ -84,6 +84,7 @@ from review_console.http import require_GET, require_POST
 from review_console.masking import contact_for
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.permissions import (
+    CHANGE_CONFIG,
     CHANGE_CASES,
     CHANGE_SOURCE,
     REPLAY,
@@ -91,6 +92,7 @@ from review_console.permissions import (
     VIEW_CASES,
     VIEW_CONTACT,
     acting_user,
+    console_allows,
     console_permission,
 )
 from review_console.presets import (
@@ -166,8 +168,18 @@ def _querystring(request: HttpRequest, *, drop: tuple[str, ...] = ("after", "bef
 
 
 @require_GET
-@console_permission(VIEW_CASES)
 def dashboard(request: HttpRequest) -> HttpResponse:
+    """The console's home. A Settings admin who reviews no cases is sent to Settings,
+    the only part of the console that is theirs, rather than a 403 after sign-in."""
+    if not console_allows(request.user, VIEW_CASES) and console_allows(
+        request.user, CHANGE_CONFIG
+    ):
+        return redirect("console:settings")
+    return _dashboard(request)
+
+
+@console_permission(VIEW_CASES)
+def _dashboard(request: HttpRequest) -> HttpResponse:
     # Reveals of contact details are shown to those who oversee the reviewers: Replay
     # admins and superusers (review/contact.py).
     overseer = request.user.has_perm(REPLAY)

@@ -95,7 +95,18 @@ def test_only_settings_admins_and_superusers_reach_settings(source) -> None:
     # The menu offers Settings to those it opens for, and to no one else.
     assert 'href="/console/settings/"' not in client_for(reviewer).get("/console/").text
     assert 'href="/console/settings/"' in client_for(superuser).get("/console/").text
-    assert 'href="/console/settings/"' in client_for(admin).get(pages[0]).text
+    admin_page = client_for(admin).get(pages[0]).text
+    assert 'href="/console/settings/"' in admin_page
+    # A Settings admin who reviews no cases lands on Settings, and is offered no page of
+    # the cases' that would refuse them; the form's page links its customer journey to
+    # those who may open it.
+    home = client_for(admin).get("/console/")
+    assert home.status_code == 302 and home["Location"] == reverse("console:settings")
+    assert 'href="/console/cases/"' not in admin_page
+    assert client_for(reviewer).get("/console/").status_code == 200
+    journey = reverse("console:journey", args=["website", "contact"])
+    assert journey not in client_for(admin).get(pages[1]).text
+    assert journey in client_for(superuser).get(pages[1]).text
 
 
 def test_the_list_shows_each_source_with_its_forms_and_configured_blocks(source) -> None:
