@@ -23,6 +23,7 @@ Nothing here imports Onefold's models: integrations sit below the core.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -202,11 +203,77 @@ class CapabilityCheck:
     `how` says in one line what was asked and what the destination answered
     (e.g. "GET /crm/v3/properties/deals/onefold_ref: hasUniqueValue=true"), for
     `check_destinations` and for the worker's refusal. It never holds a credential.
+    A name the business configuration uses (`CrmAdapter.names_check`) is checked the
+    same way; its `capability` then says which name: "enquiry.fields[amount]",
+    "contact.fields[company]", "task.assignee[ana@example.com]".
     """
 
     capability: str  # a field name of Capabilities: "unique_external_ref", "lookup", ...
     verified: bool
     how: str
+
+
+@dataclass(frozen=True)
+class ConfiguredCrmNames:
+    """What the business configuration names in a CRM (configuration/document.py
+    `configured_names`, for every source that uses the CRM): the enquiry's and the
+    contact's property names as written, and the task assignees (a name, an email
+    address or an owner id), each to be found in the CRM's schema or among its owners."""
+
+    enquiry_properties: frozenset[str] = frozenset()
+    contact_properties: frozenset[str] = frozenset()
+    assignees: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.enquiry_properties or self.contact_properties or self.assignees)
+
+
+def enquiry_property_check(name: str, verified: bool, how: str) -> CapabilityCheck:
+    return CapabilityCheck(f"enquiry.fields[{name}]", verified, how)
+
+
+def contact_property_check(name: str, verified: bool, how: str) -> CapabilityCheck:
+    return CapabilityCheck(f"contact.fields[{name}]", verified, how)
+
+
+def assignee_check(name: str, verified: bool, how: str) -> CapabilityCheck:
+    return CapabilityCheck(f"task.assignee[{name}]", verified, how)
+
+
+def unknown_owner_error(assignee: str, how: str) -> DestinationError:
+    """A configured assignee the CRM has no owner for: refused, and refused again until the
+    configuration (or the CRM's users) changes. `check_destinations` says so first."""
+    return DestinationError(
+        f"no owner {assignee!r} in the CRM ({how}); correct task.assignee "
+        "(manage.py config apply) or add the user, then replay",
+        classification=Classification.PERMANENT,
+    )
+
+
+@contextmanager
+def read_before_write(what: str) -> Iterator[None]:
+    """A read an adapter makes before its write (the owners, a schema): a lost answer to
+    it changed nothing, so it is RETRYABLE, never AMBIGUOUS (which would send the
+    engine looking for an effect that cannot exist)."""
+    try:
+        yield
+    except DestinationError as exc:
+        if exc.classification != Classification.AMBIGUOUS:
+            raise
+        raise DestinationError(
+            f"{what}: {exc.message} (nothing was written)",
+            classification=Classification.RETRYABLE,
+            reply=exc.reply,
+        ) from exc
+
+
+def unknown_property_error(names: list[str], where: str) -> DestinationError:
+    """Configured properties the CRM's schema does not have: nothing is sent."""
+    return DestinationError(
+        f"no property {', '.join(repr(n) for n in names)} in {where}; correct the "
+        "configuration's fields (manage.py config apply), then replay",
+        classification=Classification.PERMANENT,
+    )
 
 
 class VerificationError(Exception):
@@ -231,6 +298,13 @@ class CrmAdapter(Protocol):
     def verify(self) -> list[CapabilityCheck]:
         """Each capability in `capabilities` checked against the live destination
         (network calls). A capability the adapter does not claim is not listed."""
+        ...
+
+    def names_check(self, names: ConfiguredCrmNames) -> list[CapabilityCheck]:
+        """Each configured name checked against the live CRM (network calls): every
+        enquiry and contact property against the schema of the objects the adapter
+        writes, every assignee against its owners (by owner id, email address, or full
+        name). One check per name, saying what was asked and what the CRM answered."""
         ...
 
     def create_record(
@@ -267,10 +341,15 @@ class CrmAdapter(Protocol):
         title: str,
         assignee: str,
         due_at: datetime | None = None,
+        assignee_is_owner: bool = False,
     ) -> Effect:
-        """`assignee` is the name the configuration chose (or the source's own): an
-        adapter maps it to the CRM's owner where it can. `due_at`: when the task is due
-        (None: no due date)."""
+        """`assignee` is the name the configuration chose, or the source's own label.
+        `assignee_is_owner` (the configuration chose it): it names one of the CRM's
+        owners, and the task is that owner's: an owner id is used as it is, a name or
+        email address is looked up in the CRM's owners (once per adapter), and one the
+        CRM does not know is PERMANENT, naming it. Otherwise (the source's
+        `task_assignee`): an id-shaped assignee is the owner, any other is only named in
+        the task's text. `due_at`: when the task is due (None: no due date)."""
         ...
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None: ...

@@ -36,6 +36,13 @@ not hold (or that could not be verified) raises `DestinationRefusedError`, a
 RETRYABLE `DestinationError`: nothing was sent, the attempt says why, and after
 the usual attempts the operation becomes a case that says why.
 `manage.py check_destinations` prints the same checks.
+
+Configured names. The business configuration names CRM properties and task assignees
+(CONTRACT.md, "Business configuration"). `destination_name_checks()` asks the CRM's
+adapter (`names_check`) whether its schema has every enquiry and contact property, and
+its owners every assignee, that the current configuration's sources using that CRM
+name; `check_destinations` prints one line for each and refuses (exit 1) on any
+unknown one, before a worker would meet it as a PERMANENT refusal.
 """
 
 from __future__ import annotations
@@ -55,12 +62,15 @@ import httpx
 from django.conf import settings
 from django.db.models import Q
 
+from idempotency_core.configuration.document import configured_names
+from idempotency_core.configuration.versions import config_current
 from idempotency_core.models import Destination, DestinationBudget, Source
 from integrations.base import (
     Adapter,
     Capabilities,
     CapabilityCheck,
     Classification,
+    ConfiguredCrmNames,
     CrmAdapter,
     DestinationError,
     EmailAdapter,
@@ -350,6 +360,43 @@ def destination_checks(
         return [CapabilityCheck("reachable", False, exc.message)]
     except httpx.HTTPError as exc:
         return [CapabilityCheck("reachable", False, f"{type(exc).__name__}: {exc}")]
+
+
+def destination_configured_names(destination: Destination) -> ConfiguredCrmNames:
+    """Every property and assignee the current business configuration names, over the
+    active sources whose CRM is `destination` (a source's own, else the default "crm")."""
+    document = config_current().document
+    configured = sorted((document.get("sources") or {}).keys())
+    found: dict[str, set[str]] = {"enquiry": set(), "contact": set(), "assignees": set()}
+    for source in Source.objects.filter(is_active=True, name__in=configured).order_by("name"):
+        if destination_for(source, "crm").pk != destination.pk:
+            continue
+        names = configured_names(document, source.name)
+        found["enquiry"] |= names.enquiry_properties
+        found["contact"] |= names.contact_properties
+        found["assignees"] |= names.assignees
+    return ConfiguredCrmNames(
+        enquiry_properties=frozenset(found["enquiry"]),
+        contact_properties=frozenset(found["contact"]),
+        assignees=frozenset(found["assignees"]),
+    )
+
+
+def destination_name_checks(destination: Destination) -> list[CapabilityCheck]:
+    """The configured names `destination` must know, checked against it (network calls):
+    one check per property and assignee, none when it is no CRM or nothing is named. A
+    CRM that cannot be asked gives one refused check, "configured names", with why."""
+    if not is_crm(destination):
+        return []
+    names = destination_configured_names(destination)
+    if not names:
+        return []
+    try:
+        return list(crm_adapter_for(destination).names_check(names))
+    except DestinationError as exc:
+        return [CapabilityCheck("configured names", False, exc.message)]
+    except httpx.HTTPError as exc:
+        return [CapabilityCheck("configured names", False, f"{type(exc).__name__}: {exc}")]
 
 
 def destination_refusal(checks: list[CapabilityCheck]) -> str:

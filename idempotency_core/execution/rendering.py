@@ -211,7 +211,9 @@ def assignee_choose(
     spec: object, values: Mapping[str, Any], *, default: str, turn: Callable[[], int]
 ) -> tuple[str, str]:
     """The assignee `spec` (a validated document's) names for these values, and the rule
-    ("fixed", "round_robin", "from_field", or "source" when nothing is configured).
+    ("fixed", "round_robin", "from_field", or "source" when the source's own
+    `task_assignee` is used: nothing configured, or a from_field with no default that
+    matched nothing). Every rule but "source" names a CRM owner (execution/steps.py).
     A round robin takes `turn()`, the counter's new value (1 on), and gives the names in
     order; a field's value is matched exactly, then ignoring case, else the default."""
     if isinstance(spec, str) and spec.strip():
@@ -227,7 +229,11 @@ def assignee_choose(
         folded = {k.casefold(): v for k, v in choices.items()}
         if chosen.casefold() in folded:
             return folded[chosen.casefold()], "from_field"
-        return str(spec.get("default") or default).strip(), "from_field"
+        if spec.get("default"):
+            return str(spec["default"]).strip(), "from_field"
+        # No default configured: the source's own assignee, a label like any other
+        # "source" rule (never looked up among the CRM's owners).
+        return default, "source"
     return default, "source"
 
 

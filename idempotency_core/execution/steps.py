@@ -202,6 +202,8 @@ def _assign_task(ctx: StepContext) -> Effect:
         title=str(content["title"]),
         assignee=str(content["assignee"]),
         due_at=datetime.fromisoformat(due_at) if due_at else None,
+        # A configured assignee names a CRM owner; the source's own is a label.
+        assignee_is_owner=content.get("assignee_rule", "source") != "source",
     )
 
 

@@ -48,14 +48,21 @@ from integrations.base import (
     Capabilities,
     CapabilityCheck,
     Classification,
+    ConfiguredCrmNames,
     DestinationError,
     Effect,
     RecordContent,
     RequestBudget,
+    assignee_check,
+    contact_property_check,
+    enquiry_property_check,
     http_reply,
+    read_before_write,
+    unknown_owner_error,
 )
 from integrations.http import json_object, send, status_error, timeout_of
 from integrations.oauth import ClientCredentials
+from integrations.owners import Owner, owner_match
 
 API_PATH = "/api/data/v9.2"
 LIMITS_PAGE = "https://learn.microsoft.com/power-apps/developer/data-platform/api-limits"
@@ -68,6 +75,11 @@ DEFAULT_REF_COLUMN = "onefold_ref"
 _GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _COLUMN = re.compile(r"[a-z][a-z0-9_]{0,49}")
 _QUOTED_ADDRESS = re.compile(r"[^\s<>@()'\"]+@[^\s<>@()'\"]+")
+_ATTRIBUTES = "/EntityDefinitions(LogicalName='lead')/Attributes"
+_USERS_QUERY = {
+    "$select": "systemuserid,fullname,internalemailaddress",
+    "$filter": "isdisabled eq false",
+}
 _LEAD_SELECT = (
     "leadid,fullname,lastname,emailaddress1,description,createdon,modifiedon,merged,_masterid_value"
 )
@@ -149,6 +161,9 @@ class DataverseCrm:
         self.timeout = timeout_of(timeout)
         self.ref_column = ref_column
         self.task_ref_column = task_ref_column
+        # Read once per adapter: the lead's columns, and the org's enabled users.
+        self._columns: dict[str, dict[str, Any]] | None = None
+        self._users: list[Owner] | None = None
 
     def __repr__(self) -> str:
         return f"DataverseCrm({self.org_url!r})"
@@ -186,6 +201,99 @@ class DataverseCrm:
                 f"GET {path} answered: the lead table exists, and Merge is its action",
             ),
         ]
+
+    # -- the configuration's names (check_destinations) -----------------------
+
+    def names_check(self, names: ConfiguredCrmNames) -> list[CapabilityCheck]:
+        """A lead is the enquiry and its person in one row, so enquiry and contact
+        properties alike are its columns: each must be a `LogicalName` of
+        `EntityDefinitions(LogicalName='lead')/Attributes` that a create may write
+        (`IsValidForCreate`;
+        https://learn.microsoft.com/power-apps/developer/data-platform/webapi/query-metadata-web-api).
+        Assignees against the org's enabled users (`systemusers`, by systemuserid,
+        internalemailaddress or fullname;
+        https://learn.microsoft.com/power-apps/developer/data-platform/reference/entities/systemuser)."""
+        checks = [
+            enquiry_property_check(name, *self._column_verdict(name))
+            for name in sorted(names.enquiry_properties)
+        ]
+        checks += [
+            contact_property_check(name, *self._column_verdict(name))
+            for name in sorted(names.contact_properties)
+        ]
+        for assignee in sorted(names.assignees):
+            owner, how = owner_match(
+                assignee.lower() if _GUID.fullmatch(assignee) else assignee,
+                self._enabled_users(),
+                asked="GET /systemusers",
+            )
+            checks.append(assignee_check(assignee, owner is not None, how))
+        return checks
+
+    def _column_verdict(self, name: str) -> tuple[bool, str]:
+        where = f"GET {_ATTRIBUTES}"
+        found = self._lead_columns().get(name)
+        if found is None:
+            return False, f"{where}: the lead has no column {name!r} (a logical name, lower case)"
+        if found.get("IsValidForCreate") is False:
+            return False, f"{where}: {name!r} cannot be written on create (IsValidForCreate)"
+        return (
+            True,
+            f"{where}: {name!r} is a lead column ({found.get('AttributeType') or 'column'})",
+        )
+
+    def _lead_columns(self) -> dict[str, dict[str, Any]]:
+        if self._columns is None:
+            response = self._request(
+                "GET", _ATTRIBUTES, params={"$select": "LogicalName,AttributeType,IsValidForCreate"}
+            )
+            self._raise_for_status(response)
+            self._columns = {
+                str(a["LogicalName"]): a
+                for a in json_object(response).get("value") or []
+                if isinstance(a, dict) and a.get("LogicalName")
+            }
+        return self._columns
+
+    def _enabled_users(self) -> list[Owner]:
+        """The org's enabled users, every page (@odata.nextLink), read once."""
+        if self._users is None:
+            users: list[Owner] = []
+            path: str = "/systemusers"
+            params: dict[str, str] | None = dict(_USERS_QUERY)
+            prefer = {"Prefer": "odata.maxpagesize=5000"}
+            while True:
+                response = self._request("GET", path, params=params, headers=prefer)
+                self._raise_for_status(response)
+                data = json_object(response)
+                users += [
+                    Owner(
+                        id=str(u["systemuserid"]).lower(),
+                        name=str(u.get("fullname") or ""),
+                        email=str(u.get("internalemailaddress") or ""),
+                    )
+                    for u in data.get("value") or []
+                    if isinstance(u, dict) and u.get("systemuserid")
+                ]
+                next_link = data.get("@odata.nextLink")
+                query = urlsplit(next_link).query if isinstance(next_link, str) else ""
+                if not query:
+                    break
+                path, params = f"/systemusers?{query}", None
+            self._users = users
+        return self._users
+
+    def _owner_id(self, assignee: str) -> str:
+        """The systemuserid a configured assignee names: a GUID as it is, else the
+        enabled user found by email or full name; none: PERMANENT, naming it."""
+        if _GUID.fullmatch(assignee):
+            return assignee.lower()
+        with read_before_write("the owners could not be read"):
+            owners = self._enabled_users()
+        owner, how = owner_match(assignee, owners, asked="GET /systemusers")
+        if owner is None:
+            raise unknown_owner_error(assignee, how)
+        return owner.id
 
     # -- leads ---------------------------------------------------------------
 
@@ -314,10 +422,17 @@ class DataverseCrm:
         title: str,
         assignee: str,
         due_at: datetime | None = None,
+        assignee_is_owner: bool = False,
     ) -> Effect:
-        """A task regarding the lead, created once by its derived GUID. A GUID assignee
-        is its owner (mapping a name to a systemuser is the next lookup's, not done
-        here); `due_at` its `scheduledend`, the task's due date."""
+        """A task regarding the lead, created once by its derived GUID. A configured
+        assignee is its owner (`ownerid@odata.bind: /systemusers(<id>)`), a systemuser
+        found by email or name (`_owner_id`); the source's own label is the owner only
+        when it is a GUID. `due_at` is its `scheduledend`, the task's due date."""
+        owner = None
+        if assignee_is_owner and assignee:
+            owner = self._owner_id(assignee)
+        elif _GUID.fullmatch(assignee or ""):
+            owner = assignee.lower()
         guid = record_guid("task", external_ref)
         body: dict[str, Any] = {
             "subject": title[:200],
@@ -326,8 +441,8 @@ class DataverseCrm:
         }
         if due_at is not None:
             body["scheduledend"] = due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if _GUID.fullmatch(assignee or ""):
-            body["ownerid@odata.bind"] = f"/systemusers({assignee.lower()})"
+        if owner is not None:
+            body["ownerid@odata.bind"] = f"/systemusers({owner})"
         if self.task_ref_column:
             body[self.task_ref_column] = external_ref
         response = self._request(

@@ -37,14 +37,21 @@ from integrations.base import (
     Capabilities,
     CapabilityCheck,
     Classification,
+    ConfiguredCrmNames,
     DestinationError,
     Effect,
     RateLimit,
     RecordContent,
     RequestBudget,
+    assignee_check,
+    contact_property_check,
+    enquiry_property_check,
     http_reply,
+    read_before_write,
+    unknown_owner_error,
 )
 from integrations.http import RETRY_LATER, header_delay, json_object, send, status_error, timeout_of
+from integrations.owners import Owner, owner_match
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and
@@ -83,6 +90,9 @@ _EXISTING_ID = re.compile(r"Existing ID:\s*([0-9]+)")
 # (https://developers.hubspot.com/docs/api/usage-details).
 _TEN_SECONDS = 10.0
 _PAGE_LIMIT = 100
+# GET /crm/v3/owners pages: the spec's default limit is 100 (crmOwners.json, v3).
+_OWNERS_PAGE = 100
+_OWNERS_PATH = "/crm/v3/owners"
 # A v4 association read answers up to 500 a page ("Limit 500 per call", associations v4
 # spec); a batch read takes up to 100 inputs.
 _ASSOCIATIONS_LIMIT = 500
@@ -201,6 +211,9 @@ class HubSpotCrm:
             merge=True,
             tasks=Capabilities(lookup=True, lookup_proves_absence=True),
         )
+        # Read once per adapter: the schemas by object type, and the account's owners.
+        self._schemas: dict[str, dict[str, dict[str, Any]]] = {}
+        self._owner_list: list[Owner] | None = None
 
     # -- verification -------------------------------------------------------------
 
@@ -238,6 +251,87 @@ class HubSpotCrm:
         return _PropertyRead(
             path, f"hasUniqueValue={str(unique).lower()}", exists=True, unique=unique
         )
+
+    # -- the configuration's names (check_destinations) ---------------------------------
+
+    def names_check(self, names: ConfiguredCrmNames) -> list[CapabilityCheck]:
+        """Enquiry properties against the enquiry object's schema and contact properties
+        against the contacts' (`GET /crm/v3/properties/{objectType}`, every property of
+        the type: https://developers.hubspot.com/docs/api/crm/properties); assignees
+        against the account's owners (`GET /crm/v3/owners`, every page:
+        https://developers.hubspot.com/docs/api/crm/owners), by owner id, email or
+        first and last name. A property HubSpot marks read-only is refused too."""
+        checks = [
+            enquiry_property_check(name, *self._property_verdict(self.object_type, name))
+            for name in sorted(names.enquiry_properties)
+        ]
+        checks += [
+            contact_property_check(name, *self._property_verdict("contacts", name))
+            for name in sorted(names.contact_properties)
+        ]
+        for assignee in sorted(names.assignees):
+            owner, how = owner_match(assignee, self._owners(), asked=f"GET {_OWNERS_PATH}")
+            checks.append(assignee_check(assignee, owner is not None, how))
+        return checks
+
+    def _property_verdict(self, object_type: str, name: str) -> tuple[bool, str]:
+        path = f"/crm/v3/properties/{object_type}"
+        found = self._schema(object_type).get(name)
+        if found is None:
+            return False, f"GET {path}: no property {name!r} on {object_type}"
+        if (found.get("modificationMetadata") or {}).get("readOnlyValue") is True:
+            return False, f"GET {path}: {name!r} is read-only (readOnlyValue)"
+        return True, f"GET {path}: {name!r} is a property ({found.get('label') or name})"
+
+    def _schema(self, object_type: str) -> dict[str, dict[str, Any]]:
+        """The type's properties by name, read once: the list is not paged
+        (CollectionResponsePropertyNoPaging, Properties v3 spec)."""
+        if object_type not in self._schemas:
+            response = self._send("GET", f"/crm/v3/properties/{object_type}")
+            self._raise_for_status(response)
+            self._schemas[object_type] = {
+                str(p["name"]): p
+                for p in json_object(response).get("results") or []
+                if isinstance(p, dict) and p.get("name")
+            }
+        return self._schemas[object_type]
+
+    def _owners(self) -> list[Owner]:
+        """The account's active owners, every page (`paging.next.after`), read once."""
+        if self._owner_list is None:
+            owners: list[Owner] = []
+            params: dict[str, Any] = {"limit": _OWNERS_PAGE}
+            while True:
+                response = self._send("GET", _OWNERS_PATH, params=params)
+                self._raise_for_status(response)
+                data = json_object(response)
+                owners += [
+                    Owner(
+                        id=str(o.get("id")),
+                        name=" ".join(filter(None, (o.get("firstName"), o.get("lastName")))),
+                        email=str(o.get("email") or ""),
+                    )
+                    for o in data.get("results") or []
+                    if isinstance(o, dict) and o.get("id")
+                ]
+                after = ((data.get("paging") or {}).get("next") or {}).get("after")
+                if not after:
+                    break
+                params["after"] = after
+            self._owner_list = owners
+        return self._owner_list
+
+    def _owner_id(self, assignee: str) -> str:
+        """The owner id a configured assignee names: a number as it is (HubSpot's owner
+        ids are numbers), else the owner found by email or name; none: PERMANENT."""
+        if assignee.isdigit():
+            return assignee
+        with read_before_write("the owners could not be read"):
+            owners = self._owners()
+        owner, how = owner_match(assignee, owners, asked=f"GET {_OWNERS_PATH}")
+        if owner is None:
+            raise unknown_owner_error(assignee, how)
+        return owner.id
 
     # -- records -------------------------------------------------------------------
 
@@ -381,11 +475,18 @@ class HubSpotCrm:
         title: str,
         assignee: str,
         due_at: datetime | None = None,
+        assignee_is_owner: bool = False,
     ) -> Effect:
         """A task with its own reference, associated to the enquiry. HubSpot owners are
-        numeric ids: a numeric assignee becomes the owner, any other is named in the body
-        (mapping a name to its owner id is the owners API's, not done here). A task's
+        numeric ids (`hubspot_owner_id`): a configured assignee is mapped to its owner
+        through the owners API (`_owner_id`); the source's own label becomes the owner
+        only when numeric. The assignee is named in the body too. A task's
         `hs_timestamp` is its due date: `due_at`, else now."""
+        owner = None
+        if assignee_is_owner and assignee:
+            owner = self._owner_id(assignee)
+        elif assignee.isdigit():
+            owner = assignee
         due = due_at.astimezone(UTC) if due_at is not None else datetime.now(UTC)
         properties = {
             "hs_timestamp": due.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
@@ -394,8 +495,8 @@ class HubSpotCrm:
             "hs_task_body": f"Assignee: {assignee}" if assignee else "",
             self.config.reference_property: external_ref,
         }
-        if assignee.isdigit():
-            properties["hubspot_owner_id"] = assignee
+        if owner is not None:
+            properties["hubspot_owner_id"] = owner
         association = _association(_checked_id(record_id), self._shape["from_task"])
         return self._create(
             "tasks",

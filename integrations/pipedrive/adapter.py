@@ -51,12 +51,19 @@ from integrations.base import (
     Capabilities,
     CapabilityCheck,
     Classification,
+    ConfiguredCrmNames,
     DestinationError,
     Effect,
     RateLimit,
     RecordContent,
     RequestBudget,
+    assignee_check,
+    contact_property_check,
+    enquiry_property_check,
     http_reply,
+    read_before_write,
+    unknown_owner_error,
+    unknown_property_error,
 )
 from integrations.http import (
     header_delay,
@@ -66,6 +73,7 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
+from integrations.owners import Owner, owner_match
 
 DEFAULT_BASE_URL = "https://api.pipedrive.com"
 # How long after an unclear create the search is worth asking. Pipedrive documents no
@@ -125,6 +133,9 @@ class PipedriveCrm:
             # Pipedrive merges persons and deals, not leads: duplicates are settled by hand.
             merge=False,
         )
+        # Read once per adapter: the lead and person fields by key, the company's users.
+        self._fields: dict[str, dict[str, dict[str, Any]]] = {}
+        self._users: list[Owner] | None = None
 
     def __repr__(self) -> str:
         return f"PipedriveCrm({self.base_url!r}, reference_field={self.reference_field!r})"
@@ -140,6 +151,82 @@ class PipedriveCrm:
             checks.append(_field_check("message_field", fields, self.message_field, _TEXT_TYPES))
         return checks
 
+    # -- the configuration's names (check_destinations) -----------------------
+
+    def names_check(self, names: ConfiguredCrmNames) -> list[CapabilityCheck]:
+        """Enquiry properties against the lead fields (`GET /v1/leadFields`: leads take
+        the deals' custom fields), contact properties against the person fields (`GET
+        /v1/personFields`, https://developers.pipedrive.com/docs/api/v1/PersonFields),
+        each by its key or, as people name custom fields, by its name (a custom field's
+        key is 40 hex characters: https://pipedrive.readme.io/docs/core-api-concepts-custom-fields);
+        assignees against the company's active users (`GET /v1/users`,
+        https://developers.pipedrive.com/docs/api/v1/Users), by id, email or name."""
+        checks = []
+        for name in sorted(names.enquiry_properties):
+            key, how = _field_key(self._fields_of("leadFields"), name, "GET /v1/leadFields")
+            checks.append(enquiry_property_check(name, key is not None, how))
+        for name in sorted(names.contact_properties):
+            key, how = _field_key(self._fields_of("personFields"), name, "GET /v1/personFields")
+            checks.append(contact_property_check(name, key is not None, how))
+        for assignee in sorted(names.assignees):
+            owner, how = owner_match(assignee, self._active_users(), asked="GET /v1/users")
+            checks.append(assignee_check(assignee, owner is not None, how))
+        return checks
+
+    def _fields_of(self, kind: str) -> dict[str, dict[str, Any]]:
+        """`leadFields` or `personFields` by key, every page, read once."""
+        if kind not in self._fields:
+            self._fields[kind] = self._field_pages(f"/v1/{kind}")
+        return self._fields[kind]
+
+    def _keyed(self, kind: str, configured: Mapping[str, str]) -> dict[str, str]:
+        """The configured properties by the keys Pipedrive takes: a name is mapped to its
+        field's key; a 40-hex key is sent as it is, unread (a key that names no field is
+        what `check_destinations` refuses). A name no field has: PERMANENT."""
+        if all(CUSTOM_FIELD_KEY.fullmatch(name) for name in configured):
+            return dict(configured)
+        with read_before_write(f"the {kind} could not be read"):
+            fields = self._fields_of(kind)
+        keyed, unknown = {}, []
+        for name, value in configured.items():
+            key, _ = _field_key(fields, name, f"GET /v1/{kind}")
+            if key is None:
+                unknown.append(name)
+            else:
+                keyed[key] = value
+        if unknown:
+            raise unknown_property_error(unknown, f"Pipedrive's {kind}")
+        return keyed
+
+    def _active_users(self) -> list[Owner]:
+        """The company's active users (`GET /v1/users`, one list), read once."""
+        if self._users is None:
+            response = self._send("GET", "/v1/users")
+            _raise_for_status(response)
+            data = json_object(response).get("data") or []
+            self._users = [
+                Owner(
+                    id=str(u["id"]), name=str(u.get("name") or ""), email=str(u.get("email") or "")
+                )
+                for u in data
+                if isinstance(u, dict)
+                and u.get("id") is not None
+                and u.get("active_flag") is not False
+            ]
+        return self._users
+
+    def _owner_id(self, assignee: str) -> int:
+        """The user id a configured assignee names: a number as it is, else the active
+        user found by email or name; none: PERMANENT, naming it."""
+        if assignee.isdigit():
+            return int(assignee)
+        with read_before_write("the owners could not be read"):
+            owners = self._active_users()
+        owner, how = owner_match(assignee, owners, asked="GET /v1/users")
+        if owner is None:
+            raise unknown_owner_error(assignee, how)
+        return int(owner.id)
+
     # -- records (leads) -----------------------------------------------------
 
     def create_record(
@@ -151,12 +238,18 @@ class PipedriveCrm:
         content: RecordContent = NO_CONTENT,
     ) -> Effect:
         """The person (found by email, else created), then the lead. The configured
-        properties are the lead's fields by their keys (a custom field's is its 40-hex
-        key), the contact properties the person's `custom_fields`; a lead has no
-        pipeline or stage (a deal's are), so those are not sent."""
+        properties are the lead's fields, the contact properties the person's, each by
+        its key (a custom field's is its 40-hex key; a field's name is mapped to it,
+        `_keyed`); a lead has no pipeline or stage (a deal's are), so those are not sent."""
         # allow_duplicate is ignored: Pipedrive has no duplicate rule that refuses a create.
+        properties = self._keyed("leadFields", content.properties) if content.properties else {}
+        contact = (
+            self._keyed("personFields", content.contact_properties)
+            if content.contact_properties
+            else {}
+        )
         try:
-            person_id = self._person_for(fields, content.contact_properties)
+            person_id = self._person_for(fields, contact)
         except DestinationError as exc:
             if exc.classification != Classification.AMBIGUOUS:
                 raise
@@ -167,7 +260,7 @@ class PipedriveCrm:
                 reply=exc.reply,
             ) from exc
         body = {
-            **content.properties,
+            **properties,
             "title": _title(fields),
             "person_id": person_id,
             self.reference_field: external_ref,
@@ -183,7 +276,7 @@ class PipedriveCrm:
         """PATCH the lead's title, person and configured fields: the same update twice
         leaves it as once."""
         body: dict[str, Any] = {
-            **content.properties,
+            **(self._keyed("leadFields", content.properties) if content.properties else {}),
             "title": _title(fields),
             **self._message(fields),
         }
@@ -289,10 +382,17 @@ class PipedriveCrm:
         title: str,
         assignee: str,
         due_at: datetime | None = None,
+        assignee_is_owner: bool = False,
     ) -> Effect:
-        """An activity on the lead. A numeric assignee is its owner_id (mapping a name to
-        a user id is the users API's, not done here); `due_at` its due_date and
-        due_time (UTC, as Pipedrive keeps them)."""
+        """An activity on the lead. A configured assignee is its `owner_id`, a user
+        found through the users API (`_owner_id`); the source's own label is the
+        owner only when numeric. `due_at` its due_date and due_time (UTC, as Pipedrive
+        keeps them)."""
+        owner = None
+        if assignee_is_owner and assignee:
+            owner = self._owner_id(assignee)
+        elif assignee.isdigit():
+            owner = int(assignee)
         reference = _REFERENCE_LINE.format(html.escape(external_ref))
         note = f"<p>Assignee: {html.escape(assignee)}</p><p>{reference}</p>"
         body: dict[str, Any] = {
@@ -301,8 +401,8 @@ class PipedriveCrm:
             "lead_id": record_id,
             "note": note,
         }
-        if assignee.isdigit():
-            body["owner_id"] = int(assignee)
+        if owner is not None:
+            body["owner_id"] = owner
         if due_at is not None:
             due = due_at.astimezone(UTC)
             body["due_date"], body["due_time"] = due.date().isoformat(), due.strftime("%H:%M")
@@ -361,8 +461,11 @@ class PipedriveCrm:
             body["emails"] = [{"value": email, "primary": True, "label": "work"}]
         if fields.get("phone"):
             body["phones"] = [{"value": str(fields["phone"]), "primary": True, "label": "work"}]
-        if configured:
-            body["custom_fields"] = dict(configured)
+        # Custom fields (40-hex keys) go under custom_fields, the person's own at the top.
+        custom = {k: v for k, v in (configured or {}).items() if CUSTOM_FIELD_KEY.fullmatch(k)}
+        body.update({k: v for k, v in (configured or {}).items() if k not in custom})
+        if custom:
+            body["custom_fields"] = custom
         response = self._send("POST", "/api/v2/persons", json=body)
         _raise_for_status(response)
         return int(_data(response)["id"])
@@ -381,10 +484,15 @@ class PipedriveCrm:
         return _data(response).get(self.reference_field) == external_ref
 
     def _lead_fields(self) -> dict[str, dict[str, Any]]:
+        # Read afresh: verify() says what the CRM holds now.
+        return self._field_pages("/v1/leadFields")
+
+    def _field_pages(self, path: str) -> dict[str, dict[str, Any]]:
+        """Every field of a v1 fields list, by key, page by page (start, limit)."""
         fields: dict[str, dict[str, Any]] = {}
         start = 0
         while True:
-            response = self._send("GET", "/v1/leadFields", params={"start": start, "limit": _PAGE})
+            response = self._send("GET", path, params={"start": start, "limit": _PAGE})
             _raise_for_status(response)
             body = json_object(response)
             page = body.get("data") or []
@@ -489,6 +597,28 @@ def _field_check(
     return CapabilityCheck(
         capability, True, how + ("; search lags writes" if capability == "lookup" else "")
     )
+
+
+def _field_key(
+    fields: Mapping[str, Mapping[str, Any]], name: str, asked: str
+) -> tuple[str | None, str]:
+    """The key of the field `name` names (its key, else its name, exactly, else ignoring
+    case when only one field has it), and what was found, for a check's `how`."""
+    if name in fields:
+        return name, f"{asked}: {name!r} is the key of {fields[name].get('name', name)!r}"
+    named = [k for k, f in fields.items() if f.get("name") == name]
+    if not named:
+        named = [
+            k for k, f in fields.items() if str(f.get("name", "")).casefold() == name.casefold()
+        ]
+    if len(named) == 1:
+        return named[0], f"{asked}: {name!r} is the field with key {named[0]}"
+    if named:
+        return (
+            None,
+            f"{asked}: {len(named)} fields are named {name!r} ({', '.join(named)}): use the key",
+        )
+    return None, f"{asked}: no field has the key or name {name!r}"
 
 
 def _raise_for_status(response: httpx.Response) -> None:

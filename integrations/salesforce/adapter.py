@@ -66,12 +66,18 @@ from integrations.base import (
     Capabilities,
     CapabilityCheck,
     Classification,
+    ConfiguredCrmNames,
     DestinationError,
     Effect,
     RateLimit,
     RecordContent,
     RequestBudget,
+    assignee_check,
+    contact_property_check,
+    enquiry_property_check,
     http_reply,
+    read_before_write,
+    unknown_owner_error,
 )
 from integrations.http import (
     budget_hint,
@@ -82,6 +88,7 @@ from integrations.http import (
     timeout_of,
 )
 from integrations.oauth import ClientCredentials
+from integrations.owners import Owner, owner_match
 
 KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
 DEFAULT_API_VERSION = "62.0"
@@ -100,6 +107,9 @@ LIMITS_PAGE = (
 _NAME_LENGTHS = {"FirstName": 40, "LastName": 80, "Company": 255, "Phone": 40}
 _ID = re.compile(r"[A-Za-z0-9]{15}(?:[A-Za-z0-9]{3})?")
 _SUFFIX = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"
+# The active users a task may be assigned to (the User object: IsActive, Name, Email,
+# https://developer.salesforce.com/docs/atlas.en-us.object_reference.meta/object_reference/sforce_api_objects_user.htm).
+_USERS_SOQL = "SELECT Id, Name, Email FROM User WHERE IsActive = true ORDER BY Id"
 
 
 class SalesforceError(DestinationError):
@@ -221,6 +231,9 @@ class SalesforceCrm:
             lookup_proves_absence=True,
             merge=False,
         )
+        # Read once per adapter: the enquiry object's fields, and the org's active users.
+        self._fields: dict[str, dict[str, Any]] | None = None
+        self._users: list[Owner] | None = None
 
     @property
     def api(self) -> str:
@@ -267,6 +280,91 @@ class SalesforceCrm:
             if isinstance(entry, dict) and entry.get("name") == name:
                 return entry.get("externalId") is True, entry.get("unique") is True
         return None
+
+    # -- the configuration's names (check_destinations) --------------------------------
+
+    def names_check(self, names: ConfiguredCrmNames) -> list[CapabilityCheck]:
+        """A Lead (or Contact) is the enquiry and its person in one object, so enquiry and
+        contact properties alike are its fields: each must be a field of `GET
+        .../sobjects/Lead/describe` (`fields[].name`, the API name, `Budget__c`;
+        https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/resources_sobject_describe.htm)
+        that can be written on create (`createable`). Assignees against the org's active
+        users (SOQL on User), by id, email or name."""
+        checks = [
+            enquiry_property_check(name, *self._field_verdict(name))
+            for name in sorted(names.enquiry_properties)
+        ]
+        checks += [
+            contact_property_check(name, *self._field_verdict(name))
+            for name in sorted(names.contact_properties)
+        ]
+        for assignee in sorted(names.assignees):
+            owner, how = owner_match(assignee, self._active_users(), asked=self._users_asked)
+            checks.append(assignee_check(assignee, owner is not None, how))
+        return checks
+
+    @property
+    def _users_asked(self) -> str:
+        return f"GET {self.api}/query ({_USERS_SOQL})"
+
+    def _field_verdict(self, name: str) -> tuple[bool, str]:
+        where = f"GET {self.api}/sobjects/{self.config.sobject}/describe"
+        fields = self._described_fields()
+        found = fields.get(name)
+        if found is None:
+            # Salesforce's API names ignore case, the emulator's do not: name the
+            # spelling the describe gives.
+            alike = [n for n in fields if n.casefold() == name.casefold()]
+            hint = f" (the field is spelled {alike[0]})" if alike else ""
+            return False, f"{where}: no field {name!r}{hint}"
+        if found.get("createable") is False:
+            return False, f"{where}: {name!r} cannot be written on create (createable=false)"
+        return True, f"{where}: {name!r} is a field ({found.get('label') or name})"
+
+    def _described_fields(self) -> dict[str, dict[str, Any]]:
+        if self._fields is None:
+            response = self._call("GET", f"/sobjects/{self.config.sobject}/describe")
+            self._fields = {
+                str(entry["name"]): entry
+                for entry in json_object(response).get("fields", [])
+                if isinstance(entry, dict) and entry.get("name")
+            }
+        return self._fields
+
+    def _active_users(self) -> list[Owner]:
+        """The org's active users, every page of the query (nextRecordsUrl), read once."""
+        if self._users is None:
+            users: list[Owner] = []
+            response = self._call("GET", "/query", params={"q": _USERS_SOQL})
+            while True:
+                data = json_object(response)
+                users += [
+                    Owner(
+                        id=str(r["Id"]),
+                        name=str(r.get("Name") or ""),
+                        email=str(r.get("Email") or ""),
+                    )
+                    for r in data.get("records", [])
+                    if isinstance(r, dict) and r.get("Id")
+                ]
+                next_url = data.get("nextRecordsUrl") if data.get("done") is False else None
+                if not next_url:
+                    break
+                response = self._call("GET", _api_relative(next_url, self.api))
+            self._users = users
+        return self._users
+
+    def _owner_id(self, assignee: str) -> str:
+        """The user id a configured assignee names: a user id (005...) as it is, else the
+        active user found by email or name; none: PERMANENT, naming it."""
+        if _id_problem(assignee, "005", "User") is None:
+            return assignee
+        with read_before_write("the owners could not be read"):
+            owners = self._active_users()
+        owner, how = owner_match(assignee, owners, asked=self._users_asked)
+        if owner is None:
+            raise unknown_owner_error(assignee, how)
+        return owner.id
 
     # -- records ---------------------------------------------------------------------
 
@@ -430,12 +528,18 @@ class SalesforceCrm:
         title: str,
         assignee: str,
         due_at: datetime | None = None,
+        assignee_is_owner: bool = False,
     ) -> Effect:
-        """[FACTS]: Task with WhoId (a lead as WhoId leaves WhatId empty). `assignee`
-        becomes OwnerId when it is a user id (005...), else it is named in the
-        Description and the task stays with the integration user (mapping a name to
-        its user id is the owners lookup's, not done here). `due_at` becomes its
-        ActivityDate, a date (UTC)."""
+        """[FACTS]: Task with WhoId (a lead as WhoId leaves WhatId empty). A configured
+        assignee becomes OwnerId, mapped to its user through a SOQL query on User
+        (`_owner_id`); the source's own label becomes OwnerId only when it is a user id
+        (005...), else it is named in the Description and the task stays with the
+        integration user. `due_at` becomes its ActivityDate, a date (UTC)."""
+        owner = None
+        if assignee_is_owner and assignee:
+            owner = self._owner_id(assignee)
+        elif assignee and _id_problem(assignee, "005", "User") is None:
+            owner = assignee
         body: dict[str, Any] = {
             "Subject": title[:255],
             "WhoId": record_id,
@@ -444,8 +548,8 @@ class SalesforceCrm:
         }
         if due_at is not None:
             body["ActivityDate"] = due_at.astimezone(UTC).date().isoformat()
-        if assignee and _id_problem(assignee, "005", "User") is None:
-            body["OwnerId"] = assignee
+        if owner is not None:
+            body["OwnerId"] = owner
         elif assignee:
             body["Description"] = f"Assignee: {assignee}"
         return self._create_once("Task", external_ref, body)

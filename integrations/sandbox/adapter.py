@@ -21,10 +21,14 @@ from integrations.base import (
     Capabilities,
     CapabilityCheck,
     Classification,
+    ConfiguredCrmNames,
     DestinationError,
     Effect,
     RecordContent,
     RequestBudget,
+    assignee_check,
+    contact_property_check,
+    enquiry_property_check,
     http_reply,
 )
 from integrations.http import json_object, send, status_error, timeout_of
@@ -62,6 +66,19 @@ class SandboxCrm:
                 )
             )
         return checks
+
+    def names_check(self, names: ConfiguredCrmNames) -> list[CapabilityCheck]:
+        """The sandbox takes any property (a record keeps non-core keys in `extra`) and
+        any assignee (a task keeps it as written): every name holds, asking nothing."""
+        kept = "the sandbox keeps any property in the record's extra"
+        return [
+            *(enquiry_property_check(n, True, kept) for n in sorted(names.enquiry_properties)),
+            *(contact_property_check(n, True, kept) for n in sorted(names.contact_properties)),
+            *(
+                assignee_check(n, True, "the sandbox keeps any assignee as written")
+                for n in sorted(names.assignees)
+            ),
+        ]
 
     # -- records -------------------------------------------------------------
 
@@ -141,7 +158,9 @@ class SandboxCrm:
         title: str,
         assignee: str,
         due_at: datetime | None = None,
+        assignee_is_owner: bool = False,
     ) -> Effect:
+        # The sandbox has no owners: any assignee is kept as written.
         body: dict[str, Any] = {"external_ref": external_ref, "title": title, "assignee": assignee}
         if due_at is not None:
             body["due_at"] = due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

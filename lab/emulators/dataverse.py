@@ -129,6 +129,22 @@ maximum 5000)
     ``{"value": [{"LogicalName": "<column>_key", "KeyAttributes": [<column>],
     "EntityKeyIndexStatus": <alternate_key_status>, ...}]}``; for `task`, none.
 
+``GET /EntityDefinitions(LogicalName='lead')/Attributes`` (``$select``)
+    ``{"value": [{"LogicalName", "SchemaName", "AttributeType", "IsCustomAttribute",
+    "IsValidForCreate", "MetadataId"}]}``: the lead columns above, the custom ones
+    (``custom_columns``, by default ``new_budget``), the reference column, and the
+    columns Dataverse sets (``IsValidForCreate`` false). Not paged
+    (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/query-metadata-web-api).
+    Writing a lead column it does not list is 400 "Invalid property".
+
+``GET /systemusers`` (``$select``, ``$filter``, ``Prefer: odata.maxpagesize=N``)
+    The org's users by ``systemuserid``, paged with ``@odata.nextLink``:
+    ``fullname``, ``firstname``, ``lastname``, ``internalemailaddress``,
+    ``isdisabled``. At start the application user (WhoAmI's UserId, ``# onefold-app``),
+    Ana Lima (``5d1e1c2a-6b7f-4c8e-9a01-0a11ce000001``, ana.lima@example.com) and Ben
+    Okafor (``...000002``, ben.okafor@example.com). A task's ``ownerid@odata.bind``
+    is stored as given (the check that it names a user is not emulated).
+
 ``GET /WhoAmI``: ``{"UserId"}``.
 
 Controls (tests and drills)
@@ -147,8 +163,12 @@ counts `token` requests too.
 ``GET|POST /_sandbox/config`` ``{"alternate_key_status": "Active" | "Pending" |
 "InProgress" | "Failed", "reference_column", "client_id", "client_secret",
 "token_lifetime_seconds", "rate_limits", "requests_per_window", "window_seconds",
-"concurrent_requests", "revoke_tokens": true}``: `revoke_tokens` forgets every
-issued token (the next call answers 401).
+"concurrent_requests", "custom_columns": ["new_x", ...], "revoke_tokens": true}``:
+`revoke_tokens` forgets every issued token (the next call answers 401);
+`custom_columns` replaces the lead's custom columns.
+
+``POST /_sandbox/owners`` ``{"first_name", "last_name", "email"}``: 200 a new enabled
+systemuser.
 
 Simplified: only leads and tasks; no business rules, plug-ins, duplicate
 detection rules, batch ($batch) requests, or lead qualification; `$select`
@@ -246,8 +266,23 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "requests_per_window": REQUESTS_PER_WINDOW,
     "window_seconds": WINDOW_SECONDS,
     "concurrent_requests": CONCURRENT_REQUESTS,
+    # Custom columns an admin added to the lead table (publisher prefix, `new_`): a
+    # fresh org has one; a test sets others.
+    "custom_columns": ["new_budget"],
 }
 MAX_PAGE_SIZE = 5000
+# Lead columns Dataverse sets itself: listed by the Attributes query, never writable
+# on create (AttributeMetadata.IsValidForCreate false).
+_SYSTEM_LEAD_COLUMNS = ("leadid", "fullname", "createdon", "modifiedon", "statecode", "ownerid")
+# The org's users at start (the systemuser table: systemuserid, fullname,
+# internalemailaddress, isdisabled;
+# https://learn.microsoft.com/power-apps/developer/data-platform/reference/entities/systemuser):
+# the application user the app registration runs as (WhoAmI's UserId) and two people.
+SEEDED_USERS = (
+    (str(uuid.uuid5(uuid.NAMESPACE_URL, "onefold-app")), "# onefold-app", ""),
+    ("5d1e1c2a-6b7f-4c8e-9a01-0a11ce000001", "Ana Lima", "ana.lima@example.com"),
+    ("5d1e1c2a-6b7f-4c8e-9a01-0a11ce000002", "Ben Okafor", "ben.okafor@example.com"),
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS dv_leads (
@@ -319,6 +354,7 @@ class DataverseStore(SandboxStore):
         self._tokens_lock = threading.Lock()
         self._window = RollingWindow(REQUESTS_PER_WINDOW, WINDOW_SECONDS)
         self._in_flight: dict[str, int] = {}
+        self._users: list[dict[str, Any]] = _seeded_users()
 
     def reset(self) -> None:
         super().reset()
@@ -327,6 +363,51 @@ class DataverseStore(SandboxStore):
                 db.execute(f"DELETE FROM {table}")
         self.revoke_tokens()
         self._window.clear()
+        with self._lock:
+            self._users = _seeded_users()
+
+    # -- metadata and users ----------------------------------------------------
+
+    def lead_columns(self) -> frozenset[str]:
+        """The lead columns a create may write: the known ones, the custom ones and the
+        reference column."""
+        config = self.config()
+        return LEAD_COLUMNS | set(config["custom_columns"]) | {config["reference_column"]}
+
+    def lead_attributes(self) -> list[dict[str, Any]]:
+        """EntityDefinitions(LogicalName='lead')/Attributes: each column's AttributeMetadata
+        (LogicalName, SchemaName, AttributeType, IsCustomAttribute, IsValidForCreate;
+        https://learn.microsoft.com/power-apps/developer/data-platform/webapi/query-metadata-web-api)."""
+        config = self.config()
+        custom = set(config["custom_columns"]) | {config["reference_column"]}
+        writable = sorted(self.lead_columns())
+        return [
+            {
+                "@odata.type": "#Microsoft.Dynamics.CRM.StringAttributeMetadata",
+                "LogicalName": name,
+                "SchemaName": name,
+                "AttributeType": "String",
+                "IsCustomAttribute": name in custom,
+                "IsValidForCreate": name not in _SYSTEM_LEAD_COLUMNS,
+                "MetadataId": str(uuid.uuid5(uuid.NAMESPACE_URL, f"lead.{name}")),
+            }
+            for name in [*writable, *_SYSTEM_LEAD_COLUMNS]
+        ]
+
+    def users(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(user) for user in self._users]
+
+    def add_user(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A user added to the org (tests: POST /_sandbox/owners {"first_name",
+        "last_name", "email"}), enabled, with a new GUID."""
+        names = [request.get(k) for k in ("first_name", "last_name", "email")]
+        if not all(isinstance(v, str) and v.strip() for v in names):
+            raise InvalidInput("an owner needs first_name, last_name and email")
+        user = _user(str(uuid.uuid4()), f"{names[0]} {names[1]}", str(names[2]))
+        with self._lock:
+            self._users.append(user)
+        return dict(user)
 
     # -- configuration and tokens --------------------------------------------
 
@@ -357,6 +438,11 @@ class DataverseStore(SandboxStore):
                 raise InvalidInput(f"{name} must be a whole number >= 0")
         if not isinstance(changes.get("rate_limits", True), bool):
             raise InvalidInput("rate_limits must be true or false")
+        columns = changes.get("custom_columns", [])
+        if not isinstance(columns, list) or not all(
+            isinstance(c, str) and re.fullmatch(r"[a-z]+_[a-z0-9_]+", c) for c in columns
+        ):
+            raise InvalidInput("custom_columns is a list of logical names with a prefix (new_x)")
         for name in ("client_id", "client_secret"):
             if name in changes and not isinstance(changes[name], str):
                 raise InvalidInput(f"{name} must be a string")
@@ -438,7 +524,7 @@ class DataverseStore(SandboxStore):
         """PATCH leads(id): `condition` "create" (If-None-Match: *), "update" (If-Match:
         *) or "upsert" (neither). Returns True when it created the lead."""
         ref_column = self.config()["reference_column"]
-        _check_columns(body, LEAD_COLUMNS | {ref_column}, "lead")
+        _check_columns(body, self.lead_columns(), "lead")
         _check_values(body, "lead")
         stamp = now_stamp()
         with self._transaction() as db:
@@ -493,7 +579,7 @@ class DataverseStore(SandboxStore):
         the target (Lead_Tasks cascades Merge)."""
         if target == subordinate:
             raise DataverseError(400, "The target and the subordinate must differ.")
-        _check_columns(update, LEAD_COLUMNS | {self.config()["reference_column"]}, "lead")
+        _check_columns(update, self.lead_columns(), "lead")
         stamp = now_stamp()
         with self._transaction() as db:
             rows = {
@@ -688,6 +774,22 @@ class DataverseStore(SandboxStore):
         }
 
 
+def _user(systemuserid: str, fullname: str, email: str) -> dict[str, Any]:
+    first, _, last = fullname.partition(" ")
+    return {
+        "systemuserid": systemuserid,
+        "fullname": fullname,
+        "firstname": first,
+        "lastname": last,
+        "internalemailaddress": email,
+        "isdisabled": False,
+    }
+
+
+def _seeded_users() -> list[dict[str, Any]]:
+    return [_user(*user) for user in SEEDED_USERS]
+
+
 def _count(values: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     for value in values:
@@ -819,6 +921,14 @@ class DataverseRequestHandler(SandboxRequestHandler):
             ),
             {"GET": "dv_keys_get"},
         ),
+        (
+            re.compile(
+                re.escape(API) + r"/EntityDefinitions\(LogicalName='(?P<entity>\w+)'\)/Attributes"
+            ),
+            {"GET": "dv_attributes_get"},
+        ),
+        (re.compile(re.escape(API) + r"/systemusers"), {"GET": "dv_systemusers_get"}),
+        (re.compile(r"/_sandbox/owners"), {"POST": "owners_post"}),
         (re.compile(re.escape(API) + r"/WhoAmI"), {"GET": "dv_whoami_get"}),
         (re.compile(re.escape(API) + r"/leads"), {"GET": "dv_leads_get"}),
         (
@@ -983,6 +1093,63 @@ class DataverseRequestHandler(SandboxRequestHandler):
             )
 
         return self._answer(work)
+
+    def dv_attributes_get(self, entity: str) -> Reply:
+        """EntityDefinitions(LogicalName='lead')/Attributes with $select: the lead's columns
+        (query-metadata-web-api). Answered whole: definitions are not paged (the page
+        lists no server-driven paging for them)."""
+
+        def work() -> Reply:
+            if entity != "lead":
+                raise DataverseError(404, f"Could not find entity with name {entity}", "0x80040217")
+            attributes = [
+                self._selected(a, ("MetadataId", "@odata.type"))
+                for a in self.dataverse.lead_attributes()
+            ]
+            context = f"{API}/$metadata#EntityDefinitions('{entity}')/Attributes"
+            return Reply(200, {"@odata.context": context, "value": attributes})
+
+        return self._answer(work)
+
+    def dv_systemusers_get(self) -> Reply:
+        """GET systemusers with $select, $filter and `Prefer: odata.maxpagesize=N`:
+        the org's users by systemuserid, paged by @odata.nextLink with a $skiptoken
+        (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/query/page-results;
+        the systemuser table's columns:
+        https://learn.microsoft.com/power-apps/developer/data-platform/reference/entities/systemuser)."""
+
+        def work() -> Reply:
+            size = self._page_size()
+            conditions = parse_filter(self._param("$filter"))
+            token = self._param("$skiptoken")
+            after = _decode_skiptoken(token)[1] if token else ""
+            users = sorted(
+                (
+                    u
+                    for u in self.dataverse.users()
+                    if u["systemuserid"] > after and all(_holds(u, *c) for c in conditions)
+                ),
+                key=lambda u: u["systemuserid"],
+            )
+            page = users[:size]
+            body: dict[str, Any] = {
+                "@odata.context": f"{API}/$metadata#systemusers",
+                "value": [self._selected(u, ("systemuserid",)) for u in page],
+            }
+            if len(users) > size:
+                query = {k: v[-1] for k, v in self.query.items() if k != "$skiptoken"}
+                query["$skiptoken"] = _encode_skiptoken(("", page[-1]["systemuserid"]))
+                host = self.headers.get("Host", "localhost")
+                body["@odata.nextLink"] = f"http://{host}{API}/systemusers?{urlencode(query)}"
+            return Reply(200, body, {"Preference-Applied": f"odata.maxpagesize={size}"})
+
+        return self._answer(work)
+
+    def owners_post(self) -> Reply:
+        try:
+            return Reply(200, self.dataverse.add_user(self._json_body()))
+        except InvalidInput as exc:
+            return DataverseError(400, exc.detail).reply()
 
     def dv_whoami_get(self) -> Reply:
         return self._answer(

@@ -116,6 +116,22 @@ tasks answers 400 (unique values exist for companies, deals, tickets, custom obj
 and contacts only), and so does an eleventh unique property of a type.
 ``PATCH /crm/v3/properties/{type}/{name}``: 200; ``hasUniqueValue`` cannot be changed (400).
 
+``GET /crm/v3/properties/{type}``
+    ``{"results": [property]}``, every property of the type, not paged (Properties v3
+    spec, CollectionResponsePropertyNoPaging): HubSpot's default properties the adapter
+    writes, the reference property, the unique ones, those created, and one custom
+    property a fresh account has (``enquiry_budget`` on deals and tickets,
+    ``preferred_language`` on contacts).
+
+``GET /crm/v3/owners?limit=N&after=C&email=E``, ``GET /crm/v3/owners/{ownerId}``
+    The account's owners (https://developers.hubspot.com/docs/api/crm/owners; Owners v3
+    spec, PublicOwner: ``id``, ``email``, ``type``, ``firstName``, ``lastName``,
+    ``userId``, ``createdAt``, ``updatedAt``, ``archived``, ``teams``) by id, ``limit``
+    100 by default (500 at most here: HubSpot's maximum is unverified), ``paging.next``
+    while more follow; ``email`` filters. Two at start: 41629779 Ana Lima
+    (ana.lima@example.com) and 41629780 Ben Okafor (ben.okafor@example.com). A task's
+    ``hubspot_owner_id`` is stored as given (HubSpot's check of it is unverified).
+
 ``GET /crm/v3/pipelines/{deals|tickets}``
     ``{"results": [pipeline]}``: deals' ``default`` (stages ``appointmentscheduled``
     ... ``closedlost``), tickets' ``0`` (stages ``1`` to ``4``).
@@ -125,10 +141,12 @@ Controls (tests and drills)
 
 The sandbox's: ``POST /_sandbox/reset``, ``/_sandbox/faults`` (actions
 ``create_record``, ``create_task``, ``create_contact``), ``/_sandbox/chaos``,
-``GET /_sandbox/stats``: ``records`` are live deals and tickets,
-``records_by_external_ref`` and ``tasks_by_external_ref`` count them by the
-reference property; plus ``contacts`` and ``contacts_by_email``; ``calls`` adds
-``create_contact``, ``search``, ``get_property``, ``batch_read``, ``rate_limited``
+``POST /_sandbox/owners`` ``{"first_name", "last_name", "email"}`` (a user added to the
+account, answered with its owner: the next id), ``GET /_sandbox/stats``: ``records``
+are live deals and tickets, ``records_by_external_ref`` and ``tasks_by_external_ref``
+count them by the reference property; plus ``contacts`` and ``contacts_by_email``; ``calls`` adds
+``create_contact``, ``search``, ``get_property``, ``list_properties``,
+``list_owners``, ``batch_read``, ``rate_limited``
 (429s answered by the limits, not the fault queue). ``POST /_sandbox/new_day``:
 the account's midnight has passed (the daily allowance is whole again).
 
@@ -150,7 +168,7 @@ configured policy; ``http_503``, ``fail_before_commit``, ``http_400``,
 and ``slow`` are the sandbox's.
 
 Not emulated (unverified or unused): batch upsert, association writes after
-creation, owners, and the account time zone (its day is UTC's).
+creation, teams of owners, and the account time zone (its day is UTC's).
 """
 
 from __future__ import annotations
@@ -167,6 +185,7 @@ from lab.emulators.hubspot_store import (
     DEFAULT_TOKEN,
     ENQUIRY_TYPES,
     MAX_ASSOCIATIONS_PAGE,
+    OWNERS_DEFAULT_PAGE,
     HubSpotError,
     HubSpotStore,
     error_body,
@@ -195,12 +214,18 @@ HUBSPOT_ROUTES: list[Route] = [
         ),
         {"GET": "associations_get"},
     ),
-    (re.compile(rf"/crm/v3/properties/{_TYPE}"), {"POST": "properties_post"}),
+    (
+        re.compile(rf"/crm/v3/properties/{_TYPE}"),
+        {"GET": "properties_get", "POST": "properties_post"},
+    ),
     (
         re.compile(rf"/crm/v3/properties/{_TYPE}/(?P<name>[^/]+)"),
         {"GET": "property_get", "PATCH": "property_patch"},
     ),
     (re.compile(r"/crm/v3/pipelines/(?P<object_type>deals|tickets)"), {"GET": "pipelines_get"}),
+    (re.compile(r"/crm/v3/owners/?"), {"GET": "owners_get"}),
+    (re.compile(r"/crm/v3/owners/(?P<owner_id>[^/]+)"), {"GET": "owner_get"}),
+    (re.compile(r"/_sandbox/owners"), {"POST": "sandbox_owners_post"}),
     (re.compile(r"/_sandbox/config"), {"GET": "config_get", "POST": "config_post"}),
     (re.compile(r"/_sandbox/new_day"), {"POST": "new_day_post"}),
     *CONTROL_ROUTES,
@@ -351,6 +376,10 @@ class HubSpotHandler(SandboxRequestHandler):
             lambda: Reply(200, self.hubspot.property_definition(object_type, unquote(name)))
         )
 
+    def properties_get(self, object_type: str) -> Reply:
+        self.store.count_call("list_properties")
+        return self._api(lambda: Reply(200, self.hubspot.property_list(object_type)))
+
     def properties_post(self, object_type: str) -> Reply:
         return self._api(
             lambda: Reply(201, self.hubspot.create_property(object_type, self._json_body()))
@@ -365,6 +394,30 @@ class HubSpotHandler(SandboxRequestHandler):
 
     def pipelines_get(self, object_type: str) -> Reply:
         return self._api(lambda: Reply(200, {"results": pipelines(object_type)}))
+
+    # -- owners --------------------------------------------------------------------
+
+    def owners_get(self) -> Reply:
+        self.store.count_call("list_owners")
+
+        def call() -> Reply:
+            limit = self._param("limit") or str(OWNERS_DEFAULT_PAGE)
+            if not limit.isdigit():
+                raise HubSpotError(400, "VALIDATION_ERROR", "limit must be an integer")
+            return Reply(
+                200,
+                self.hubspot.owners_page(
+                    limit=int(limit), after=self._param("after"), email=self._param("email")
+                ),
+            )
+
+        return self._api(call)
+
+    def owner_get(self, owner_id: str) -> Reply:
+        return self._api(lambda: Reply(200, self.hubspot.owner(unquote(owner_id))))
+
+    def sandbox_owners_post(self) -> Reply:
+        return _caught(lambda: Reply(200, self.hubspot.add_owner(self._json_body())))
 
     # -- control -------------------------------------------------------------------
 

@@ -50,6 +50,26 @@ _KNOWN_PROPERTIES = {
         "hubspot_owner_id",
     },
 }
+# Custom properties a fresh account has (created by its admin, as any account's are):
+# one per object the adapter writes, so that a configured custom property can be shown
+# on a fresh emulator; tests create others with POST /crm/v3/properties/{objectType}.
+_SEEDED_CUSTOM_PROPERTIES = {
+    "contacts": {"preferred_language"},
+    "deals": {"enquiry_budget"},
+    "tickets": {"enquiry_budget"},
+    "tasks": set(),
+}
+# The account's owners at start (GET /crm/v3/owners, the PublicOwner shape of the
+# Owners v3 spec, crmOwners.json: id, email, type PERSON, firstName, lastName, userId,
+# createdAt, updatedAt, archived); tests add others with POST /_sandbox/owners.
+SEEDED_OWNERS = (
+    ("41629779", "Ana", "Lima", "ana.lima@example.com"),
+    ("41629780", "Ben", "Okafor", "ben.okafor@example.com"),
+)
+# "The maximum number of results to display per page": default 100 (crmOwners.json);
+# the largest page HubSpot serves is unverified, 500 here.
+OWNERS_DEFAULT_PAGE = 100
+_MAX_OWNERS_PAGE = 500
 # Required on create: deals dealname and dealstage (the pipeline defaults to the default
 # one), https://developers.hubspot.com/docs/api/crm/deals; tickets subject and stage,
 # /docs/api/crm/tickets; tasks hs_timestamp ("Required. This field marks the task's due
@@ -159,7 +179,15 @@ _EMAIL = re.compile(
     r"[A-Za-z]{2,63}"
 )
 # Calls counted in stats["calls"] beside the sandbox's.
-_HUBSPOT_CALLS = ("create_contact", "search", "get_property", "batch_read", "rate_limited")
+_HUBSPOT_CALLS = (
+    "create_contact",
+    "search",
+    "get_property",
+    "list_properties",
+    "list_owners",
+    "batch_read",
+    "rate_limited",
+)
 
 
 class HubSpotError(Exception):
@@ -328,6 +356,7 @@ class HubSpotStore(SandboxStore):
         self._created_properties: dict[tuple[str, str], dict[str, Any]] = {}
         # What PATCH /crm/v3/properties/{type}/{name} changed: {(type, name): fields}.
         self._property_edits: dict[tuple[str, str], dict[str, Any]] = {}
+        self._owners: list[dict[str, Any]] = _seeded_owners()
 
     # -- control ---------------------------------------------------------------
 
@@ -339,6 +368,7 @@ class HubSpotStore(SandboxStore):
             self._config = _copied(DEFAULT_CONFIG)
             self._created_properties.clear()
             self._property_edits.clear()
+            self._owners = _seeded_owners()
         self._limiter.reset()
 
     def config(self) -> dict[str, Any]:
@@ -425,9 +455,72 @@ class HubSpotStore(SandboxStore):
             return True
         if name == config["reference_property"]:
             return object_type != "contacts" and object_type not in config["reference_missing_on"]
-        return name in _KNOWN_PROPERTIES[object_type] or name in config["unique_properties"].get(
-            object_type, []
+        return (
+            name in _KNOWN_PROPERTIES[object_type]
+            or name in _SEEDED_CUSTOM_PROPERTIES[object_type]
+            or name in config["unique_properties"].get(object_type, [])
         )
+
+    def property_list(self, object_type: str) -> dict[str, Any]:
+        """GET /crm/v3/properties/{objectType}: every property of the type, not paged
+        (CollectionResponsePropertyNoPaging, {"results": [Property]}, Properties v3 spec;
+        https://developers.hubspot.com/docs/api/crm/properties, "Retrieve properties")."""
+        with self._lock:
+            config = self._config
+            names = (
+                set(_KNOWN_PROPERTIES[object_type])
+                | _SEEDED_CUSTOM_PROPERTIES[object_type]
+                | set(config["unique_properties"].get(object_type, []))
+                | {n for (t, n) in self._created_properties if t == object_type}
+            )
+            if self.has_property(object_type, config["reference_property"]):
+                names.add(config["reference_property"])
+            return {"results": [self.property_definition(object_type, n) for n in sorted(names)]}
+
+    # -- owners ------------------------------------------------------------------
+
+    def owners_page(self, *, limit: int, after: str | None, email: str | None) -> dict[str, Any]:
+        """GET /crm/v3/owners?limit=&after=&email=: the account's owners by id, paged
+        with `paging.next.after` (CollectionResponsePublicOwnerForwardPaging, Owners v3
+        spec; "To retrieve the current owners in your account, make a GET request to
+        /crm/v3/owners", https://developers.hubspot.com/docs/api/crm/owners); `email`
+        filters them ("Filter by email address")."""
+        start = int(after) if after and after.isdigit() else 0
+        with self._lock:
+            rows = [
+                dict(o)
+                for o in sorted(self._owners, key=lambda o: int(o["id"]))
+                if int(o["id"]) > start
+                and (email is None or o["email"].lower() == email.strip().lower())
+            ]
+        page = rows[: max(1, min(limit, _MAX_OWNERS_PAGE))]
+        body: dict[str, Any] = {"results": page}
+        if len(rows) > len(page):
+            cursor = page[-1]["id"]
+            body["paging"] = {"next": {"after": cursor, "link": f"/crm/v3/owners?after={cursor}"}}
+        return body
+
+    def owner(self, owner_id: str) -> dict[str, Any]:
+        """GET /crm/v3/owners/{ownerId}: one owner, 404 when there is none."""
+        with self._lock:
+            for owner in self._owners:
+                if owner["id"] == owner_id:
+                    return dict(owner)
+        raise HubSpotError(404, "OBJECT_NOT_FOUND", "resource not found")
+
+    def add_owner(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A user added to the account (tests: POST /_sandbox/owners {"first_name",
+        "last_name", "email"}): HubSpot creates its owner; its id is the next number."""
+        names = {k: request.get(k) for k in ("first_name", "last_name", "email")}
+        if not all(isinstance(v, str) and v.strip() for v in names.values()):
+            raise InvalidInput("an owner needs first_name, last_name and email")
+        with self._lock:
+            next_id = max(int(o["id"]) for o in self._owners) + 1 if self._owners else 41629779
+            owner = _owner_json(
+                str(next_id), names["first_name"], names["last_name"], names["email"]
+            )
+            self._owners.append(owner)
+            return dict(owner)
 
     def unique_properties(self, object_type: str) -> set[str]:
         config = self._config
@@ -918,6 +1011,27 @@ class HubSpotStore(SandboxStore):
             if held == value or (id_property == "email" and held.lower() == value.lower()):
                 return obj
         raise HubSpotError(404, "OBJECT_NOT_FOUND", "resource not found")
+
+
+def _owner_json(owner_id: str, first: Any, last: Any, email: Any) -> dict[str, Any]:
+    created = "2024-01-15T09:00:00.000Z"
+    return {
+        "id": owner_id,
+        "email": str(email),
+        "type": "PERSON",
+        "firstName": str(first),
+        "lastName": str(last),
+        "userId": int(owner_id) % 10_000_000,
+        "userIdIncludingInactive": int(owner_id) % 10_000_000,
+        "createdAt": created,
+        "updatedAt": created,
+        "archived": False,
+        "teams": [],
+    }
+
+
+def _seeded_owners() -> list[dict[str, Any]]:
+    return [_owner_json(*owner) for owner in SEEDED_OWNERS]
 
 
 def _copied(config: Mapping[str, Any]) -> dict[str, Any]:

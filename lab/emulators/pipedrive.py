@@ -78,10 +78,12 @@ Timestamps are ISO 8601 UTC with a ``Z``.
 Vendor API
 ==========
 
-``POST /api/v2/persons`` ``{"name", "emails": [{"value", "primary", "label"}], "phones"?}``
+``POST /api/v2/persons`` ``{"name", "emails": [{"value", "primary", "label"}], "phones"?,
+"custom_fields"?}``
     200 with the person (``id`` an integer). No uniqueness: the same email twice
     is two persons, as in Pipedrive (CRM-FACTS.md: concurrent webhooks made 2-3
-    copies of a contact).
+    copies of a contact). ``custom_fields`` holds values by person field key; a key
+    naming no person field is 400 (Pipedrive's answer to that is unverified).
 
 ``GET /api/v2/persons/search?term=&fields=email&exact_match=true``
     ``{"data": {"items": [{"result_score", "item": {"id", "type": "person",
@@ -117,7 +119,20 @@ Vendor API
 ``GET /v1/leadFields``
     The lead's own fields and the configured custom ones: ``key``, ``name``,
     ``field_type``, ``active_flag``, ``searchable_flag`` (client-nodejs v1
-    models/field.ts).
+    models/field.ts). Leads take the deals' custom fields, which this lists
+    (https://developers.pipedrive.com/docs/api/v1/LeadFields).
+
+``GET /v1/personFields?start=&limit=``
+    The person's own fields and the custom ones (``person_fields``: by default
+    "Preferred language", ``LANGUAGE_FIELD_KEY``), paged by ``start`` and ``limit``
+    (100 by default, 500 at most) with ``additional_data.pagination``
+    (https://developers.pipedrive.com/docs/api/v1/PersonFields).
+
+``GET /v1/users``
+    Every user of the company, not paged (https://developers.pipedrive.com/docs/api/v1/Users):
+    ``id``, ``name``, ``email``, ``active_flag``, ...; at start 1 Onefold Integration
+    (the token's user), 2 Ana Lima (ana.lima@example.com), 3 Ben Okafor
+    (ben.okafor@example.com). An activity's ``owner_id`` is stored as given.
 
 ``POST /api/v2/activities`` ``{"subject", "type", "lead_id", "note", "owner_id"?, ...}``
     200 with the activity (``id`` an integer); 404 when ``lead_id`` names no
@@ -163,9 +178,12 @@ activity's note; messages always 0; ``calls`` adds ``create_person`` and
     "name", "field_type"}], "reference_field": "<key stats count by>"}``.
     POST changes any of them (400 for unknown keys or bad values);
     ``lead_fields`` replaces the custom lead fields, by default the reference
-    field (``REFERENCE_FIELD_KEY``, varchar) and a message field
-    (``MESSAGE_FIELD_KEY``, text); ``[]``: both are gone; ``field_type:
-    "enum"``: the field exists but search cannot find it.
+    field (``REFERENCE_FIELD_KEY``, varchar), a message field
+    (``MESSAGE_FIELD_KEY``, text) and "Budget" (``BUDGET_FIELD_KEY``); ``[]``: all
+    are gone; ``field_type: "enum"``: the field exists but search cannot find it.
+    ``person_fields`` replaces the custom person fields likewise.
+    ``POST /_sandbox/owners`` ``{"first_name", "last_name", "email"}`` adds an active
+    user (the next id).
     ``PipedriveEmulator.adapter_env()`` gives the PIPEDRIVE_* variables that
     point the adapter at a fresh emulator.
     A lag applies to writes made after it is set.
@@ -213,6 +231,21 @@ _ACTIVITY_NUMBERS = ("owner_id", "deal_id", "person_id", "org_id", "project_id",
 REFERENCE_FIELD_KEY = hashlib.sha1(b"onefold reference").hexdigest()
 REFERENCE_FIELD_NAME = "Onefold reference"
 MESSAGE_FIELD_KEY = hashlib.sha1(b"onefold message").hexdigest()
+# A custom field of each kind a fresh company has beside Onefold's own: the lead's
+# "Budget" and the person's "Preferred language" (custom fields are named by people and
+# keyed by Pipedrive: https://pipedrive.readme.io/docs/core-api-concepts-custom-fields).
+BUDGET_FIELD_KEY = hashlib.sha1(b"onefold budget").hexdigest()
+LANGUAGE_FIELD_KEY = hashlib.sha1(b"onefold preferred language").hexdigest()
+# The company's users at start (GET /v1/users, https://developers.pipedrive.com/docs/api/v1/Users:
+# id, name, email, active_flag, ...): the token's own user, id 1, owns what it creates.
+SEEDED_USERS = (
+    (1, "Onefold Integration", "integration@example.com"),
+    (2, "Ana Lima", "ana.lima@example.com"),
+    (3, "Ben Okafor", "ben.okafor@example.com"),
+)
+# v1 field lists page by start and limit (additional_data.pagination, "limit" at most
+# 500: https://pipedrive.readme.io/docs/core-api-concepts-pagination).
+_FIELDS_PAGE_MAX = 500
 # Search freshness is undocumented (CRM-FACTS.md, Pipedrive: "treat as lagging").
 DEFAULT_SEARCH_LAG_SECONDS = 1.0
 # "Only the following custom field types are searchable: address, varchar, text,
@@ -272,7 +305,13 @@ def default_lead_fields() -> list[dict[str, Any]]:
     return [
         {"key": REFERENCE_FIELD_KEY, "name": REFERENCE_FIELD_NAME, "field_type": "varchar"},
         {"key": MESSAGE_FIELD_KEY, "name": "Onefold message", "field_type": "text"},
+        {"key": BUDGET_FIELD_KEY, "name": "Budget", "field_type": "varchar"},
     ]
+
+
+def default_person_fields() -> list[dict[str, Any]]:
+    """The custom person fields a fresh emulator has."""
+    return [{"key": LANGUAGE_FIELD_KEY, "name": "Preferred language", "field_type": "varchar"}]
 
 
 class PipedriveError(InvalidInput):
@@ -317,6 +356,7 @@ class PipedriveStore(SandboxStore):
                 "api_token": DEFAULT_API_TOKEN,
                 "access_token": DEFAULT_ACCESS_TOKEN,
                 "lead_fields": default_lead_fields(),
+                "person_fields": default_person_fields(),
                 "reference_field": REFERENCE_FIELD_KEY,
                 "activity_types": list(DEFAULT_ACTIVITY_TYPES),
                 "rate_limits": True,
@@ -334,6 +374,7 @@ class PipedriveStore(SandboxStore):
             self._budget_day: date | None = None
             self._tokens_spent = 0
             self._persons: dict[int, dict[str, Any]] = {}
+            self._users: list[dict[str, Any]] = [_user(*user) for user in SEEDED_USERS]
             self._leads: dict[str, dict[str, Any]] = {}
             self._activities: dict[int, dict[str, Any]] = {}
             # (kind, id) -> [(visible_at, searchable snapshot)], oldest first.
@@ -351,8 +392,9 @@ class PipedriveStore(SandboxStore):
             if isinstance(lag, bool) or not isinstance(lag, int | float) or lag < 0:
                 raise InvalidInput("search_lag_seconds must be a number >= 0")
             cleaned["search_lag_seconds"] = float(lag)
-        if "lead_fields" in cleaned:
-            cleaned["lead_fields"] = _clean_fields(cleaned["lead_fields"])
+        for name in ("lead_fields", "person_fields"):
+            if name in cleaned:
+                cleaned[name] = _clean_fields(cleaned[name])
         for name in ("api_token", "access_token", "reference_field"):
             if name in cleaned and not isinstance(cleaned[name], str):
                 raise InvalidInput(f"{name} must be a string")
@@ -418,6 +460,31 @@ class PipedriveStore(SandboxStore):
         with self._lock:
             return {field["key"]: field for field in self.config["lead_fields"]}
 
+    def custom_person_fields(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {field["key"]: field for field in self.config["person_fields"]}
+
+    # -- users ---------------------------------------------------------------
+
+    def users(self) -> list[dict[str, Any]]:
+        """GET /v1/users: "Returns data about all users within the company" (not paged,
+        https://developers.pipedrive.com/docs/api/v1/Users#getUsers)."""
+        with self._lock:
+            return [dict(user) for user in self._users]
+
+    def add_user(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A user added to the company (tests: POST /_sandbox/owners {"first_name",
+        "last_name", "email"}), active, with the next id."""
+        names = [request.get(k) for k in ("first_name", "last_name", "email")]
+        if not all(isinstance(v, str) and v.strip() for v in names):
+            raise InvalidInput("an owner needs first_name, last_name and email")
+        with self._lock:
+            user = _user(
+                max(u["id"] for u in self._users) + 1, f"{names[0]} {names[1]}", str(names[2])
+            )
+            self._users.append(user)
+            return dict(user)
+
     # -- persons -------------------------------------------------------------
 
     def create_person(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -426,6 +493,17 @@ class PipedriveStore(SandboxStore):
             raise PipedriveError(400, "Name must be given.")
         emails = _contact_list(body.get("emails"), "emails")
         phones = _contact_list(body.get("phones"), "phones")
+        custom = body.get("custom_fields") or {}
+        if not isinstance(custom, dict):
+            raise PipedriveError(400, "Validation failed: custom_fields: Expected object")
+        # v2 persons take custom field values under `custom_fields`, by key
+        # (client-nodejs v2 models/add-person-request.ts); a key naming no person field
+        # is refused here (Pipedrive's answer to it is unverified).
+        unknown = sorted(set(custom) - set(self.custom_person_fields()))
+        if unknown:
+            raise PipedriveError(
+                400, f"Validation failed: custom_fields: unknown field {', '.join(unknown)}"
+            )
         with self._lock:
             person_id = len(self._persons) + 1
             now = _now()
@@ -434,6 +512,8 @@ class PipedriveStore(SandboxStore):
                 "name": name,
                 "emails": emails,
                 "phones": phones,
+                "owner_id": 1,
+                "custom_fields": dict(custom),
                 "add_time": now,
                 "update_time": now,
             }
@@ -703,6 +783,26 @@ class PipedriveStore(SandboxStore):
         return found
 
 
+def _user(user_id: int, name: str, email: str) -> dict[str, Any]:
+    # The User shape of GET /v1/users (https://developers.pipedrive.com/docs/api/v1/Users).
+    return {
+        "id": user_id,
+        "name": name,
+        "email": email,
+        "active_flag": True,
+        "is_admin": 1 if user_id == 1 else 0,
+        "role_id": 1,
+        "timezone_name": "Europe/London",
+        "lang": 1,
+        "locale": "en_GB",
+        "created": "2024-01-15 09:00:00",
+        "modified": "2024-01-15 09:00:00",
+        "has_created_company": user_id == 1,
+        "icon_url": None,
+        "is_you": user_id == 1,
+    }
+
+
 def _clean_fields(fields: Any) -> list[dict[str, Any]]:
     if not isinstance(fields, list):
         raise InvalidInput("lead_fields must be a list of {key, name, field_type}")
@@ -794,6 +894,9 @@ _ROUTES: list[Route] = [
         {"GET": "lead_get", "PATCH": "lead_patch", "DELETE": "lead_delete"},
     ),
     (re.compile(r"/v1/leadFields"), {"GET": "lead_fields_get"}),
+    (re.compile(r"/v1/personFields"), {"GET": "person_fields_get"}),
+    (re.compile(r"/v1/users"), {"GET": "users_get"}),
+    (re.compile(r"/_sandbox/owners"), {"POST": "owners_post"}),
     (re.compile(r"/api/v2/activities"), {"GET": "activities_get", "POST": "activities_post"}),
     (re.compile(r"/api/v2/activities/(?P<activity_id>\d+)"), {"GET": "activity_get"}),
     (re.compile(r"/_sandbox/config"), {"GET": "config_get", "POST": "config_post"}),
@@ -971,6 +1074,38 @@ class PipedriveHandler(SandboxRequestHandler):
         # "Get list of entities": 20 (the rate-limiting page's table of costs).
         return self._vendor(work, cost=20)
 
+    def person_fields_get(self) -> Reply:
+        """GET /v1/personFields?start=&limit=: the person's own fields and the custom
+        ones, paged (additional_data.pagination {start, limit, more_items_in_collection};
+        https://developers.pipedrive.com/docs/api/v1/PersonFields#getPersonFields)."""
+
+        def work() -> Reply:
+            start = self._int_param("start", 0, maximum=10**9)
+            limit = self._int_param("limit", 100, maximum=_FIELDS_PAGE_MAX) or 100
+            fields = _system_person_fields() + [
+                _field_view(field, index)
+                for index, field in enumerate(self.pipedrive.config["person_fields"], start=100)
+            ]
+            page = fields[start : start + limit]
+            more = start + limit < len(fields)
+            pagination: dict[str, Any] = {
+                "start": start,
+                "limit": limit,
+                "more_items_in_collection": more,
+            }
+            if more:
+                pagination["next_start"] = start + limit
+            return self._ok(page, pagination=pagination)
+
+        return self._vendor(work, cost=20)
+
+    def users_get(self) -> Reply:
+        # "Get all users", cost 20 (https://developers.pipedrive.com/docs/api/v1/Users).
+        return self._vendor(lambda: self._ok(self.pipedrive.users()), cost=20)
+
+    def owners_post(self) -> Reply:
+        return self._answer(lambda: self._ok(self.pipedrive.add_user(self._json_body())))
+
     # -- activities ----------------------------------------------------------
 
     def activities_post(self) -> Reply:
@@ -1045,6 +1180,21 @@ def _system_lead_fields() -> list[dict[str, Any]]:
         ("organization_id", "Organization", "org"),
         ("owner_id", "Owner", "user"),
         ("expected_close_date", "Expected close date", "date"),
+    ]
+    return [
+        {**_field_view({"key": key, "name": name, "field_type": kind}, index), "edit_flag": False}
+        for index, (key, name, kind) in enumerate(names, start=1)
+    ]
+
+
+def _system_person_fields() -> list[dict[str, Any]]:
+    """A few of the person's own fields, as GET /v1/personFields lists them."""
+    names = [
+        ("name", "Name", "varchar"),
+        ("email", "Email", "varchar"),
+        ("phone", "Phone", "phone"),
+        ("org_id", "Organization", "org"),
+        ("owner_id", "Owner", "user"),
     ]
     return [
         {**_field_view({"key": key, "name": name, "field_type": kind}, index), "edit_flag": False}

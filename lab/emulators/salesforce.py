@@ -46,9 +46,20 @@ api-usage=N/M``. Objects: ``Lead`` (ids ``00Q...``), ``Contact`` (``003...``),
     An unknown client id: 400 ``{"error": "invalid_client_id", ...}``; a wrong
     secret: 400 ``{"error": "invalid_client", ...}``.
 
-``GET .../sobjects/{Lead|Contact|Task}/describe``
-    200 ``{"name", "keyPrefix", "fields": [{"name", "externalId", "unique",
-    "idLookup", ...}]}``; the reference field's flags are the org settings below.
+``GET .../sobjects/{Lead|Contact|Task|User}/describe``
+    200 ``{"name", "keyPrefix", "fields": [{"name", "label", "type", "custom",
+    "createable", "externalId", "unique", "idLookup", ...}]}`` ([DESCRIBE]): the
+    standard fields the emulator keeps, the custom ones (``custom_fields``: a fresh
+    org has ``Budget__c`` on Lead and Contact) and the reference field, whose flags
+    are the org settings below. Writing a field the describe does not list is 400
+    ``INVALID_FIELD``.
+
+Users ([USERS])
+    ``User`` rows (ids ``005...``): the integration user (``0055g00000ApIUsAAN``,
+    integration@example.com), Ana Lima (``0055g00000AnaLiAAJ``,
+    ana.lima@example.com) and Ben Okafor (``0055g00000BenOkAAJ``,
+    ben.okafor@example.com), all active; read with SOQL (``SELECT Id, Name, Email
+    FROM User WHERE IsActive = true``, boolean literals unquoted).
 
 ``GET .../sobjects/{object}/{field}/{value}``
     By external id: 200 the record (with ``attributes``), 404 ``NOT_FOUND``, or
@@ -142,7 +153,9 @@ before the body is read.
     ``task_reference_external_id`` and ``task_reference_unique`` (on Task), all
     true by default; ``duplicate_rule``; ``upsert_race_seconds`` (0);
     ``api_usage_limit`` (15,000; a test lowers it to spend the day, or lifts it);
-    ``restricted_picklists`` (true). Unknown names or wrong types: 400.
+    ``restricted_picklists`` (true); ``custom_fields`` (``{"Lead": ["Budget__c"],
+    "Contact": ["Budget__c"]}``: the custom fields of each object, replaced whole).
+    Unknown names or wrong types: 400.
 
 ``POST /_sandbox/seed``
     ``{"sobject": "Lead", "records": [{field: value}, ...]}`` or
@@ -150,6 +163,9 @@ before the body is read.
     stored as given, past the unique field and the duplicate rule (records from
     before the field was Unique, or an import): how tests make a reference
     match several records.
+
+``POST /_sandbox/owners``
+    ``{"first_name", "last_name", "email"}``: 200 the new active user's row.
 
 ``POST /_sandbox/expire_tokens``
     200 ``{"expired": n}``: every session ends; the next API call answers 401.
@@ -193,6 +209,7 @@ _ROUTES: list[Route] = [
     (re.compile(_API + r"/query/(?P<locator>[\w-]+)"), {"GET": "query_more_get"}),
     (re.compile(r"/_sandbox/config"), {"GET": "config_get", "POST": "config_post"}),
     (re.compile(r"/_sandbox/seed"), {"POST": "seed_post"}),
+    (re.compile(r"/_sandbox/owners"), {"POST": "owners_post"}),
     (re.compile(r"/_sandbox/expire_tokens"), {"POST": "expire_tokens_post"}),
     *CONTROL_ROUTES,
 ]
@@ -410,6 +427,9 @@ class SalesforceRequestHandler(SandboxRequestHandler):
             return 200, {"created": self.org.seed_rows(sobject, list(rows))}
 
         return self._api(call, auth=False)
+
+    def owners_post(self) -> Reply:
+        return self._api(lambda: (200, self.org.add_user(self._body())), auth=False)
 
     def expire_tokens_post(self) -> Reply:
         return Reply(200, {"expired": self.org.expire_tokens()})

@@ -42,6 +42,15 @@ Sources, cited once here and by name on each behaviour below:
   https://help.salesforce.com/s/articleView?id=sf.remoteaccess_oauth_client_credentials_flow.htm
   (a wrong consumer key is 400 `invalid_client_id`, a wrong secret 400
   `invalid_client`, RFC 6749 5.2).
+- [DESCRIBE] "sObject Describe":
+  https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/resources_sobject_describe.htm
+  (`fields[]` with each field's `name`, `label`, `type`, `custom`, `createable`,
+  `updateable`); custom fields end in `__c` ("Custom Fields",
+  https://developer.salesforce.com/docs/atlas.en-us.object_reference.meta/object_reference/custom_fields.htm).
+- [USERS] The User object (`Id` with key prefix 005, `Name`, `FirstName`, `LastName`,
+  `Email`, `IsActive`):
+  https://developer.salesforce.com/docs/atlas.en-us.object_reference.meta/object_reference/sforce_api_objects_user.htm;
+  a record's or task's `OwnerId` names one. Queried like any object ([QUERY]).
 - [FIELDS] The Lead, Contact and Task objects (Object Reference:
   https://developer.salesforce.com/docs/atlas.en-us.object_reference.meta/object_reference/sforce_api_objects_lead.htm,
   ..._contact.htm, ..._task.htm): Email is of type email, checked as an address
@@ -56,6 +65,7 @@ Sources, cited once here and by name on each behaviour below:
 
 from __future__ import annotations
 
+import copy
 import operator
 import re
 import secrets
@@ -69,9 +79,16 @@ from lab.emulators.limits import RollingWindow
 from lab.sandbox.store import SandboxStore
 
 RECORD_OBJECTS = ("Lead", "Contact")
-KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
+KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T", "User": "005"}
 # The emulated org's API user and the queue its lead assignment rule assigns to.
 API_USER_ID = "0055g00000ApIUsAAN"
+# [USERS] The org's users at start: the integration user and two people; tests add
+# others with POST /_sandbox/owners.
+SEEDED_USERS = (
+    (API_USER_ID, "Onefold", "Integration", "integration@example.com"),
+    ("0055g00000AnaLiAAJ", "Ana", "Lima", "ana.lima@example.com"),
+    ("0055g00000BenOkAAJ", "Ben", "Okafor", "ben.okafor@example.com"),
+)
 ASSIGNMENT_QUEUE_ID = "00G5g00000LeadQAAA"
 # The connected app's consumer key and secret the token endpoint accepts ([OAUTH]).
 DEFAULT_CLIENT_ID = "onefold-emulator"
@@ -96,6 +113,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "api_usage_limit": DEFAULT_API_USAGE_LIMIT,
     # [FIELDS] Status, LeadSource and Priority refuse values outside their lists.
     "restricted_picklists": True,
+    # [DESCRIBE] Custom fields an admin created, by object (the reference field apart):
+    # a fresh org has one on Lead and Contact; a test sets others.
+    "custom_fields": {"Lead": ["Budget__c"], "Contact": ["Budget__c"]},
 }
 _BOOL_CONFIG = {
     "restricted_picklists",
@@ -127,13 +147,22 @@ _FIELDS: dict[str, tuple[str, ...]] = {
         "Description",
         "OwnerId",
     ),
+    "User": ("FirstName", "LastName", "Name", "Email", "Username", "IsActive"),
 }
-_REQUIRED = {"Lead": ("LastName", "Company"), "Contact": ("LastName",), "Task": ()}
-_DEFAULTS = {
+_REQUIRED = {
+    "Lead": ("LastName", "Company"),
+    "Contact": ("LastName",),
+    "Task": (),
+    "User": ("LastName", "Email", "Username"),
+}
+_DEFAULTS: dict[str, dict[str, Any]] = {
     "Lead": {"Status": "Open - Not Contacted"},
     "Contact": {},
     "Task": {"Status": "Not Started", "Priority": "Normal"},
+    "User": {"IsActive": True},
 }
+# [DESCRIBE] Fields set by Salesforce, never by a create.
+_NOT_CREATEABLE = {"User": ("Name",)}
 # [FIELDS] A new org's picklist values.
 _PICKLISTS: dict[str, dict[str, tuple[str, ...]]] = {
     "Lead": {
@@ -158,12 +187,14 @@ _PICKLISTS: dict[str, dict[str, tuple[str, ...]]] = {
         ),
         "Priority": ("High", "Normal", "Low"),
     },
+    "User": {},
 }
 # [FIELDS] Maximum lengths of the text fields the emulator keeps.
 _LENGTHS: dict[str, dict[str, int]] = {
     "Lead": {"FirstName": 40, "LastName": 80, "Company": 255, "Email": 80, "Phone": 40},
     "Contact": {"FirstName": 40, "LastName": 80, "Email": 80, "Phone": 40},
     "Task": {"Subject": 255, "Description": 32000},
+    "User": {"FirstName": 40, "LastName": 80, "Email": 128, "Username": 80},
 }
 # An address as Salesforce's email type takes it: a local part, @, a dotted domain.
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
@@ -228,8 +259,10 @@ class SalesforceStore(SandboxStore):
 
     def _clear_org(self) -> None:
         with self._sf_lock:
-            self.config: dict[str, Any] = dict(DEFAULT_CONFIG)
+            self.config: dict[str, Any] = copy.deepcopy(DEFAULT_CONFIG)
             self.rows: dict[str, dict[str, dict[str, Any]]] = {o: {} for o in KEY_PREFIXES}
+            for user_id, first, last, email in SEEDED_USERS:
+                self.rows["User"][user_id] = _user_row(user_id, first, last, email)
             self.assignments: dict[str, int] = {}
             self.tokens: set[str] = set()
             self.locators: dict[str, list[dict[str, Any]]] = {}
@@ -255,6 +288,18 @@ class SalesforceStore(SandboxStore):
                 raise sf_error(400, "INVALID_FIELD", "api_usage_limit is a whole number >= 0")
             if name == "duplicate_rule" and value not in ("off", "alert", "block"):
                 raise sf_error(400, "INVALID_FIELD", "duplicate_rule is off, alert or block")
+            if name == "custom_fields" and not (
+                isinstance(value, dict)
+                and set(value) <= {"Lead", "Contact", "Task"}
+                and all(
+                    isinstance(names, list)
+                    and all(isinstance(n, str) and re.fullmatch(r"\w+__c", n) for n in names)
+                    for names in value.values()
+                )
+            ):
+                raise sf_error(
+                    400, "INVALID_FIELD", "custom_fields is {object: [names ending in __c]}"
+                )
         with self._sf_lock:
             self.config.update(changes)
             return dict(self.config)
@@ -372,8 +417,25 @@ class SalesforceStore(SandboxStore):
         if sobject not in KEY_PREFIXES:
             raise not_found()
 
+    def add_user(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """[USERS] A user added to the org (tests: POST /_sandbox/owners {"first_name",
+        "last_name", "email"}), active; answered with its row."""
+        names = {k: request.get(k) for k in ("first_name", "last_name", "email")}
+        if not all(isinstance(v, str) and v.strip() for v in names.values()):
+            raise sf_error(400, "REQUIRED_FIELD_MISSING", "first_name, last_name and email")
+        with self._sf_lock:
+            user_id = self._new_id("User")
+            row = _user_row(user_id, names["first_name"], names["last_name"], names["email"])
+            self.rows["User"][user_id] = row
+            return dict(row)
+
+    def _custom_fields(self, sobject: str) -> tuple[str, ...]:
+        return tuple(self.config["custom_fields"].get(sobject) or ())
+
     def _check_fields(self, sobject: str, body: Mapping[str, Any]) -> None:
-        allowed = set(_FIELDS[sobject]) | {self._ref_field(sobject)}
+        allowed = (
+            set(_FIELDS[sobject]) | set(self._custom_fields(sobject)) | {self._ref_field(sobject)}
+        ) - set(_NOT_CREATEABLE.get(sobject, ()))
         for name in body:
             if name not in allowed:
                 # [ERRORS]: INVALID_FIELD names the column and the object.
@@ -622,12 +684,14 @@ class SalesforceStore(SandboxStore):
                     picklist=_PICKLISTS[sobject].get(name),
                     restricted=bool(self.config["restricted_picklists"]),
                     length=_LENGTHS[sobject].get(name, 255),
+                    createable=name not in (*_SYSTEM_FIELDS, *_NOT_CREATEABLE.get(sobject, ())),
                 )
-                for name in (*_FIELDS[sobject], *_SYSTEM_FIELDS[1:])
+                for name in (*_FIELDS[sobject], *self._custom_fields(sobject), *_SYSTEM_FIELDS[1:])
             ]
-            ref = _describe_field(self._ref_field(sobject))
-            ref.update(externalId=external_id, unique=unique, idLookup=external_id or unique)
-            fields.append(ref)
+            if sobject != "User":
+                ref = _describe_field(self._ref_field(sobject))
+                ref.update(externalId=external_id, unique=unique, idLookup=external_id or unique)
+                fields.append(ref)
         return 200, {
             "name": sobject,
             "keyPrefix": KEY_PREFIXES[sobject],
@@ -770,6 +834,22 @@ def _label(name: str) -> str:
     return _LABELS.get(name, name.removesuffix("__c").replace("_", " "))
 
 
+def _user_row(user_id: str, first: Any, last: Any, email: Any) -> dict[str, Any]:
+    """[USERS] A user's row: Name is Salesforce's, built from the first and last name."""
+    stamp = sf_datetime()
+    return {
+        "Id": user_id,
+        "FirstName": str(first),
+        "LastName": str(last),
+        "Name": f"{first} {last}",
+        "Email": str(email),
+        "Username": f"{email}.onefold",
+        "IsActive": True,
+        "CreatedDate": stamp,
+        "LastModifiedDate": stamp,
+    }
+
+
 def _describe_field(
     name: str,
     is_id: bool = False,
@@ -777,6 +857,7 @@ def _describe_field(
     picklist: tuple[str, ...] | None = None,
     restricted: bool = False,
     length: int = 255,
+    createable: bool = True,
 ) -> dict[str, Any]:
     """A describe field entry; picklists list their values and say whether they are
     restricted (`restrictedPicklist`, [FIELDS])."""
@@ -790,8 +871,8 @@ def _describe_field(
         "unique": False,
         "idLookup": is_id,
         "caseSensitive": False,
-        "createable": not is_id,
-        "updateable": not is_id,
+        "createable": createable and not is_id,
+        "updateable": createable and not is_id,
         "length": 18 if is_id else length,
         "restrictedPicklist": bool(picklist) and restricted,
         "picklistValues": [
@@ -844,4 +925,7 @@ def _condition(field: str, op: str, literal: str) -> Any:
             row.get(field) is not None and compare(_parse_sf_datetime(str(row[field])), moment)
         )
     value: Any = None if literal.lower() == "null" else literal.strip("'")
+    if literal.lower() in ("true", "false"):
+        # Boolean literals are unquoted (SOQL "Comparison Operators"; a User's IsActive).
+        value = literal.lower() == "true"
     return lambda row: compare(row.get(field), value)

@@ -224,7 +224,7 @@ def test_a_reply_to_that_renders_to_no_address_is_refused() -> None:
         (
             {"from_field": "form", "map": {"quote": "cy"}},
             {"form": "contact"},
-            ("sales", "from_field"),
+            ("sales", "source"),
         ),
     ],
     ids=["fixed", "none", "mapped", "case", "default", "no_default"],

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from integrations.base import DestinationError
+from integrations.base import ConfiguredCrmNames, DestinationError
 from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env
 from integrations.resend.adapter import ResendSender
 from lab.emulators.hubspot import HubSpotEmulator
@@ -115,6 +115,42 @@ def test_every_ticket_operation_keeps_hubspots_documents(hubspot):
         "POST /crm/v3/objects/tickets 201",
         "GET /crm/v3/objects/tickets/opk_1 200",
         "GET /crm/v3/objects/tickets/{id} 200",
+        "POST /crm/v3/objects/tasks 201",
+    }
+
+
+def test_configured_names_and_owners_keep_hubspots_documents(hubspot):
+    """The schema and owners reads `check_destinations` makes, and a task whose
+    configured assignee is mapped to its owner: the Properties and Owners documents."""
+    crm = hubspot_adapter(hubspot)
+    names = ConfiguredCrmNames(
+        enquiry_properties=frozenset({"amount", "no_such_property"}),
+        contact_properties=frozenset({"company"}),
+        assignees=frozenset({"Ana Lima", "ben.okafor@example.com", "nobody@example.com"}),
+    )
+    with recording() as traffic:
+        verdicts = {c.capability: c.verified for c in crm.names_check(names)}
+        record = crm.create_record(external_ref="opk_1", fields=ADA).ref
+        crm.create_task(
+            record_id=record,
+            external_ref="opk_t",
+            title="Call",
+            assignee="ana.lima@example.com",
+            assignee_is_owner=True,
+        )
+    assert verdicts == {
+        "enquiry.fields[amount]": True,
+        "enquiry.fields[no_such_property]": False,
+        "contact.fields[company]": True,
+        "task.assignee[Ana Lima]": True,
+        "task.assignee[ben.okafor@example.com]": True,
+        "task.assignee[nobody@example.com]": False,
+    }
+    hubspot_contract().assert_kept(traffic)
+    assert operations(traffic) >= {
+        "GET /crm/v3/properties/deals 200",
+        "GET /crm/v3/properties/contacts 200",
+        "GET /crm/v3/owners 200",
         "POST /crm/v3/objects/tasks 201",
     }
 

@@ -105,6 +105,7 @@ HUBSPOT_DOCUMENTS = (
     Document("hubspot/tasks.json", "/crm/v3/objects/tasks"),
     Document("hubspot/properties.json", "/crm/v3/properties"),
     Document("hubspot/associations-v4.json", "/crm/v4"),
+    Document("hubspot/owners.json", "/crm/v3/owners"),
 )
 RESEND_DOCUMENTS = (Document("resend/resend.json", "/"),)
 

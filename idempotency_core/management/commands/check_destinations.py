@@ -7,6 +7,11 @@ destination holds; otherwise non-zero, naming the refused destinations on
 stderr. A destination that cannot be reached or built (no adapter installed,
 missing credentials) is refused with the reason, as capability "reachable".
 A destination that declares nothing (plain SMTP) prints one "-" line.
+
+For a CRM, the names the current business configuration uses there follow, one line
+each: `enquiry.fields[<property>]`, `contact.fields[<property>]` and
+`task.assignee[<assignee>]`, verified against the CRM's schema and owners
+(`destination_name_checks`); an unknown property or owner is refused, naming it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from idempotency_core.execution.destinations import (
     destination_checks,
+    destination_name_checks,
     destinations_in_use,
     kind_of,
 )
@@ -53,6 +59,9 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"{destination.name}\t-\tverified\t{kind}: declares no recovery capability"
                 )
+            reachable = all(check.capability != "reachable" for check in checks)
+            # A CRM that could not be reached is asked nothing more.
+            checks = checks + (destination_name_checks(destination) if reachable else [])
             for check in checks:
                 verdict = "verified" if check.verified else "refused"
                 self.stdout.write(f"{destination.name}\t{check.capability}\t{verdict}\t{check.how}")

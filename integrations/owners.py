@@ -1,0 +1,55 @@
+"""A CRM's owners as adapters read them, and the one rule that finds the owner an
+assignee names.
+
+The business configuration names a task's assignee as people write it: an owner id,
+an email address, or a full name (configuration/document.py). Each CRM adapter reads
+its vendor's users (HubSpot's owners, Salesforce's and Dataverse's users, Pipedrive's
+users) into `Owner`s, once per adapter, and `owner_match` picks the one the assignee
+names: by id exactly; by email address ignoring case; by full name ignoring case and
+runs of spaces. Two owners with one name are no answer (the email tells them apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A user a CRM record or task can be assigned to, by the vendor's `id`."""
+
+    id: str
+    name: str
+    email: str
+
+
+def owner_match(assignee: str, owners: Iterable[Owner], *, asked: str) -> tuple[Owner | None, str]:
+    """The one owner `assignee` names, and what was found, in one line for a check's
+    `how` or an error's text (`asked`: the request that listed the owners)."""
+    wanted = assignee.strip()
+    listed = list(owners)
+    if "@" in wanted:
+        found = [o for o in listed if o.email.casefold() == wanted.casefold()]
+        by = "email"
+    else:
+        found = [o for o in listed if o.id == wanted]
+        by = "id"
+        if not found:
+            name = _folded(wanted)
+            found = [o for o in listed if _folded(o.name) == name]
+            by = "name"
+    if len(found) == 1:
+        owner = found[0]
+        return owner, f"{asked}: {wanted!r} is owner {owner.id} ({owner.name or owner.email})"
+    if found:
+        ids = ", ".join(o.id for o in found)
+        return (
+            None,
+            f"{asked}: {len(found)} owners have the {by} {wanted!r} ({ids}): name one by email",
+        )
+    return None, f"{asked}: no owner has the id, email or name {wanted!r} ({len(listed)} listed)"
+
+
+def _folded(name: str) -> str:
+    return " ".join(name.split()).casefold()
