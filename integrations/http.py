@@ -81,9 +81,13 @@ class _ApiClient(httpx.Client):
 
     _no_cookies = _NoCookies()
 
-    @property  # type: ignore[override]
+    @property
     def cookies(self) -> httpx.Cookies:
         return self._no_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: object) -> None:
+        raise TypeError("the vendors' client keeps no cookies")
 
 
 def shared_client() -> httpx.Client:

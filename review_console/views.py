@@ -84,8 +84,8 @@ from review_console.http import require_GET, require_POST
 from review_console.masking import contact_for
 from review_console.models import BulkReplayItem, BulkReplayJob
 from review_console.permissions import (
-    CHANGE_CONFIG,
     CHANGE_CASES,
+    CHANGE_CONFIG,
     CHANGE_SOURCE,
     REPLAY,
     VIEW_AUDIT,
@@ -171,9 +171,7 @@ def _querystring(request: HttpRequest, *, drop: tuple[str, ...] = ("after", "bef
 def dashboard(request: HttpRequest) -> HttpResponse:
     """The console's home. A Settings admin who reviews no cases is sent to Settings,
     the only part of the console that is theirs, rather than a 403 after sign-in."""
-    if not console_allows(request.user, VIEW_CASES) and console_allows(
-        request.user, CHANGE_CONFIG
-    ):
+    if not console_allows(request.user, VIEW_CASES) and console_allows(request.user, CHANGE_CONFIG):
         return redirect("console:settings")
     return _dashboard(request)
 

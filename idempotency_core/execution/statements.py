@@ -198,7 +198,7 @@ def _attempt_defaults() -> tuple[object, ...]:
     return tuple(prep_value(c.field, template) for c in _attempt_columns())
 
 
-def _prep(model: type[Any], name: str, value: object, db: BaseDatabaseWrapper) -> object:
+def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseWrapper) -> object:
     """`value` as field `name` of `model` sends it. `db` is the connection itself, taken
     once per statement: not the proxy `connection`, which a field's preparation asks
     for its operations several times, nor `connections[...]` per value, each a lookup
@@ -207,7 +207,7 @@ def _prep(model: type[Any], name: str, value: object, db: BaseDatabaseWrapper) -
 
 
 @cache
-def _field(model: type[Any], name: str) -> Any:
+def _field(model: type[models.Model], name: str) -> Any:
     return model._meta.get_field(name)
 
 
