@@ -113,22 +113,27 @@ def qcluster_factory(tmp_path: Path, sandbox: Sandbox, request: pytest.FixtureRe
 # Each xdist worker has its own test database (pytest-django suffixes its name, and
 # the processes a test starts are handed that name: tests/support/processes.py),
 # its own sandbox and its own free ports. Tests that must not run side by side are
-# one group, which one worker runs test after test while the other takes the rest:
-# those that keep both of the machine's cores busy (the delivery storms, two clusters
-# under faults, generated requests) and those that time something. The browser's
-# tests are a group of their own, so that two Chromiums never run at once; it runs
-# on the other worker, beside the serial group, as any other test may (the serial
-# group alone was the suite's whole length, while the other worker waited idle).
+# groups, each run test after test by one worker while the others take the rest:
+# - serial: those that keep both of the machine's cores busy (the delivery storms,
+#   two clusters under faults, generated requests) and those that time something;
+# - paced: scenarios whose pace a vendor's rate limit sets (Resend's 2 requests a
+#   second, HubSpot's 100 in 10 s), which mostly wait for the limit: beside each
+#   other they would share one limit's worth of waiting, beside a serial test they
+#   cost it little (the serial group alone was the suite's length with them in it);
+# - browser: so that two Chromiums never run at once.
 # A test outside the groups may start gunicorn or a cluster of its own: it runs
-# beside at most one other test.
+# beside the groups' tests and one other.
 
 SERIAL_GROUP = "serial"
+PACED_GROUP = "paced"
 BROWSER_GROUP = "browser"
 # Starts the whole quick-start stack in its own processes (its file marks nothing).
 SERIAL_FILES = ("tests/test_quickstart.py",)
 
 
 def _group_of(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("paced"):
+        return PACED_GROUP
     if item.get_closest_marker("serial") or item.nodeid.startswith(SERIAL_FILES):
         return SERIAL_GROUP
     return BROWSER_GROUP if item.get_closest_marker("browser") else None

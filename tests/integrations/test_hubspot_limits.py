@@ -42,7 +42,7 @@ def _submissions() -> list[tuple[str, dict[str, Any]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # a storm through gunicorn and a cluster: both cores
+@pytest.mark.paced  # a storm through gunicorn and a cluster, at HubSpot's 100 requests in 10 s
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 @pytest.mark.parametrize("clash_status", [409, 400])
 def test_lost_answers_and_storms_at_hubspots_own_limits_give_one_of_each_and_no_case(
@@ -132,7 +132,7 @@ def test_a_reference_that_loses_its_uniqueness_before_recovery_leads_to_review_n
 
 
 @pytest.mark.slow
-@pytest.mark.serial
+@pytest.mark.paced
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_daily_limit_parks_the_work_visibly_and_it_resumes_after_the_reset(
     sandbox, web_server, qcluster_factory, client

@@ -211,7 +211,7 @@ SLOW_SEND = 30.0
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # a cluster, a sweeper and gunicorn for a minute: both cores
+@pytest.mark.paced  # a cluster, a sweeper and gunicorn, at Resend's 2 requests a second
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_at_two_requests_a_second_lost_answers_and_in_flight_retries_send_one_email_each(
     sandbox: Any, web_server: Any, qcluster_factory: Any
