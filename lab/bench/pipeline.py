@@ -55,11 +55,13 @@ from typing import IO, Any
 import httpx
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.test import override_settings
 
 from config.env import database_url_of
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Operation, ReviewCase
+from idempotency_core.tasks import operation_run
 from lab.bench.cpu import BackendsWatch, cpu_seconds, own_backend, tree_cpu
 
 Out = Callable[[str], None]
@@ -329,6 +331,51 @@ def onefold_run(
         duplicates=duplicates_count(sandbox),
         cpu=cpu,
     )
+
+
+def bench_pipeline_in_process(
+    *, count: int, rounds: int, out: Callable[[str], None], profile: str | None = None
+) -> float:
+    """`count` pipelines run one after the other in this process, each as a worker's task
+    runs it (`tasks.operation_run` on the first step, which chains the rest), against the
+    sandbox: the CPU of this process a submission, best of `rounds`. No django-q2, no
+    second worker, no PostgreSQL or sandbox CPU: the engine's Python alone, the figure
+    that moves least with the machine's load. `profile`: cProfile's statistics of the
+    last round (timer: process CPU) written to that file, for `python -m pstats`."""
+    import cProfile
+
+    best = float("inf")
+    with (
+        sandbox_running() as sandbox,
+        override_settings(ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY=1_000_000),
+    ):
+        for number in range(1, rounds + 1):
+            _tables_empty()
+            sandbox.reset()
+            submissions_store(bench_source(sandbox), run=uuid.uuid4().hex[:8], count=count)
+            firsts = list(
+                Operation.objects.filter(step="create_enquiry").values_list("pk", flat=True)
+            )
+            started = time.process_time()
+            if profile is not None and number == rounds:
+                profiler = cProfile.Profile(time.process_time)
+                profiler.runcall(_chains_run, firsts)
+                profiler.dump_stats(profile)
+            else:
+                _chains_run(firsts)
+            spent = (time.process_time() - started) / count * 1000
+            done = Operation.objects.filter(status=Operation.Status.SUCCEEDED).count()
+            if done != 3 * count:
+                raise BenchmarkError(f"round {number}: {done} of {3 * count} steps succeeded")
+            best = min(best, spent)
+            out(f"round {number}: {spent:.2f} ms of this process's CPU a submission")
+    out(f"in process, {count} pipelines one after the other: best {best:.2f} ms a submission")
+    return best
+
+
+def _chains_run(first_steps: list[int]) -> None:
+    for operation_id in first_steps:
+        operation_run(operation_id)
 
 
 # -- the bare client --------------------------------------------------------------

@@ -4,7 +4,7 @@ benchmark itself: lab/bench/pipeline.py)::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_pipeline \\
         .venv/bin/python manage.py bench_pipeline [--submissions 300] [--clusters 1 2]
-        [--rounds 1] [--poll 0.05 0.2 1]
+        [--rounds 1] [--poll 0.05 0.2 1] [--in-process [--profile FILE]]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from lab.bench.pipeline import (
     BenchmarkError,
     bench_pipeline_database_check,
+    bench_pipeline_in_process,
     bench_pipeline_measure,
     bench_pipeline_poll,
 )
@@ -38,6 +39,14 @@ class Command(BaseCommand):
             default=[],
             help="also measure these poll intervals (seconds), one cluster each",
         )
+        parser.add_argument(
+            "--in-process",
+            action="store_true",
+            help="instead: the pipelines one after the other in this process, its CPU alone",
+        )
+        parser.add_argument(
+            "--profile", metavar="FILE", help="with --in-process: cProfile's statistics here"
+        )
 
     def handle(
         self,
@@ -46,6 +55,8 @@ class Command(BaseCommand):
         clusters: list[int],
         rounds: int,
         poll: list[float],
+        in_process: bool,
+        profile: str | None,
         **options: Any,
     ) -> None:
         if submissions < 1 or rounds < 1 or min(clusters) < 1 or any(p <= 0 for p in poll):
@@ -53,6 +64,11 @@ class Command(BaseCommand):
         try:
             bench_pipeline_database_check()
             call_command("migrate", verbosity=0)
+            if in_process:
+                bench_pipeline_in_process(
+                    count=submissions, rounds=rounds, out=self.stdout.write, profile=profile
+                )
+                return
             bench_pipeline_measure(
                 count=submissions, clusters=clusters, rounds=rounds, out=self.stdout.write
             )
