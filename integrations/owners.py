@@ -11,8 +11,15 @@ runs of spaces. Two owners with one name are no answer (the email tells them apa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from integrations.base import (
+    CapabilityCheck,
+    assignee_check,
+    read_before_write,
+    unknown_owner_error,
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,41 @@ def owner_match(assignee: str, owners: Iterable[Owner], *, asked: str) -> tuple[
             f"{asked}: {len(found)} owners have the {by} {wanted!r} ({ids}): name one by email",
         )
     return None, f"{asked}: no owner has the id, email or name {wanted!r} ({len(listed)} listed)"
+
+
+def owner_id_of(
+    assignee: str,
+    owners: Callable[[], Iterable[Owner]],
+    *,
+    asked: str,
+    is_id: Callable[[str], object],
+) -> str:
+    """The owner id a configured assignee names, for a task's create: an id of the
+    vendor's own form (`is_id`) as it is, else the one owner `owner_match` finds among
+    `owners()` (read once per adapter; a failed read is a read before the write). None
+    found: PERMANENT, naming it. The one rule every CRM adapter's `_owner_id` follows."""
+    if is_id(assignee):
+        return assignee
+    with read_before_write("the owners could not be read"):
+        listed = list(owners())
+    owner, how = owner_match(assignee, listed, asked=asked)
+    if owner is None:
+        raise unknown_owner_error(assignee, how)
+    return owner.id
+
+
+def assignee_checks(
+    assignees: Iterable[str], owners: Callable[[], Iterable[Owner]], *, asked: str
+) -> list[CapabilityCheck]:
+    """One check per configured assignee against `owners()` (`check_destinations`);
+    the owners are not read when no assignee is configured."""
+    names = sorted(assignees)
+    listed = list(owners()) if names else []
+    checks = []
+    for assignee in names:
+        owner, how = owner_match(assignee, listed, asked=asked)
+        checks.append(assignee_check(assignee, owner is not None, how))
+    return checks
 
 
 def _folded(name: str) -> str:

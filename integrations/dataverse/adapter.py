@@ -57,12 +57,10 @@ from integrations.base import (
     contact_property_check,
     enquiry_property_check,
     http_reply,
-    read_before_write,
-    unknown_owner_error,
 )
 from integrations.http import json_object, send, status_error, timeout_of
 from integrations.oauth import ClientCredentials
-from integrations.owners import Owner, owner_match
+from integrations.owners import Owner, owner_id_of, owner_match
 
 API_PATH = "/api/data/v9.2"
 LIMITS_PAGE = "https://learn.microsoft.com/power-apps/developer/data-platform/api-limits"
@@ -73,6 +71,13 @@ _DESCRIPTION_LENGTH = 2000
 RECORD_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://onefold.invalid/dataverse/records")
 DEFAULT_REF_COLUMN = "onefold_ref"
 _GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _guid_lowered(assignee: str) -> str:
+    """A GUID as Dataverse lists its ids (lower case); any other assignee as it is."""
+    return assignee.lower() if _GUID.fullmatch(assignee) else assignee
+
+
 _COLUMN = re.compile(r"[a-z][a-z0-9_]{0,49}")
 _QUOTED_ADDRESS = re.compile(r"[^\s<>@()'\"]+@[^\s<>@()'\"]+")
 _ATTRIBUTES = "/EntityDefinitions(LogicalName='lead')/Attributes"
@@ -221,12 +226,9 @@ class DataverseCrm:
             contact_property_check(name, *self._column_verdict(name))
             for name in sorted(names.contact_properties)
         ]
+        users = self._enabled_users() if names.assignees else []
         for assignee in sorted(names.assignees):
-            owner, how = owner_match(
-                assignee.lower() if _GUID.fullmatch(assignee) else assignee,
-                self._enabled_users(),
-                asked="GET /systemusers",
-            )
+            owner, how = owner_match(_guid_lowered(assignee), users, asked="GET /systemusers")
             checks.append(assignee_check(assignee, owner is not None, how))
         return checks
 
@@ -286,14 +288,12 @@ class DataverseCrm:
     def _owner_id(self, assignee: str) -> str:
         """The systemuserid a configured assignee names: a GUID as it is, else the
         enabled user found by email or full name; none: PERMANENT, naming it."""
-        if _GUID.fullmatch(assignee):
-            return assignee.lower()
-        with read_before_write("the owners could not be read"):
-            owners = self._enabled_users()
-        owner, how = owner_match(assignee, owners, asked="GET /systemusers")
-        if owner is None:
-            raise unknown_owner_error(assignee, how)
-        return owner.id
+        return owner_id_of(
+            _guid_lowered(assignee),
+            self._enabled_users,
+            asked="GET /systemusers",
+            is_id=_GUID.fullmatch,
+        )
 
     # -- leads ---------------------------------------------------------------
 

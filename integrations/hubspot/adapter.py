@@ -43,15 +43,12 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
-    assignee_check,
     contact_property_check,
     enquiry_property_check,
     http_reply,
-    read_before_write,
-    unknown_owner_error,
 )
 from integrations.http import RETRY_LATER, header_delay, json_object, send, status_error, timeout_of
-from integrations.owners import Owner, owner_match
+from integrations.owners import Owner, assignee_checks, owner_id_of
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and
@@ -269,10 +266,7 @@ class HubSpotCrm:
             contact_property_check(name, *self._property_verdict("contacts", name))
             for name in sorted(names.contact_properties)
         ]
-        for assignee in sorted(names.assignees):
-            owner, how = owner_match(assignee, self._owners(), asked=f"GET {_OWNERS_PATH}")
-            checks.append(assignee_check(assignee, owner is not None, how))
-        return checks
+        return checks + assignee_checks(names.assignees, self._owners, asked=f"GET {_OWNERS_PATH}")
 
     def _property_verdict(self, object_type: str, name: str) -> tuple[bool, str]:
         path = f"/crm/v3/properties/{object_type}"
@@ -324,14 +318,7 @@ class HubSpotCrm:
     def _owner_id(self, assignee: str) -> str:
         """The owner id a configured assignee names: a number as it is (HubSpot's owner
         ids are numbers), else the owner found by email or name; none: PERMANENT."""
-        if assignee.isdigit():
-            return assignee
-        with read_before_write("the owners could not be read"):
-            owners = self._owners()
-        owner, how = owner_match(assignee, owners, asked=f"GET {_OWNERS_PATH}")
-        if owner is None:
-            raise unknown_owner_error(assignee, how)
-        return owner.id
+        return owner_id_of(assignee, self._owners, asked=f"GET {_OWNERS_PATH}", is_id=str.isdigit)
 
     # -- records -------------------------------------------------------------------
 

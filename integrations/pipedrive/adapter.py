@@ -57,12 +57,10 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
-    assignee_check,
     contact_property_check,
     enquiry_property_check,
     http_reply,
     read_before_write,
-    unknown_owner_error,
     unknown_property_error,
 )
 from integrations.http import (
@@ -73,7 +71,7 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
-from integrations.owners import Owner, owner_match
+from integrations.owners import Owner, assignee_checks, owner_id_of
 
 DEFAULT_BASE_URL = "https://api.pipedrive.com"
 # How long after an unclear create the search is worth asking. Pipedrive documents no
@@ -168,10 +166,7 @@ class PipedriveCrm:
         for name in sorted(names.contact_properties):
             key, how = _field_key(self._fields_of("personFields"), name, "GET /v1/personFields")
             checks.append(contact_property_check(name, key is not None, how))
-        for assignee in sorted(names.assignees):
-            owner, how = owner_match(assignee, self._active_users(), asked="GET /v1/users")
-            checks.append(assignee_check(assignee, owner is not None, how))
-        return checks
+        return checks + assignee_checks(names.assignees, self._active_users, asked="GET /v1/users")
 
     def _fields_of(self, kind: str) -> dict[str, dict[str, Any]]:
         """`leadFields` or `personFields` by key, every page, read once."""
@@ -218,14 +213,9 @@ class PipedriveCrm:
     def _owner_id(self, assignee: str) -> int:
         """The user id a configured assignee names: a number as it is, else the active
         user found by email or name; none: PERMANENT, naming it."""
-        if assignee.isdigit():
-            return int(assignee)
-        with read_before_write("the owners could not be read"):
-            owners = self._active_users()
-        owner, how = owner_match(assignee, owners, asked="GET /v1/users")
-        if owner is None:
-            raise unknown_owner_error(assignee, how)
-        return int(owner.id)
+        return int(
+            owner_id_of(assignee, self._active_users, asked="GET /v1/users", is_id=str.isdigit)
+        )
 
     # -- records (leads) -----------------------------------------------------
 

@@ -72,12 +72,9 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
-    assignee_check,
     contact_property_check,
     enquiry_property_check,
     http_reply,
-    read_before_write,
-    unknown_owner_error,
 )
 from integrations.http import (
     budget_hint,
@@ -88,7 +85,7 @@ from integrations.http import (
     timeout_of,
 )
 from integrations.oauth import ClientCredentials
-from integrations.owners import Owner, owner_match
+from integrations.owners import Owner, assignee_checks, owner_id_of
 
 KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
 DEFAULT_API_VERSION = "62.0"
@@ -298,10 +295,9 @@ class SalesforceCrm:
             contact_property_check(name, *self._field_verdict(name))
             for name in sorted(names.contact_properties)
         ]
-        for assignee in sorted(names.assignees):
-            owner, how = owner_match(assignee, self._active_users(), asked=self._users_asked)
-            checks.append(assignee_check(assignee, owner is not None, how))
-        return checks
+        return checks + assignee_checks(
+            names.assignees, self._active_users, asked=self._users_asked
+        )
 
     @property
     def _users_asked(self) -> str:
@@ -357,14 +353,12 @@ class SalesforceCrm:
     def _owner_id(self, assignee: str) -> str:
         """The user id a configured assignee names: a user id (005...) as it is, else the
         active user found by email or name; none: PERMANENT, naming it."""
-        if _id_problem(assignee, "005", "User") is None:
-            return assignee
-        with read_before_write("the owners could not be read"):
-            owners = self._active_users()
-        owner, how = owner_match(assignee, owners, asked=self._users_asked)
-        if owner is None:
-            raise unknown_owner_error(assignee, how)
-        return owner.id
+        return owner_id_of(
+            assignee,
+            self._active_users,
+            asked=self._users_asked,
+            is_id=lambda name: _id_problem(name, "005", "User") is None,
+        )
 
     # -- records ---------------------------------------------------------------------
 
