@@ -21,7 +21,7 @@ from django.utils import timezone
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
-from idempotency_core.models import DestinationBudget, Event, Operation, ReviewCase
+from idempotency_core.models import Attempt, DestinationBudget, Event, Operation, ReviewCase
 from idempotency_core.reconciliation.compare import reconcile, run_summary
 from integrations.hubspot.adapter import seconds_to_midnight
 from lab.emulators.hubspot import DEFAULT_TOKEN, HubSpotEmulator
@@ -270,19 +270,29 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
     assert set(counted["contacts_by_email"].values()) == {1}
     # A lost deal answer cost a read by reference, which found it: no second create; the
     # 429 cost one more call. A lost task answer cost a lookup through the deal's
-    # associations, no second create.
+    # associations, no second create: the three injected, and any answer a loaded
+    # machine let time out, each one read.
     assert counted["calls"]["create_record"] == ROUNDS + 1
     assert counted["calls"]["create_contact"] == counted["calls"]["create_record"] + 2
     assert counted["calls"]["create_task"] == ROUNDS
-    assert counted["calls"]["lookup_task"] == 3
+    lost_task_answers = Attempt.objects.filter(
+        operation__step="assign_task", outcome=Attempt.Outcome.AMBIGUOUS
+    ).count()
+    assert lost_task_answers >= 3
+    assert counted["calls"]["lookup_task"] == lost_task_answers, _unsettled(everything=True)
     assert counted["calls"]["search"] == 0  # never asked: it lags
     assert len(sandbox.messages()) == ROUNDS
     assert not ReviewCase.objects.exists()
 
 
-def _unsettled() -> list[Any]:
-    """What did not succeed, with its attempts, and the cases: a failure's evidence."""
+def _unsettled(*, everything: bool = False) -> list[Any]:
+    """What did not succeed (or, with `everything`, what took more than one attempt),
+    with its attempts, and the cases: a failure's evidence."""
+    operations = (
+        Operation.objects.all() if everything else Operation.objects.exclude(status="succeeded")
+    )
     return [
         (o.step, o.status, [(a.outcome, a.error_message) for a in o.attempts.order_by("number")])
-        for o in Operation.objects.exclude(status="succeeded")
+        for o in operations
+        if not everything or o.attempts.count() > 1
     ] + [(c.kind, c.summary) for c in ReviewCase.objects.all()]
