@@ -107,13 +107,20 @@ class Column:
     # (`_UNCHANGED`): those skip it.
     unchanged: tuple[type, ...] = ()
 
-    def value(self, row: models.Model, db: BaseDatabaseWrapper) -> object:
-        """`prep_value` of this column, without the field's preparation for a value it
-        would give back as it is (`pre_save` still runs: `auto_now` and the like)."""
-        value = self.field.pre_save(row, True)
-        if type(value) in self.unchanged:
-            return value
-        return self.field.get_db_prep_save(value, db)
+    # The field's `pre_save` is Django's own, which reads the attribute: then this
+    # is read directly (no `auto_now` or the like to run).
+    attname: str = ""
+
+    def values(self, rows: Sequence[models.Model], db: BaseDatabaseWrapper) -> list[object]:
+        """`prep_value` of this column for each row, without the field's preparation
+        for a value it would give back as it is (`pre_save` still runs where the field
+        has its own: `auto_now` and the like)."""
+        if self.attname:
+            raw = [getattr(row, self.attname) for row in rows]
+        else:
+            raw = [self.field.pre_save(row, True) for row in rows]
+        unchanged, prepare = self.unchanged, self.field.get_db_prep_save
+        return [value if type(value) in unchanged else prepare(value, db) for value in raw]
 
 
 # Field classes, and the exact types of values their preparation gives back unchanged
@@ -164,6 +171,7 @@ def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
             db.ops.quote_name(str(field.column)),
             field.db_type(db) or "",
             unchanged_types(field, db),
+            field.attname if type(field).pre_save is Field.pre_save else "",
         )
         for field in model._meta.concrete_fields
     )

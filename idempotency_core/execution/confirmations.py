@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -150,8 +151,63 @@ class ConfirmationHeldError(DestinationError):
         super().__init__(message, classification=Classification.PERMANENT)
 
 
+@dataclass(frozen=True)
+class AllowanceAsk:
+    """A confirmation's decision as asked of `onefold_confirmation_allow` for one
+    recipient at one moment: its parameters but the operation's own (its id, source,
+    event and trigger, which the statement asking it reads from the operation's row)."""
+
+    digest: str
+    limits: tuple[int, int]  # per recipient, per source
+    now: datetime
+
+    @classmethod
+    def of(cls, recipient: str, *, now: datetime | None = None) -> AllowanceAsk:
+        limits = (
+            settings.ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY,
+            settings.ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY,
+        )
+        return cls(contact_digest(recipient), limits, now or timezone.now())
+
+    def lock_key(self) -> int:
+        """The recipient's advisory lock: a 64-bit key derived from its contact digest."""
+        hashed = hashlib.sha256(f"onefold:confirmation:recipient:{self.digest}".encode())
+        return int.from_bytes(hashed.digest()[:8], "big", signed=True)
+
+    def params(self) -> list[object]:
+        """The function's parameters in its order, around the operation's four
+        (`ALLOWANCE_OPERATION_AT`: id, source, event, then, last, whether a person
+        asked)."""
+        return [
+            self.lock_key(),
+            *(self.digest, self.now, self.now - LIMIT_WINDOW, *self.limits, CAPTCHA_UNCHECKED),
+        ]
+
+
+# Where the operation's own values go among the function's parameters.
+ALLOWANCE_OPERATION_AT = 1
+# The triggers of attempts a person asked for, which the decision counts but never refuses.
+BY_PERSON = tuple(str(trigger) for trigger in _BY_PERSON)
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What the decision answered for an ask."""
+
+    ask: AllowanceAsk
+    earlier: bool  # the operation had an allowance already (a retry): not counted again
+    granted: bool
+    to_recipient: int
+    from_source: int
+    captcha_unchecked: bool
+
+
 def confirmation_allow(
-    *, operation: Operation, recipient: str, now: datetime | None = None
+    *,
+    operation: Operation,
+    recipient: str,
+    now: datetime | None = None,
+    decided: Allowance | None = None,
 ) -> bool:
     """Records that this confirmation may go out now, or raises ConfirmationHeldError.
     Returns whether it was recorded now (False: an earlier attempt of the operation
@@ -166,49 +222,48 @@ def confirmation_allow(
     statement that counts: a statement reads the snapshot taken when it started, before
     a lock taken inside it was granted.)
 
+    `decided` is the same decision made ahead, for this operation and address, by the
+    statement that claimed it (a worker's chain: statements.outcome_write), committed
+    with that claim: it is not asked again.
+
     The source's count is not under a lock: at the same moment, a source may pass its
     limit by the confirmations being decided for other addresses, a few at most, and
     its confirmations are not made to wait for one another."""
-    digest = contact_digest(recipient)
-    limits = (
-        settings.ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY,
-        settings.ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY,
-    )
-    now = now or timezone.now()
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            _ALLOW,
-            [
-                _lock_key(digest),
-                *(operation.pk, operation.event.source_id, operation.event_id),
-                *(digest, now, now - LIMIT_WINDOW, limits[0], limits[1]),
-                *(CAPTCHA_UNCHECKED, operation.next_trigger in _BY_PERSON),
-            ],
-        )
-        earlier, granted, to_recipient, from_source, unchecked = cursor.fetchone()
-    if earlier or granted:
-        return bool(granted)
-    if unchecked:
+    ask = AllowanceAsk.of(recipient, now=now)
+    if decided is None or decided.ask.digest != ask.digest:
+        decided = _allowance_decide(operation, ask)
+    if decided.earlier or decided.granted:
+        return decided.granted
+    limits = decided.ask.limits
+    if decided.captcha_unchecked:
         raise ConfirmationHeldError(
             "not sent: the submission's CAPTCHA could not be checked when it arrived (the "
             "provider did not answer), so nothing proves a person sent it; look at the "
             "submission, then replay to send the confirmation or close the case"
         )
-    if digest and to_recipient >= limits[0]:
+    if decided.ask.digest and decided.to_recipient >= limits[0]:
         raise ConfirmationHeldError(
-            f"not sent: {to_recipient} confirmations went to this address in the last 24 "
-            f"hours, the limit (ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY) is {limits[0]}; "
-            "a form that writes to any address is a spam relay. Replay to send it anyway, "
-            "or close the case"
+            f"not sent: {decided.to_recipient} confirmations went to this address in the "
+            f"last 24 hours, the limit (ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY) is "
+            f"{limits[0]}; a form that writes to any address is a spam relay. Replay to "
+            "send it anyway, or close the case"
         )
     raise ConfirmationHeldError(
-        f"not sent: this source sent {from_source} confirmations in the last 24 hours, the "
-        f"limit (ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY) is {limits[1]}. Replay to send "
-        "it anyway, or close the case"
+        f"not sent: this source sent {decided.from_source} confirmations in the last 24 "
+        f"hours, the limit (ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY) is {limits[1]}. "
+        "Replay to send it anyway, or close the case"
     )
 
 
-def _lock_key(digest: str) -> int:
-    """The recipient's advisory lock: a 64-bit key derived from its contact digest."""
-    hashed = hashlib.sha256(f"onefold:confirmation:recipient:{digest}".encode()).digest()
-    return int.from_bytes(hashed[:8], "big", signed=True)
+def _allowance_decide(operation: Operation, ask: AllowanceAsk) -> Allowance:
+    """The decision in a statement of its own (autocommit: committed when it returns)."""
+    params = ask.params()
+    params[ALLOWANCE_OPERATION_AT:ALLOWANCE_OPERATION_AT] = [
+        operation.pk,
+        operation.event.source_id,
+        operation.event_id,
+    ]
+    params.append(operation.next_trigger in _BY_PERSON)
+    with prepared_cursor() as cursor:
+        cursor.execute(_ALLOW, params)
+        return Allowance(ask, *cursor.fetchone())

@@ -101,9 +101,9 @@ def render_input(ctx: StepContext, *, now: datetime) -> RenderInput:
 
 def next_content_render(
     operation: Operation, *, refs: dict[str, str] | None, destination_ref: str, now: datetime
-) -> str | None:
+) -> tuple[str, dict[str, Any]] | None:
     """The content of the step the success of `operation` releases, rendered now for the
-    statement that claims it, as JSON `{step: content}`; None when there is nothing to
+    statement that claims it, as (that step, its content); None when there is nothing to
     render ahead (the last step, a step that needs a turn, a payload purged, a template
     that fails: each is then rendered, or refused, when the step is claimed)."""
     event = operation.event
@@ -126,7 +126,7 @@ def next_content_render(
         content = render(inp, config_current(), _turn_refused)
     except (TurnUnavailableError, DestinationError):
         return None
-    return json.dumps({following: content})
+    return following, content
 
 
 def _turn_refused(scope: str) -> int:

@@ -11,6 +11,7 @@ in that same transaction and runs it too, with the same claim.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
@@ -45,6 +46,7 @@ from idempotency_core.execution.budget import (
     budget_for,
     destination_pause,
 )
+from idempotency_core.execution.confirmations import Allowance, AllowanceAsk
 from idempotency_core.execution.content import content_ensure, next_content_render
 from idempotency_core.execution.destinations import (
     AdapterUnavailableError,
@@ -73,6 +75,7 @@ from idempotency_core.execution.steps import (
     Step,
     StepContext,
     capabilities_for,
+    confirmation_recipient,
     step_context,
     step_of,
 )
@@ -145,6 +148,8 @@ class Claim:
     token: uuid.UUID
     # The earlier succeeded steps' references, when the claim read them (statements.py).
     refs: dict[str, str] | None = None
+    # A confirmation's decision, made by the statement that claimed it (a chain's).
+    allowance: Allowance | None = None
 
 
 @dataclass(frozen=True)
@@ -220,13 +225,15 @@ def _lease_until(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS)
 
 
-def _claim_of(taken: Taken, *, token: uuid.UUID, now: datetime) -> Claim:
+def _claim_of(
+    taken: Taken, *, token: uuid.UUID, now: datetime, allowance: Allowance | None = None
+) -> Claim:
     """The claim a statement took (statements.py), its attempt already inserted."""
     operation, attempt_id, refs = taken
     attempt = _attempt_of(operation, token=token, now=now)
     attempt.pk = attempt_id
     attempt._state.adding = False
-    return Claim(operation=operation, attempt=attempt, token=token, refs=refs)
+    return Claim(operation=operation, attempt=attempt, token=token, refs=refs, allowance=allowance)
 
 
 def _attempt_of(operation: Operation, *, token: uuid.UUID, now: datetime) -> Attempt:
@@ -359,7 +366,9 @@ def operation_perform(claim: Claim) -> AttemptResult:
                         message=f"not called: {lost}",
                         capability_lost=lost,
                     )
-            return _call_destination(operation, rule=rule, refs=claim.refs, adapter=adapter)
+            return _call_destination(
+                operation, rule=rule, refs=claim.refs, adapter=adapter, allowance=claim.allowance
+            )
     except DestinationRefusedError as exc:
         if exc.unreachable:  # no verdict at all: an ordinary retry
             return AttemptResult(
@@ -473,10 +482,15 @@ def _within_budget(destination: Destination, adapter: Adapter) -> Iterator[None]
 
 
 def _call_destination(
-    operation: Operation, *, rule: str, refs: dict[str, str] | None, adapter: Adapter
+    operation: Operation,
+    *,
+    rule: str,
+    refs: dict[str, str] | None,
+    adapter: Adapter,
+    allowance: Allowance | None = None,
 ) -> AttemptResult:
     """Reads first where the rule allows it, else performs the step's effect."""
-    context = step_context(operation, refs=refs, adapter=adapter)
+    context = step_context(operation, refs=refs, adapter=adapter, allowance=allowance)
     # Rendered once, stored (committed) before any call: every attempt sends the same.
     content_ensure(context)
     return _read_or_perform(operation, step_of(operation), context, rule=rule)
@@ -616,6 +630,16 @@ def _success_release(
         return None
     chained = _chained.get()
     token = uuid.uuid4()
+    # The step claimed next gets its content in the same statement (content.py), and,
+    # a confirmation, its decision against the sending limits (confirmations.py).
+    ahead = (
+        None
+        if chained is None
+        else next_content_render(
+            claim.operation, refs=claim.refs, destination_ref=result.destination_ref, now=now
+        )
+    )
+    ask = _allowance_ask(ahead, now=now)
     written = _outcome_statement(
         claim,
         result,
@@ -624,23 +648,38 @@ def _success_release(
         now=now,
         release_next=True,
         claim_next=None if chained is None else (token, _lease_until(now)),
-        # The step claimed next gets its content in the same statement (content.py).
-        next_content=None
-        if chained is None
-        else next_content_render(
-            claim.operation, refs=claim.refs, destination_ref=result.destination_ref, now=now
-        ),
+        next_content=None if ahead is None else json.dumps({ahead[0]: ahead[1]}),
+        allowance=None if ask is None else (ahead[0], ask.params()),  # type: ignore[index]
     )
     if written.cases_waiting:
         return None
     if not written.owned:
         return False
     if chained is not None:
-        chained.extend(_claim_of(taken, token=token, now=now) for taken in written.taken)
+        chained.extend(
+            _claim_of(
+                taken,
+                token=token,
+                now=now,
+                allowance=None if decided is None or ask is None else Allowance(ask, *decided),
+            )
+            for taken, decided in zip(written.taken, written.decided, strict=True)
+        )
     else:
         for operation_id in written.released:
             operation_enqueue(operation_id)
     return True
+
+
+def _allowance_ask(
+    ahead: tuple[str, dict[str, Any]] | None, *, now: datetime
+) -> AllowanceAsk | None:
+    """The decision to ask for a step rendered ahead, if it is a confirmation that asks
+    one (not skipped: confirmation_recipient)."""
+    if ahead is None:
+        return None
+    recipient = confirmation_recipient(*ahead)
+    return None if recipient is None else AllowanceAsk.of(recipient, now=now)
 
 
 def _outcome_statement(
@@ -653,6 +692,7 @@ def _outcome_statement(
     release_next: bool,
     claim_next: tuple[uuid.UUID, datetime] | None = None,
     next_content: str | None = None,
+    allowance: tuple[str, list[object]] | None = None,
 ) -> Written:
     """statements.outcome_write for this claim."""
     operation_sets, attempt_sets = _outcome_fields(
@@ -668,6 +708,7 @@ def _outcome_statement(
         release_next=release_next,
         claim_next=claim_next,
         next_content=next_content,
+        allowance=allowance,
         now=now,
     )
 

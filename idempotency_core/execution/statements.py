@@ -35,6 +35,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
+from idempotency_core.execution.confirmations import BY_PERSON
 from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase, Source
 from idempotency_core.sql import (
     columns_of,
@@ -97,6 +98,8 @@ class Written(NamedTuple):
     cases_waiting: bool  # an open case waits on its success
     released: list[int]  # the next steps made due (or claimed)
     taken: list[Taken]  # those claimed for the caller (`claim_next`)
+    # For each of those, the confirmation's decision made for it (`allowance`), or None.
+    decided: list[tuple[bool, bool, int, int, bool] | None]
 
 
 def outcome_write(
@@ -110,6 +113,7 @@ def outcome_write(
     release_next: bool = False,
     claim_next: tuple[uuid.UUID, datetime] | None = None,
     next_content: str | None = None,
+    allowance: tuple[str, list[object]] | None = None,
     now: datetime,
 ) -> Written:
     """The outcome under the claim token, and the attempt's if it matched. `sets` and
@@ -121,7 +125,10 @@ def outcome_write(
     `claim_next` too, (token, lease end), that step is claimed for the caller, and
     returned with its attempt's id and the references of the steps before it, this
     one's new reference included. `next_content` (JSON `{step: content}`) is stored on
-    the step claimed, if still without content (execution/content.py)."""
+    the step claimed, if still without content (execution/content.py). `allowance`,
+    (a step, the decision's parameters: confirmations.AllowanceAsk.params), asks the
+    confirmation's decision for the step claimed if it is that step, in this statement
+    (`_allowance_join`): committed with the claim, and one statement fewer."""
     names = tuple(sets)
     attempt_names = tuple(attempt_sets)
     waiting = [operation_id, settles_case_ids, list(ReviewCase.OPEN_STATUSES)]
@@ -134,12 +141,23 @@ def outcome_write(
     claiming = release_next and claim_next is not None
     if release_next:
         params += _released_params(now, claim_next, next_content)
+    allowing = claiming and allowance is not None
+    if allowing:
+        step, asked = cast(tuple[str, list[object]], allowance)
+        params += [*asked, list(BY_PERSON), step]
     with prepared_cursor(connection.alias) as cursor:
-        cursor.execute(_outcome_sql(names, attempt_names, release_next, claiming), params)
+        cursor.execute(_outcome_sql(names, attempt_names, release_next, claiming, allowing), params)
         rows = cursor.fetchall()
     owned, cases_waiting, released = rows[0][:3]
-    taken = [_taken(list(row[3:])) for row in rows if row[3] is not None] if claiming else []
-    return Written(bool(owned), bool(cases_waiting), list(released), taken)
+    taken: list[Taken] = []
+    decided: list[tuple[bool, bool, int, int, bool] | None] = []
+    for row in rows if claiming else ():
+        if row[3] is None:
+            continue
+        values = list(row[3:])
+        taken.append(_taken(values))  # takes its columns; what is left is the decision's
+        decided.append(tuple(values) if allowing and values[0] is not None else None)
+    return Written(bool(owned), bool(cases_waiting), list(released), taken, decided)
 
 
 def release_write(
@@ -301,16 +319,43 @@ def _claim_sql(unless: str) -> str:
     )
 
 
-def _claimed_from(source: str) -> str:
+def _claimed_from(source: str, joined: str = "") -> str:
     """FROM for `_claimed_select`: a row for each operation claimed in CTE `source`
-    (with CTE `attempt`), or one row of NULLs when it claimed none."""
+    (with CTE `attempt`), or one row of NULLs when it claimed none; `joined` joins
+    more to each."""
     return (
         f"FROM (SELECT 1) one LEFT JOIN {source} c ON true "
         'LEFT JOIN attempt a ON a."operation_id" = c."id" '
         f'LEFT JOIN {table_of(Event)} e ON e."id" = c."event_id" '
         f'LEFT JOIN {table_of(Source)} s ON s."id" = e."source_id" '
         f'LEFT JOIN {table_of(Destination)} d ON d."id" = c."destination_id" '
-        'ORDER BY c."position", c."id"'
+        f'{joined}ORDER BY c."position", c."id"'
+    )
+
+
+# What `onefold_confirmation_allow` answers (migration 0029), in its order.
+_ALLOWANCE_COLUMNS = (
+    "had_allowance",
+    "allowed",
+    "sent_to_recipient",
+    "sent_from_source",
+    "captcha_unchecked",
+)
+
+
+def _allowance_join() -> str:
+    """The confirmation's decision (confirmations.py) for the operation claimed, `c`,
+    if it is the step named: the function's own parameters but the operation's, which
+    are `c`'s (its id, its event and source, whether a person asked for it). The step's
+    test gates the call (a condition on `c` alone: PostgreSQL tests it before calling),
+    so a claim of any other step, or none, decides nothing. The function takes the
+    recipient's lock and makes the decision in statements of its own, each with a fresh
+    snapshot, as when it is called alone; its allowance commits with this statement."""
+    return (
+        "LEFT JOIN LATERAL (SELECT * FROM onefold_confirmation_allow(%s::bigint, "
+        'c."id", e."source_id", c."event_id", %s::varchar, %s::timestamptz, '
+        "%s::timestamptz, %s::integer, %s::integer, %s::text, "
+        'c."next_trigger" = ANY(%s::text[])) WHERE c."step" = %s) al ON true '
     )
 
 
@@ -319,7 +364,11 @@ _STILL_OWNED = '"claim_token" = %s AND "status" = \'running\''
 
 @cache
 def _outcome_sql(
-    names: tuple[str, ...], attempt_names: tuple[str, ...], release_next: bool, claiming: bool
+    names: tuple[str, ...],
+    attempt_names: tuple[str, ...],
+    release_next: bool,
+    claiming: bool,
+    allowing: bool = False,
 ) -> str:
     op, attempt, case = table_of(Operation), table_of(Attempt), table_of(ReviewCase)
 
@@ -346,7 +395,10 @@ def _outcome_sql(
     )
     if claiming:  # one row per step claimed, or one of NULLs after the first three
         this_step = 'SELECT w."step", w."destination_ref", \'succeeded\' FROM owned w'
-        result += f", {_claimed_select(refs_also=this_step)} {_claimed_from('released')}"
+        result += f", {_claimed_select(refs_also=this_step)}"
+        if allowing:
+            result += ", " + ", ".join(f"al.{column}" for column in _ALLOWANCE_COLUMNS)
+        result += f" {_claimed_from('released', _allowance_join() if allowing else '')}"
     return (
         f"WITH waiting AS (SELECT EXISTS (SELECT FROM {case} r WHERE "
         '(r."operation_id" = %s OR r."id" = ANY(%s::bigint[])) '

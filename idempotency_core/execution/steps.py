@@ -18,6 +18,7 @@ from idempotency_core.configuration.versions import ConfigVersion
 from idempotency_core.execution.confirmations import (
     NO_ADDRESS,
     TURNED_OFF,
+    Allowance,
     ConfirmationSkippedError,
     confirmation_allow,
 )
@@ -62,6 +63,8 @@ class StepContext:
     # destination_ref of the event's earlier, succeeded steps, by step name.
     refs: dict[str, str]
     adapter: Adapter
+    # A confirmation's decision, made by the statement that claimed it (a chain's).
+    allowance: Allowance | None = None
 
     @property
     def crm(self) -> CrmAdapter:
@@ -224,14 +227,23 @@ def confirmation_skipped(content: dict[str, Any]) -> str | None:
     return None
 
 
+def confirmation_recipient(step: str, content: dict[str, Any]) -> str | None:
+    """The address a step with this content asks the sending limits' decision for:
+    a confirmation's that is not skipped; None for any other."""
+    if STEPS[step.partition(":")[0]].perform is not _send_confirmation:
+        return None
+    return None if confirmation_skipped(content) is not None else str(content["to"])
+
+
 def _send_confirmation(ctx: StepContext) -> Effect:
     content = ctx.content
     skipped = confirmation_skipped(content)
     if skipped is not None:
         raise ConfirmationSkippedError(skipped)
     to = str(content["to"])
-    # Counted, or held for a person, before anything reaches the mail service.
-    confirmation_allow(operation=ctx.operation, recipient=to)
+    # Counted, or held for a person, before anything reaches the mail service (decided
+    # already when the statement that claimed it did: a worker's chain).
+    confirmation_allow(operation=ctx.operation, recipient=to, decided=ctx.allowance)
     return ctx.mail.send(
         operation_key=ctx.operation.key,
         to=to,
@@ -349,7 +361,11 @@ def pipeline_for(source: Source, form: str) -> tuple[str, ...]:
 
 
 def step_context(
-    operation: Operation, *, refs: dict[str, str] | None = None, adapter: Adapter | None = None
+    operation: Operation,
+    *,
+    refs: dict[str, str] | None = None,
+    adapter: Adapter | None = None,
+    allowance: Allowance | None = None,
 ) -> StepContext:
     """What a step sees: its operation, its event, and the references its event's
     earlier steps left: `refs` as its claim read them (statements.py, in the claim's
@@ -367,6 +383,7 @@ def step_context(
         event=operation.event,
         refs=refs,
         adapter=adapter if adapter is not None else adapter_for(operation.destination),
+        allowance=allowance,
     )
 
 

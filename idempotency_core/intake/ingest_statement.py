@@ -110,7 +110,7 @@ class _Rows:
         ones: list[object] = []
         each: list[list[object]] = []  # per column, after the others: in the VALUES list
         for column in columns_of(model):
-            values = [column.value(row, db) for row in rows]
+            values = column.values(rows, db)
             if all(value is None for value in values):
                 continue
             first = values[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
+from idempotency_core import tasks
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
@@ -61,11 +63,30 @@ def submitted(key: str, email: str, *, name: str = "Ada Lovelace") -> Event:
     return ingest(key, contact={"name": name, "email": email}, message=f"Enquiry {key}.")
 
 
-def run(event: Event) -> list[str | None]:
-    return [operation_execute(operation_id=o.pk) for o in event.operations.order_by("position")]
+Run = Callable[[Event], list[str | None]]
 
 
-def test_a_fourth_confirmation_to_one_address_in_a_day_is_not_sent(sandbox):
+@pytest.fixture(params=["each alone", "chained"])
+def run(request) -> Run:
+    """Runs an event's steps: each step's task alone (the confirmation decided in a
+    statement of its own), or a worker's chain (decided by the statement that records
+    the task's success and claims the confirmation). Answers each step's outcome."""
+    if request.param == "each alone":
+        return lambda event: [
+            operation_execute(operation_id=o.pk) for o in event.operations.order_by("position")
+        ]
+
+    def chained(event: Event) -> list[str | None]:
+        tasks.operation_run(op(event, "create_enquiry").pk)
+        return [
+            o.attempts.order_by("-number").values_list("outcome", flat=True).first()
+            for o in event.operations.order_by("position")
+        ]
+
+    return chained
+
+
+def test_a_fourth_confirmation_to_one_address_in_a_day_is_not_sent(sandbox, run):
     # One address, written four ways: the limit compares addresses normalised.
     addresses = ["ada@example.com", "Ada@Example.com", "ADA@EXAMPLE.COM", "ada@example.COM"]
     events = [submitted(f"limit-{n}", email) for n, email in enumerate(addresses)]
@@ -89,15 +110,15 @@ def admin_user() -> User:
     return User.objects.get(pk=user.pk)
 
 
-def four_to_one_address(prefix: str) -> list[Event]:
+def four_to_one_address(prefix: str, run: Run) -> list[Event]:
     events = [submitted(f"{prefix}-{n}", "grace@example.com") for n in range(4)]
     for event in events:
         run(event)
     return events
 
 
-def test_the_held_confirmation_case_says_why_and_offers_a_plain_replay(sandbox):
-    held = op(four_to_one_address("why")[3], "send_confirmation")
+def test_the_held_confirmation_case_says_why_and_offers_a_plain_replay(sandbox, run):
+    held = op(four_to_one_address("why", run)[3], "send_confirmation")
 
     case = ReviewCase.objects.get(operation=held)
     assert "3 confirmations went to this address in the last 24 hours" in case.summary
@@ -108,8 +129,8 @@ def test_the_held_confirmation_case_says_why_and_offers_a_plain_replay(sandbox):
     assert not email_may_have_gone(case)
 
 
-def test_a_replay_sends_the_held_confirmation_and_settles_its_case(sandbox, admin_user):
-    held = op(four_to_one_address("replayed")[3], "send_confirmation")
+def test_a_replay_sends_the_held_confirmation_and_settles_its_case(sandbox, admin_user, run):
+    held = op(four_to_one_address("replayed", run)[3], "send_confirmation")
 
     operation_replay(operation_id=held.pk, actor=admin_user, reason="a real customer")
     assert operation_execute(operation_id=held.pk) == "succeeded"
@@ -124,8 +145,8 @@ def test_a_replay_sends_the_held_confirmation_and_settles_its_case(sandbox, admi
     assert run(fifth)[-1] == "permanent"
 
 
-def test_closing_the_case_means_it_is_never_sent(sandbox, admin_user):
-    held = op(four_to_one_address("closed")[3], "send_confirmation")
+def test_closing_the_case_means_it_is_never_sent(sandbox, admin_user, run):
+    held = op(four_to_one_address("closed", run)[3], "send_confirmation")
     case = ReviewCase.objects.get(operation=held)
 
     case_close(case_id=case.pk, actor=admin_user, resolution_code="spam_or_test", reason="spam")
@@ -135,7 +156,7 @@ def test_closing_the_case_means_it_is_never_sent(sandbox, admin_user):
     assert sandbox.stats()["messages"] == 3
 
 
-def test_a_retried_send_is_counted_once(sandbox):
+def test_a_retried_send_is_counted_once(sandbox, run):
     sandbox.fault("send_email", "fail_before_commit")  # SMTP 451: try later, once
     first = submitted("retry-0", "hedy@example.com")
     assert run(first) == ["succeeded", "succeeded", "retryable"]
@@ -149,14 +170,14 @@ def test_a_retried_send_is_counted_once(sandbox):
     assert [run(event)[-1] for event in others] == ["succeeded", "succeeded", "permanent"]
 
 
-def test_the_limit_is_per_address(sandbox):
-    four_to_one_address("per-address")
+def test_the_limit_is_per_address(sandbox, run):
+    four_to_one_address("per-address", run)
     other = submitted("per-address-other", "katherine@example.com")
     assert run(other)[-1] == "succeeded"
 
 
-def test_the_limit_counts_the_last_24_hours_only(sandbox):
-    events = four_to_one_address("window")
+def test_the_limit_counts_the_last_24_hours_only(sandbox, run):
+    events = four_to_one_address("window", run)
     ConfirmationAllowance.objects.update(granted_at=timezone.now() - timedelta(hours=25))
 
     later = submitted("window-later", "grace@example.com")
@@ -164,7 +185,7 @@ def test_the_limit_counts_the_last_24_hours_only(sandbox):
     assert op(events[3], "send_confirmation").status == "needs_review"  # stays held
 
 
-def test_a_source_over_its_daily_limit_holds_the_next_confirmation(sandbox, settings):
+def test_a_source_over_its_daily_limit_holds_the_next_confirmation(sandbox, settings, run):
     settings.ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY = 2
     events = [submitted(f"source-{n}", f"person{n}@example.com") for n in range(3)]
 
@@ -184,7 +205,7 @@ def test_a_source_over_its_daily_limit_holds_the_next_confirmation(sandbox, sett
     assert run(elsewhere)[-1] == "succeeded"
 
 
-def test_a_spammers_greeting_reaches_the_mailbox_as_hello(sandbox):
+def test_a_spammers_greeting_reaches_the_mailbox_as_hello(sandbox, run):
     spam = "Claim your prize at https://evil.example/win"
     events = [
         submitted("greet-spam", "victim@example.com", name=spam),

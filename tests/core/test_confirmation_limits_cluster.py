@@ -3,7 +3,9 @@
 Six submissions to one address, six worker processes of a django-q2 cluster, the
 sandbox CRM and SMTP sink. The race is made certain, not left to timing: the test
 holds the allowance table (EXCLUSIVE: reads pass, writes wait) until all six
-workers are inside the decision, each having read the count, then lets them go.
+workers are inside the decision, each having read the count, then lets them go. Each
+worker runs its submission's steps as a chain, so it decides in the statement that
+records the task's success and claims the confirmation.
 Without the advisory locks each would have counted none sent and all six would send;
 with them, the first takes its place and the others wait their turn and count again.
 
@@ -65,10 +67,10 @@ def test_six_concurrent_submissions_to_one_address_send_exactly_three(sandbox, q
             interval=0.1,
             what="six workers inside the confirmation's decision",
         )
+        # Each worker decides in the statement that records its task's success and
+        # claims the confirmation (a worker's chain), not committed while it waits.
         assert (
-            Operation.objects.filter(
-                event__in=events, step="send_confirmation", status="running"
-            ).count()
+            Operation.objects.filter(event__in=events, step="assign_task", status="running").count()
             == SUBMISSIONS
         )
     finally:

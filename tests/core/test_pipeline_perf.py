@@ -27,7 +27,7 @@ from idempotency_core.configuration import versions
 from idempotency_core.execution import content, engine
 from idempotency_core.execution.engine import TASK, operation_execute_chain
 from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
-from idempotency_core.models import Attempt, Event, Operation
+from idempotency_core.models import Attempt, ConfirmationAllowance, Event, Operation
 from idempotency_core.review.replay import operation_replay
 from idempotency_core.sql import table_of
 from integrations import http
@@ -68,15 +68,15 @@ def test_a_worker_task_runs_every_step_its_successes_release(sandbox):
 
 
 @pytest.mark.django_db
-def test_a_submissions_three_steps_cost_the_worker_six_statements(sandbox, monkeypatch):
+def test_a_submissions_three_steps_cost_the_worker_five_statements(sandbox, monkeypatch):
     """Pinned so that no round trip creeps back (execution/statements.py): the first
     claim, which makes the suspected-duplicate search too (claiming only when it finds
     nothing), the first step's rendered content stored before its call
     (execution/content.py), then for each step one statement recording its success and
-    claiming the next step with its content (the last one has none to claim); before
-    the email, one call that takes its recipient's lock and then counts it against the
-    sending limits (execution/confirmations.py), in its own transaction: no BEGIN, no
-    COMMIT."""
+    claiming the next step with its content (the last one has none to claim). The one
+    that claims the email also makes its decision against the sending limits (the
+    recipient's lock, then the counts: execution/confirmations.py), committed with that
+    claim. Each in its own transaction: no BEGIN, no COMMIT."""
     # In a worker the configuration comes from the per-process cache (config_cache.py),
     # which a test's transaction cannot use: read once here, as a warm worker has it.
     current = versions.config_current()
@@ -93,12 +93,15 @@ def test_a_submissions_three_steps_cost_the_worker_six_statements(sandbox, monke
         "WITH screened",  # no twin near: create_enquiry claimed
         f"UPDATE {table_of(Operation)}",  # create_enquiry's content, before its call
         "WITH waiting",  # success of create_enquiry, assign_task claimed
-        "WITH waiting",  # success of assign_task, send_confirmation claimed
-        "SELECT onefold_confirmation_allow",  # the recipient's turn, counted and allowed
+        # success of assign_task, send_confirmation claimed, counted and allowed
+        "WITH waiting",
         "WITH waiting",  # success of send_confirmation
     ]
+    assert "onefold_confirmation_allow" in captured.captured_queries[3]["sql"]
     assert statuses(event) == ["succeeded"] * 3
     assert effects(sandbox) == (2, 2, 2)
+    allowed = ConfirmationAllowance.objects.get(operation=op(event, "send_confirmation"))
+    assert allowed.recipient_digest and not allowed.by_person
     # Each chained claim is an attempt like any other, and read the steps before it.
     attempts = Attempt.objects.filter(operation__event=event).order_by("operation__position")
     assert [(a.number, a.trigger, a.outcome) for a in attempts] == [
