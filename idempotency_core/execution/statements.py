@@ -43,6 +43,7 @@ from idempotency_core.sql import (
     prep_value,
     prepared_cursor,
     table_of,
+    unchanged_types,
 )
 
 # A claimed operation (with its event, source and destination), its attempt's id, and
@@ -220,13 +221,18 @@ def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseW
     """`value` as field `name` of `model` sends it. `db` is the connection itself, taken
     once per statement: not the proxy `connection`, which a field's preparation asks
     for its operations several times, nor `connections[...]` per value, each a lookup
-    through asgiref's thread-local (together 9 % of a chain's CPU in one process)."""
-    return _field(model, name).get_db_prep_save(value, db)
+    through asgiref's thread-local (together 9 % of a chain's CPU in one process). A
+    value the preparation would give back as it is skips it (sql.unchanged_types)."""
+    field, unchanged = _field(model, name)
+    if type(value) in unchanged:
+        return value
+    return field.get_db_prep_save(value, db)
 
 
 @cache
-def _field(model: type[models.Model], name: str) -> Any:
-    return model._meta.get_field(name)
+def _field(model: type[models.Model], name: str) -> tuple[Any, tuple[type, ...]]:
+    field = cast("Field[Any, Any]", model._meta.get_field(name))
+    return field, unchanged_types(field, connections[DEFAULT_DB_ALIAS])
 
 
 def _take(model: type[models.Model], values: list[Any]) -> Any:

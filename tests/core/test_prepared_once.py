@@ -121,3 +121,23 @@ def test_columns_whose_values_are_not_plain_take_the_fields_own_path():
 
 def django_connection():
     return connections["default"]
+
+
+def test_an_outcomes_values_are_prepared_as_each_field_would_prepare_them():
+    """statements._prep skips the preparation only where it would change nothing."""
+    now = timezone.now()
+    samples = {
+        "status": "succeeded",
+        "claim_token": uuid.uuid4(),
+        "next_triggered_by": None,
+        "destination_ref": "rec_1",
+        "completed_at": now,
+        "waits": 2,
+        "arguments": {"a": 1},
+    }
+    db = django_connection()
+    for name, value in samples.items():
+        fast = statements._prep(Operation, name, value, db)
+        full = Operation._meta.get_field(name).get_db_prep_save(value, db)
+        assert type(fast) is type(full), name
+        assert getattr(fast, "obj", fast) == getattr(full, "obj", full), name
