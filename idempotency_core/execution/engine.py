@@ -709,6 +709,7 @@ def _outcome_statement(
         claim_next=claim_next,
         next_content=next_content,
         allowance=allowance,
+        event=claim.operation.event,
         now=now,
     )
 
@@ -878,6 +879,7 @@ def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
         operation.pk,
         now=now,
         claim_next=None if chained is None else (token, _lease_until(now)),
+        event=None if chained is None else operation.event,
     )
     if chained is not None:
         chained.extend(_claim_of(t, token=token, now=now) for t in taken)

@@ -79,13 +79,16 @@ def claim_take(
     return None if row[0] is None else _taken(row)
 
 
-def _taken(values: list[Any]) -> Taken:
+def _taken(values: list[Any], event: Event | None = None) -> Taken:
     """A claimed operation with its event, source and destination, its attempt's id and
-    the earlier steps' references, from the columns `_claimed_select` names."""
+    the earlier steps' references, from the columns `_claimed_select` names. `event`
+    (with its source), when the statement claimed a step of an event the caller holds
+    (`_claimed_select(event_known=True)`)."""
     operation = _take(Operation, values)
     (attempt_id,) = _take_n(values, 1)
-    event = _take(Event, values)
-    event.source = _take(Source, values)
+    if event is None:
+        event = _take(Event, values)
+        event.source = _take(Source, values)
     operation.event = event
     operation.destination = _take(Destination, values)
     (refs,) = _take_n(values, 1)
@@ -115,6 +118,7 @@ def outcome_write(
     claim_next: tuple[uuid.UUID, datetime] | None = None,
     next_content: str | None = None,
     allowance: tuple[str, list[object]] | None = None,
+    event: Event | None = None,
     now: datetime,
 ) -> Written:
     """The outcome under the claim token, and the attempt's if it matched. `sets` and
@@ -156,22 +160,32 @@ def outcome_write(
         if row[3] is None:
             continue
         values = list(row[3:])
-        taken.append(_taken(values))  # takes its columns; what is left is the decision's
+        # Takes its columns (the event's are `event`'s); what is left is the decision's.
+        taken.append(_taken(values, cast(Event, event)))
         decided.append(tuple(values) if allowing and values[0] is not None else None)
     return Written(bool(owned), bool(cases_waiting), list(released), taken, decided)
 
 
 def release_write(
-    operation_id: int, *, now: datetime, claim_next: tuple[uuid.UUID, datetime] | None = None
+    operation_id: int,
+    *,
+    now: datetime,
+    claim_next: tuple[uuid.UUID, datetime] | None = None,
+    event: Event | None = None,
 ) -> tuple[list[int], list[Taken]]:
     """Releases the step after `operation_id`, whose success this transaction has
     recorded (`_released`): the ids released, and with `claim_next`, (token, lease
-    end), those claimed for the caller, as `outcome_write` returns them."""
+    end), those claimed for the caller, as `outcome_write` returns them, with `event`,
+    the operation's (and so theirs)."""
     params = [operation_id, *_released_params(now, claim_next)]
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_release_sql(claim_next is not None), params)
         rows = cursor.fetchall()
-    taken = [_taken(list(row[1:])) for row in rows if len(row) > 1 and row[1] is not None]
+    taken = [
+        _taken(list(row[1:]), cast(Event, event))
+        for row in rows
+        if len(row) > 1 and row[1] is not None
+    ]
     return list(rows[0][0]), taken
 
 
@@ -286,11 +300,14 @@ def _attempt_insert(source: str) -> str:
     )
 
 
-def _claimed_select(refs_also: str = "") -> str:
+def _claimed_select(refs_also: str = "", *, event_known: bool = False) -> str:
     """The columns `_taken` reads of claimed operation `c`, attempt `a`, event `e`,
-    source `s` and destination `d`. The references are the event's succeeded steps
-    before `c`, as this statement's snapshot holds them, and `refs_also` (rows of
-    step, reference and status: one a CTE of this statement has just written).
+    source `s` and destination `d`; with `event_known`, not the event's and the
+    source's (the caller has them: it claimed the next step of an event whose step it
+    ran, and rendered that step's content from them). The references are the event's
+    succeeded steps before `c`, as this statement's snapshot holds them, and
+    `refs_also` (rows of step, reference and status: one a CTE of this statement has
+    just written).
 
     The steps are found by event and the status is tested in the aggregate's FILTER,
     where no index can serve it: as a WHERE condition the planner could reach them by
@@ -302,9 +319,9 @@ def _claimed_select(refs_also: str = "") -> str:
     )
     if refs_also:
         earlier = f'{earlier} AND o."id" NOT IN (SELECT "id" FROM owned) UNION ALL {refs_also}'
+    event = "" if event_known else f"{_select(Event, 'e')}, {_select(Source, 's')}, "
     return (
-        f'{_select(Operation, "c")}, a."id", {_select(Event, "e")}, '
-        f"{_select(Source, 's')}, {_select(Destination, 'd')}, "
+        f'{_select(Operation, "c")}, a."id", {event}{_select(Destination, "d")}, '
         '(SELECT COALESCE(json_object_agg(r."step", r."destination_ref") '
         "FILTER (WHERE r.\"status\" = 'succeeded'), '{}') "
         f"FROM ({earlier}) r)"
@@ -401,7 +418,7 @@ def _outcome_sql(
     )
     if claiming:  # one row per step claimed, or one of NULLs after the first three
         this_step = 'SELECT w."step", w."destination_ref", \'succeeded\' FROM owned w'
-        result += f", {_claimed_select(refs_also=this_step)}"
+        result += f", {_claimed_select(refs_also=this_step, event_known=True)}"
         if allowing:
             result += ", " + ", ".join(f"al.{column}" for column in _ALLOWANCE_COLUMNS)
         result += f" {_claimed_from('released', _allowance_join() if allowing else '')}"
@@ -474,5 +491,5 @@ def _release_sql(claiming: bool) -> str:
     )
     result = 'SELECT ARRAY(SELECT "id" FROM released)'
     if claiming:  # one row per step claimed, or one of NULLs after the first column
-        result += f", {_claimed_select()} {_claimed_from('released')}"
+        result += f", {_claimed_select(event_known=True)} {_claimed_from('released')}"
     return f"WITH {owned}, {_released(claiming)} {result}"
