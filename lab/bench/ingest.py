@@ -57,6 +57,7 @@ from lab.bench.bare_endpoint import (
     SERVICE_PATH,
 )
 from lab.bench.cpu import cpu_by_pid, cpu_spent, database_backends, descendants
+from lab.bench.tables import bench_tables_empty
 
 REPO = Path(settings.BASE_DIR)
 INGEST_PATH = "/api/v1/submissions/"
@@ -328,8 +329,9 @@ def bench_ingest(
     `compare`, a checkout of another commit, is served too ("earlier") and measured in
     the same interleaved rounds: on a machine whose speed drifts, the only fair before
     and after."""
-    source, api_key = bench_source()
     bare_table_create()
+    bench_tables_empty(BARE_TABLE)
+    source, api_key = bench_source()
     run_id = uuid.uuid4().hex[:8]
     log_dir = Path(tempfile.mkdtemp(prefix="bench_ingest_"))
     servers: list[Server] = []

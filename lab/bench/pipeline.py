@@ -54,7 +54,7 @@ from typing import IO, Any
 
 import httpx
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 from django.test import override_settings
 
 from config.env import database_url_of
@@ -63,17 +63,13 @@ from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Operation, ReviewCase
 from idempotency_core.tasks import operation_run
 from lab.bench.cpu import BackendsWatch, cpu_seconds, own_backend, tree_cpu
+from lab.bench.tables import bench_tables_empty
 
 Out = Callable[[str], None]
 TARGET_RATIO = 0.5
 _PORTS = (
     re.compile(r"Sandbox CRM listening on http://[\d.]+:(\d+)"),
     re.compile(r"Sandbox SMTP listening on [\d.]+:(\d+)"),
-)
-_TABLES = (
-    "review_console_bulkreplayitem, review_console_bulkreplayjob, idempotency_core_attempt, "
-    "idempotency_core_delivery, idempotency_core_reviewcase, idempotency_core_operation, "
-    "idempotency_core_event, django_q_ormq, django_q_task"
 )
 
 
@@ -228,13 +224,6 @@ def clusters_running(count: int, *, env: dict[str, str] | None = None) -> Iterat
 # -- Onefold ----------------------------------------------------------------------
 
 
-def _tables_empty() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {_TABLES} CASCADE")
-        # Audit entries refuse DELETE (a trigger); TRUNCATE is the bench's own reset.
-        cursor.execute("TRUNCATE idempotency_core_auditentry")
-
-
 def bench_source(sandbox: Sandbox) -> Any:
     """A source whose CRM and mailer are this run's sandbox."""
     crm, _ = Destination.objects.update_or_create(
@@ -309,7 +298,7 @@ def onefold_run(
     sandbox: Sandbox, *, clusters: int, count: int, env: dict[str, str] | None = None
 ) -> Run:
     """One burst through `clusters` real worker clusters."""
-    _tables_empty()
+    bench_tables_empty()
     sandbox.reset()
     source = bench_source(sandbox)
     run = uuid.uuid4().hex[:8]
@@ -350,7 +339,7 @@ def bench_pipeline_in_process(
         override_settings(ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY=1_000_000),
     ):
         for number in range(1, rounds + 1):
-            _tables_empty()
+            bench_tables_empty()
             sandbox.reset()
             submissions_store(bench_source(sandbox), run=uuid.uuid4().hex[:8], count=count)
             firsts = list(
@@ -532,7 +521,7 @@ def _median(runs: list[Run]) -> Run:
 
 def latency_run(sandbox: Sandbox, *, env: dict[str, str], count: int) -> list[float]:
     """Seconds from commit to the third effect, one submission at a time (an idle queue)."""
-    _tables_empty()
+    bench_tables_empty()
     sandbox.reset()
     source = bench_source(sandbox)
     run = uuid.uuid4().hex[:8]
