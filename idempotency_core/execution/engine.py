@@ -630,16 +630,7 @@ def _success_release(
         return None
     chained = _chained.get()
     token = uuid.uuid4()
-    # The step claimed next gets its content in the same statement (content.py), and,
-    # a confirmation, its decision against the sending limits (confirmations.py).
-    ahead = (
-        None
-        if chained is None
-        else next_content_render(
-            claim.operation, refs=claim.refs, destination_ref=result.destination_ref, now=now
-        )
-    )
-    ask = _allowance_ask(ahead, now=now)
+    ahead = None if chained is None else _ahead_of(claim, result, now=now)
     written = _outcome_statement(
         claim,
         result,
@@ -648,21 +639,17 @@ def _success_release(
         now=now,
         release_next=True,
         claim_next=None if chained is None else (token, _lease_until(now)),
-        next_content=None if ahead is None else json.dumps({ahead[0]: ahead[1]}),
-        allowance=None if ask is None else (ahead[0], ask.params()),  # type: ignore[index]
+        next_content=None if ahead is None else ahead.content_json(),
+        allowance=None if ahead is None else ahead.allowance(),
     )
     if written.cases_waiting:
         return None
     if not written.owned:
         return False
     if chained is not None:
+        ask = None if ahead is None else ahead.ask
         chained.extend(
-            _claim_of(
-                taken,
-                token=token,
-                now=now,
-                allowance=None if decided is None or ask is None else Allowance(ask, *decided),
-            )
+            _claim_of(taken, token=token, now=now, allowance=_allowance_of(ask, decided))
             for taken, decided in zip(written.taken, written.decided, strict=True)
         )
     else:
@@ -671,15 +658,40 @@ def _success_release(
     return True
 
 
-def _allowance_ask(
-    ahead: tuple[str, dict[str, Any]] | None, *, now: datetime
-) -> AllowanceAsk | None:
-    """The decision to ask for a step rendered ahead, if it is a confirmation that asks
-    one (not skipped: confirmation_recipient)."""
-    if ahead is None:
+@dataclass(frozen=True)
+class _Ahead:
+    """What a chain's success statement does for the step it claims: stores its
+    content, rendered now (content.py), and, for a confirmation, asks the sending
+    limits' decision (confirmations.py), committed with the claim."""
+
+    step: str
+    content: dict[str, Any]
+    ask: AllowanceAsk | None
+
+    def content_json(self) -> str:
+        return json.dumps({self.step: self.content})
+
+    def allowance(self) -> tuple[str, list[object]] | None:
+        return None if self.ask is None else (self.step, self.ask.params())
+
+
+def _ahead_of(claim: Claim, result: AttemptResult, *, now: datetime) -> _Ahead | None:
+    """The next step's `_Ahead`, or None when nothing is rendered ahead."""
+    rendered = next_content_render(
+        claim.operation, refs=claim.refs, destination_ref=result.destination_ref, now=now
+    )
+    if rendered is None:
         return None
-    recipient = confirmation_recipient(*ahead)
-    return None if recipient is None else AllowanceAsk.of(recipient, now=now)
+    step, content = rendered
+    recipient = confirmation_recipient(step, content)
+    return _Ahead(step, content, None if recipient is None else AllowanceAsk.of(recipient, now=now))
+
+
+def _allowance_of(
+    ask: AllowanceAsk | None, decided: tuple[bool, bool, int, int, bool] | None
+) -> Allowance | None:
+    """The decision a statement made for `ask`, if it made one."""
+    return None if ask is None or decided is None else Allowance(ask, *decided)
 
 
 def _outcome_statement(
