@@ -80,15 +80,20 @@ def owner_id_of(
 
 
 def assignee_checks(
-    assignees: Iterable[str], owners: Callable[[], Iterable[Owner]], *, asked: str
+    assignees: Iterable[str],
+    owners: Callable[[], Iterable[Owner]],
+    *,
+    asked: str,
+    matched_as: Callable[[str], str] = str,
 ) -> list[CapabilityCheck]:
-    """One check per configured assignee against `owners()` (`check_destinations`);
-    the owners are not read when no assignee is configured."""
+    """One check per configured assignee against `owners()` (`check_destinations`),
+    each looked for as `matched_as` writes it (a vendor's own spelling of an id); the
+    owners are not read when no assignee is configured."""
     names = sorted(assignees)
     listed = list(owners()) if names else []
     checks = []
     for assignee in names:
-        owner, how = owner_match(assignee, listed, asked=asked)
+        owner, how = owner_match(matched_as(assignee), listed, asked=asked)
         checks.append(assignee_check(assignee, owner is not None, how))
     return checks
 

@@ -53,7 +53,7 @@ LIMIT_WINDOW = timedelta(hours=24)
 # Written on a delivery's `verification` when its CAPTCHA could not be checked.
 CAPTCHA_UNCHECKED = "CAPTCHA not checked"
 # Attempts a person asked for: a replay, a send-again. Counted, never refused.
-_BY_PERSON = (Attempt.Trigger.REPLAY, Attempt.Trigger.REVIEWER)
+BY_PERSON = (Attempt.Trigger.REPLAY.value, Attempt.Trigger.REVIEWER.value)
 # The decision (migration 0029 says what it reads and writes): whether the operation
 # had an allowance already, whether one was granted now, the counts and the CAPTCHA.
 _ALLOW = (
@@ -186,8 +186,6 @@ class AllowanceAsk:
 
 # Where the operation's own values go among the function's parameters.
 ALLOWANCE_OPERATION_AT = 1
-# The triggers of attempts a person asked for, which the decision counts but never refuses.
-BY_PERSON = tuple(str(trigger) for trigger in _BY_PERSON)
 
 
 @dataclass(frozen=True)
@@ -263,7 +261,7 @@ def _allowance_decide(operation: Operation, ask: AllowanceAsk) -> Allowance:
         operation.event.source_id,
         operation.event_id,
     ]
-    params.append(operation.next_trigger in _BY_PERSON)
+    params.append(operation.next_trigger in BY_PERSON)
     with prepared_cursor() as cursor:
         cursor.execute(_ALLOW, params)
         return Allowance(ask, *cursor.fetchone())

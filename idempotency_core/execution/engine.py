@@ -65,6 +65,7 @@ from idempotency_core.execution.policy import (
 )
 from idempotency_core.execution.statements import (
     SCREENED,
+    Decided,
     Taken,
     Written,
     claim_take,
@@ -687,9 +688,7 @@ def _ahead_of(claim: Claim, result: AttemptResult, *, now: datetime) -> _Ahead |
     return _Ahead(step, content, None if recipient is None else AllowanceAsk.of(recipient, now=now))
 
 
-def _allowance_of(
-    ask: AllowanceAsk | None, decided: tuple[bool, bool, int, int, bool] | None
-) -> Allowance | None:
+def _allowance_of(ask: AllowanceAsk | None, decided: Decided | None) -> Allowance | None:
     """The decision a statement made for `ask`, if it made one."""
     return None if ask is None or decided is None else Allowance(ask, *decided)
 

@@ -49,6 +49,8 @@ from idempotency_core.sql import (
 # A claimed operation (with its event, source and destination), its attempt's id, and
 # the references of the event's earlier succeeded steps.
 Taken = tuple[Operation, int, dict[str, str]]
+# What `onefold_confirmation_allow` answered for a claimed step (`_ALLOWANCE_COLUMNS`).
+Decided = tuple[bool, bool, int, int, bool]
 # What `claim_take` answers when its `unless` condition held: nothing claimed.
 SCREENED: Literal["screened"] = "screened"
 
@@ -103,7 +105,7 @@ class Written(NamedTuple):
     released: list[int]  # the next steps made due (or claimed)
     taken: list[Taken]  # those claimed for the caller (`claim_next`)
     # For each of those, the confirmation's decision made for it (`allowance`), or None.
-    decided: list[tuple[bool, bool, int, int, bool] | None]
+    decided: list[Decided | None]
 
 
 def outcome_write(
@@ -146,6 +148,8 @@ def outcome_write(
     claiming = release_next and claim_next is not None
     if release_next:
         params += _released_params(now, claim_next, next_content)
+    if claiming:
+        _event_required(event)
     allowing = claiming and allowance is not None
     if allowing:
         step, asked = cast(tuple[str, list[object]], allowance)
@@ -155,14 +159,14 @@ def outcome_write(
         rows = cursor.fetchall()
     owned, cases_waiting, released = rows[0][:3]
     taken: list[Taken] = []
-    decided: list[tuple[bool, bool, int, int, bool] | None] = []
+    decided: list[Decided | None] = []
     for row in rows if claiming else ():
         if row[3] is None:
             continue
         values = list(row[3:])
         # Takes its columns (the event's are `event`'s); what is left is the decision's.
-        taken.append(_taken(values, cast(Event, event)))
-        decided.append(tuple(values) if allowing and values[0] is not None else None)
+        taken.append(_taken(values, event))
+        decided.append(cast(Decided, tuple(values)) if allowing and values[0] is not None else None)
     return Written(bool(owned), bool(cases_waiting), list(released), taken, decided)
 
 
@@ -177,16 +181,21 @@ def release_write(
     recorded (`_released`): the ids released, and with `claim_next`, (token, lease
     end), those claimed for the caller, as `outcome_write` returns them, with `event`,
     the operation's (and so theirs)."""
+    if claim_next is not None:
+        _event_required(event)
     params = [operation_id, *_released_params(now, claim_next)]
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_release_sql(claim_next is not None), params)
         rows = cursor.fetchall()
-    taken = [
-        _taken(list(row[1:]), cast(Event, event))
-        for row in rows
-        if len(row) > 1 and row[1] is not None
-    ]
+    taken = [_taken(list(row[1:]), event) for row in rows if len(row) > 1 and row[1] is not None]
     return list(rows[0][0]), taken
+
+
+def _event_required(event: Event | None) -> None:
+    """A statement that claims the next step reads no event (`event_known`): the caller
+    must give the one it holds, whose step it is."""
+    if event is None:
+        raise TypeError("claiming the next step needs the event it belongs to")
 
 
 def _attempt_params(token: uuid.UUID, now: datetime) -> list[object]:

@@ -53,14 +53,13 @@ from integrations.base import (
     Effect,
     RecordContent,
     RequestBudget,
-    assignee_check,
     contact_property_check,
     enquiry_property_check,
     http_reply,
 )
 from integrations.http import json_object, send, status_error, timeout_of
 from integrations.oauth import ClientCredentials
-from integrations.owners import Owner, owner_id_of, owner_match
+from integrations.owners import Owner, assignee_checks, owner_id_of
 
 API_PATH = "/api/data/v9.2"
 LIMITS_PAGE = "https://learn.microsoft.com/power-apps/developer/data-platform/api-limits"
@@ -71,13 +70,6 @@ _DESCRIPTION_LENGTH = 2000
 RECORD_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://onefold.invalid/dataverse/records")
 DEFAULT_REF_COLUMN = "onefold_ref"
 _GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-def _guid_lowered(assignee: str) -> str:
-    """A GUID as Dataverse lists its ids (lower case); any other assignee as it is."""
-    return assignee.lower() if _GUID.fullmatch(assignee) else assignee
-
-
 _COLUMN = re.compile(r"[a-z][a-z0-9_]{0,49}")
 _QUOTED_ADDRESS = re.compile(r"[^\s<>@()'\"]+@[^\s<>@()'\"]+")
 _ATTRIBUTES = "/EntityDefinitions(LogicalName='lead')/Attributes"
@@ -135,6 +127,11 @@ def adapter_from_env(
         ref_column=ref_column,
         task_ref_column=task_ref_column,
     )
+
+
+def _guid_lowered(assignee: str) -> str:
+    """A GUID as Dataverse lists its ids (lower case); any other assignee as it is."""
+    return assignee.lower() if _GUID.fullmatch(assignee) else assignee
 
 
 class DataverseCrm:
@@ -226,11 +223,12 @@ class DataverseCrm:
             contact_property_check(name, *self._column_verdict(name))
             for name in sorted(names.contact_properties)
         ]
-        users = self._enabled_users() if names.assignees else []
-        for assignee in sorted(names.assignees):
-            owner, how = owner_match(_guid_lowered(assignee), users, asked="GET /systemusers")
-            checks.append(assignee_check(assignee, owner is not None, how))
-        return checks
+        return checks + assignee_checks(
+            names.assignees,
+            self._enabled_users,
+            asked="GET /systemusers",
+            matched_as=_guid_lowered,
+        )
 
     def _column_verdict(self, name: str) -> tuple[bool, str]:
         where = f"GET {_ATTRIBUTES}"
