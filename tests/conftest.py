@@ -61,6 +61,20 @@ def sandbox(_sandbox_process: Sandbox, settings) -> Iterator[Sandbox]:
 
 
 @pytest.fixture
+def unhurried_chain(settings) -> None:
+    """A worker task's timeout long enough that its chain never stops for time.
+
+    `tasks.operation_run` claims each next step in the same task only while the
+    task's timeout leaves a lookup and a call (engine._chain_allowance). The suite's
+    4 s leave half a second for every step before, which a loaded machine can
+    spend on one: the next step is then queued (correctly), and no test that runs
+    the task in process runs the queue. For tests about what the chain does, not
+    about its deadline (that is tests/core/test_pipeline_perf.py's, with seconds=0).
+    """
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 60}
+
+
+@pytest.fixture
 def fresh_verifications() -> Iterator[None]:
     """This process's destination verifications forgotten before and after the test, so
     each test's declaration is verified anew."""

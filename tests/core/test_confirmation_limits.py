@@ -29,7 +29,7 @@ from idempotency_core.review.email_cases import email_may_have_gone
 from idempotency_core.review.replay import operation_replay
 from tests.factories import ingest, op, submission
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("unhurried_chain")]
 
 
 @pytest.fixture(autouse=True)

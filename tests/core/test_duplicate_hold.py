@@ -37,9 +37,9 @@ MESSAGE = "Please quote for a kitchen refit."
 # The same message once case and whitespace are set aside.
 SAME_MESSAGE_RETYPED = "  please QUOTE for a\tkitchen   refit. "
 
-# Serial: `run` chains the next step only while the task's 4 s leave a 3.5 s
-# allowance (engine._chain_allowance), so a step must finish within half a second.
-pytestmark = pytest.mark.serial
+# `run` is the worker's task, whose chain must not stop for time on a loaded machine
+# (conftest.unhurried_chain); serial for the end-to-end test's gunicorn and cluster.
+pytestmark = [pytest.mark.serial, pytest.mark.usefixtures("unhurried_chain")]
 
 
 def policy(value: str) -> Source:
