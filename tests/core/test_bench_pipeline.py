@@ -10,6 +10,7 @@ from lab.bench.pipeline import bench_pipeline_in_process
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)  # it commits
 
 
+@pytest.mark.usefixtures("unhurried_chain")  # it runs each chain in a worker's task
 def test_the_in_process_figure_runs_every_pipeline_and_prints_its_cpu(tmp_path) -> None:
     lines: list[str] = []
     profile = tmp_path / "chains.prof"
