@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from django.core.cache import cache
 from django.test import override_settings
+from django.urls import set_script_prefix
 from rest_framework.test import APIClient
 
 from idempotency_core.execution.engine import operation_execute
@@ -320,6 +321,23 @@ def test_openapi_schema_is_served(client):
     text = response.content.decode()
     assert "/api/v1/submissions/" in text
     assert "Idempotency-Key" in text
+
+
+def test_the_status_url_is_the_detail_routes_under_each_script_prefix(api):
+    """The status path is built from one `reverse` per script prefix: it is the detail
+    route's, under whichever prefix the site is served (which Django's WSGI handler
+    sets from SCRIPT_NAME or FORCE_SCRIPT_NAME for each request; the test client does
+    not), each event its own."""
+    answers = {}
+    try:
+        for n, prefix in enumerate(("/", "/onefold/", "/")):
+            set_script_prefix(prefix)
+            answers[n] = (prefix, post(api, submission(), key=f"prefix-{n}").json())
+    finally:
+        set_script_prefix("/")
+    for prefix, data in answers.values():
+        expected = f"http://testserver{prefix}api/v1/submissions/{data['event_id']}/"
+        assert data["status_url"] == expected
 
 
 def test_each_submission_serializer_binds_copies_of_the_declared_fields():

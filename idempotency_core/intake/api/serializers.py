@@ -18,7 +18,6 @@ anywhere in it, keys included, may not contain NUL.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import re
 from collections.abc import Mapping
@@ -246,10 +245,17 @@ class KnownKeysSerializer(serializers.Serializer[dict[str, Any]]):
         CPU. No Onefold code changes a field after declaring it, so a copy that shares
         the declared field's validators and messages is enough: the copy, not the
         declared field, is bound to this instance (parent, name). A nested serializer's
-        copy must build its own fields, so a cached set is not carried over."""
+        copy must build its own fields, so a cached set is not carried over.
+
+        The copy is made as `copy.copy` makes it (a new instance of the class, its
+        attributes those of the declared field) without copy's protocol lookups,
+        `__reduce_ex__` and the class's `__new__` (which DRF uses only to record the
+        arguments, already among the attributes): 21 of the 104 µs a submission's
+        validation took."""
         fields = {}
         for name, declared in self._declared_fields.items():
-            field = copy.copy(declared)
+            field = object.__new__(type(declared))
+            field.__dict__.update(declared.__dict__)
             field.__dict__.pop("fields", None)  # a nested serializer's cached fields
             fields[name] = field
         return fields
