@@ -929,9 +929,10 @@ def replay_preview(operation: Operation, *, destination_checked: bool = True) ->
     `operation_replay` checks again under the lock. `refusal` assumes the
     reviewer ticks "I checked the destination" where that is asked (`needs_check`).
     """
-    facts = replay_facts(operation)
     destination = operation.destination
+    # Read once for the page: for the sandbox each read is a request.
     capabilities = capabilities_of(destination)
+    facts = replay_facts(operation, capabilities=capabilities)
     window = ""
     presented = operation.first_presented_at
     if capabilities.idempotency_keys and presented and capabilities.key_retention is not None:

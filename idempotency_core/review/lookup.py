@@ -25,7 +25,7 @@ from idempotency_core.execution.destinations import (
 from idempotency_core.execution.steps import step_context, step_of
 from idempotency_core.models import AuditEntry, Destination, Operation, ReviewCase
 from idempotency_core.review.refusals import CaseActionRefusedError
-from integrations.base import CrmAdapter, DestinationError
+from integrations.base import Capabilities, CrmAdapter, DestinationError
 
 # How far back from the first presentation the listing scan starts: clocks of
 # Onefold and the destination may disagree a little.
@@ -111,9 +111,11 @@ def lookup_found_reference(operation: Operation) -> tuple[str, AuditEntry]:
     return refs[0], lookup
 
 
-def lookup_can_answer(operation: Operation) -> bool:
+def lookup_can_answer(operation: Operation, *, capabilities: Capabilities | None = None) -> bool:
     """Whether `operation_destination_lookup` can tell if this operation's effect exists:
-    by the destination's lookup, or (an enquiry in a CRM without one) its listing."""
+    by the destination's lookup, or (an enquiry in a CRM without one) its listing.
+    `capabilities`, the destination's as the caller read them, saves a second read
+    (for the sandbox a request)."""
     destination = operation.destination
     if not is_crm(destination):
         return False
@@ -121,7 +123,8 @@ def lookup_can_answer(operation: Operation) -> bool:
         step = step_of(operation)
     except KeyError:
         return False
-    native = capabilities_of(destination).lookup and step.find is not None
+    offered = capabilities if capabilities is not None else capabilities_of(destination)
+    native = offered.lookup and step.find is not None
     return native or operation.step == "create_enquiry"
 
 

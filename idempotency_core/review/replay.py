@@ -26,6 +26,7 @@ from idempotency_core.execution.policy import Recovery
 from idempotency_core.models import Attempt, Operation, ReviewCase
 from idempotency_core.review.lookup import latest_lookup, lookup_can_answer
 from idempotency_core.review.refusals import ReplayRefusedError
+from integrations.base import Capabilities
 
 REPLAY_PERMISSION = "idempotency_core.replay_operation"
 
@@ -129,9 +130,10 @@ class ReplayFacts:
     last_attempt_started_at: datetime | None
 
 
-def replay_facts(operation: Operation) -> ReplayFacts:
+def replay_facts(operation: Operation, *, capabilities: Capabilities | None = None) -> ReplayFacts:
     """Reads the facts of the replay rule. The replay calls it under the row lock;
-    the console's preview calls it without one (and is re-checked on replay)."""
+    the console's preview calls it without one (and is re-checked on replay), with the
+    destination's capabilities it has already read."""
     # A send again stands in for the send it repeats (cancelled): that one is not
     # an unfinished earlier step.
     replaces = [(operation.arguments or {}).get("sends_again") or 0]
@@ -151,7 +153,7 @@ def replay_facts(operation: Operation) -> ReplayFacts:
         destination_ref=operation.destination_ref,
         earlier_unfinished=earlier,
         needs_check=replay_requires_destination_check(operation),
-        lookup_can_answer=lookup_can_answer(operation),
+        lookup_can_answer=lookup_can_answer(operation, capabilities=capabilities),
         lookup_at=lookup.at if lookup is not None else None,
         lookup_found=lookup.details.get("found") if lookup is not None else None,
         lookup_refs=tuple(lookup.details.get("refs", [])) if lookup is not None else (),

@@ -15,6 +15,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from idempotency_core.execution.destinations import LiveSandboxCrm
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.review.replay import PlannedStep, StepState, replay_plan
 
@@ -196,3 +197,24 @@ def test_a_lookup_by_htmx_that_found_the_record_offers_resolving_with_it_in_plac
     entry = AuditEntry.objects.get(case=case, action="case_resolved")
     assert entry.reason == "Found in the CRM by the lookup, checked again: she confirmed by phone"
     assert entry.details["destination_ref"] == ref
+
+
+def test_the_case_page_asks_the_sandbox_for_its_capabilities_once(
+    users, ambiguous_case, sandbox, monkeypatch
+):
+    """The page's replay preview and its lookup offer share one read of what the
+    destination offers: for the sandbox each read is a request (`/_sandbox/capabilities`),
+    and a slow sandbox would hold the page for each."""
+    case = ambiguous_case("one-read", mode="drop_response_after_commit")
+    reads = []
+    report = LiveSandboxCrm._report
+
+    def counted(self, seconds):
+        reads.append(seconds)
+        return report(self, seconds)
+
+    monkeypatch.setattr(LiveSandboxCrm, "_report", counted)
+    page = _client(users["replay_admin"]).get(reverse("console:case-detail", args=[case.pk]))
+    assert page.status_code == 200
+    assert "Look it up in the CRM" in page.content.decode()  # the lookup is offered
+    assert len(reads) == 1
