@@ -267,7 +267,16 @@ def test_identical_concurrent_deliveries_through_a_cluster_make_one_deal_and_tas
     # associations, no second create: the three injected, and any answer a loaded
     # machine let time out, each one read.
     assert counted["calls"]["create_record"] == ROUNDS + 1
-    assert counted["calls"]["create_contact"] == counted["calls"]["create_record"] + 2
+    # Each deal's create follows its contact's. A contact call with no deal call after
+    # it is an attempt that stopped between the two: the two lost contact answers, any
+    # contact answer a loaded machine let time out (both ambiguous), and any attempt
+    # the 429's pause caught between its contact and its deal (waited).
+    contacts_alone = counted["calls"]["create_contact"] - counted["calls"]["create_record"]
+    stopped_between = Attempt.objects.filter(
+        operation__step="create_enquiry",
+        outcome__in=(Attempt.Outcome.AMBIGUOUS, Attempt.Outcome.WAITED),
+    ).count()
+    assert 2 <= contacts_alone <= stopped_between, _unsettled(everything=True)
     assert counted["calls"]["create_task"] == ROUNDS
     lost_task_answers = Attempt.objects.filter(
         operation__step="assign_task", outcome=Attempt.Outcome.AMBIGUOUS
