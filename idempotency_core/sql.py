@@ -9,7 +9,8 @@ errors translated) and through each field's own conversions, both ways:
   parses and plans each statement once per connection;
 * `columns_of`: a model's columns with their field and SQL type;
 * `prep_value` / `model_from_row`: what Django's compilers do with a value on the way
-  in (`pre_save`, `get_db_prep_save`) and on the way out (`from_db_value`, `from_db`).
+  in (`pre_save`, `get_db_prep_save`) and on the way out (`from_db_value`, `from_db`);
+* `instance_new`: a new, unsaved instance built by Django's positional path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
 
@@ -107,9 +109,12 @@ class Column:
     # (`_UNCHANGED`): those skip it.
     unchanged: tuple[type, ...] = ()
 
-    # The field's `pre_save` is Django's own, which reads the attribute: then this
-    # is read directly (no `auto_now` or the like to run).
+    # The field's `pre_save` only reads the attribute (`_pre_save_reads_attribute`):
+    # then this is read directly.
     attname: str = ""
+    # A DateTimeField: its preparation gives an aware datetime back unchanged too (a
+    # naive one is made aware, with a warning: it takes the field's path).
+    aware_unchanged: bool = False
 
     def values(self, rows: Sequence[models.Model], db: BaseDatabaseWrapper) -> list[object]:
         """`prep_value` of this column for each row, without the field's preparation
@@ -120,6 +125,14 @@ class Column:
         else:
             raw = [self.field.pre_save(row, True) for row in rows]
         unchanged, prepare = self.unchanged, self.field.get_db_prep_save
+        if self.aware_unchanged:
+            return [
+                value
+                if type(value) in unchanged
+                or (type(value) is datetime and value.utcoffset() is not None)
+                else prepare(value, db)
+                for value in raw
+            ]
         return [value if type(value) in unchanged else prepare(value, db) for value in raw]
 
 
@@ -128,7 +141,8 @@ class Column:
 # BooleanField, an int for an automatic primary key (and so for a ForeignKey, which is
 # its target's), None for each. Not an IntegerField's int: the backend wraps it in
 # psycopg's Int2/Int4/Int8, which name its exact type. Everything else (dates, JSON,
-# UUIDs, a subclass) takes the field's own path. Preparing every value of ingest's rows
+# UUIDs, a subclass) takes the field's own path, but for an aware datetime
+# (`Column.aware_unchanged`). Preparing every value of ingest's rows
 # was a tenth of a request's CPU; tests/core/test_prepared_once.py holds each class
 # and type here to the field's own preparation.
 _NONE = type(None)
@@ -161,6 +175,16 @@ def unchanged_types(field: Field[Any, Any], db: BaseDatabaseWrapper) -> tuple[ty
     return _UNCHANGED.get(type(field), ())
 
 
+def _pre_save_reads_attribute(field: Field[Any, Any]) -> bool:
+    """The field's `pre_save` only reads its attribute: Django's own, or a date's or a
+    datetime's without `auto_now` or `auto_now_add` (DateField.pre_save)."""
+    if type(field).pre_save is Field.pre_save:
+        return True
+    return type(field) in (models.DateField, models.DateTimeField) and not (
+        field.auto_now or field.auto_now_add  # type: ignore[attr-defined]
+    )
+
+
 @cache
 def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
     """The model's concrete columns, in field order."""
@@ -171,10 +195,49 @@ def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
             db.ops.quote_name(str(field.column)),
             field.db_type(db) or "",
             unchanged_types(field, db),
-            field.attname if type(field).pre_save is Field.pre_save else "",
+            field.attname if _pre_save_reads_attribute(field) else "",
+            type(field) is models.DateTimeField,
         )
         for field in model._meta.concrete_fields
     )
+
+
+@cache
+def _defaults(model: type[models.Model]) -> tuple[tuple[str, Any, bool], ...]:
+    """Each concrete field's attribute name and default, in field order: the default's
+    value where every instance gets that same value (Django's own `get_default` hands
+    out one object for a default that is not callable), else the field's `get_default`,
+    called for each instance (flagged True)."""
+    return tuple(
+        (field.attname, field.get_default, True)
+        if field.has_default() and callable(field.default)
+        else (field.attname, field.get_default(), False)
+        for field in model._meta.concrete_fields
+    )
+
+
+def instance_new(model: type[M], values: dict[str, object]) -> M:
+    """`model(**values)`, with `values` by attribute name (`event_id`, not `event`),
+    through the positional path that Django's `from_db` takes: every field's value in
+    field order. Django's keyword path looks each field up in the keywords and asks it
+    for its default; for an operation's 26 fields that was three times the cost, a
+    twentieth of an ingest request's CPU (tests/core/test_prepared_once.py holds the
+    two to the same instance). A name that is no field's attribute raises TypeError,
+    as the keyword would."""
+    if not values.keys() <= _attribute_names(model):
+        unknown = sorted(values.keys() - _attribute_names(model))
+        raise TypeError(f"{model.__name__} has no field attribute {', '.join(unknown)}")
+    return model(
+        *[
+            values[name] if name in values else (default() if fresh else default)
+            for name, default, fresh in _defaults(model)
+        ]
+    )
+
+
+@cache
+def _attribute_names(model: type[models.Model]) -> frozenset[str]:
+    return frozenset(name for name, _, _ in _defaults(model))
 
 
 def table_of(model: type[models.Model]) -> str:

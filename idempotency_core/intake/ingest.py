@@ -41,7 +41,7 @@ from idempotency_core.intake.duplicate_hold import (
 from idempotency_core.intake.ingest_statement import rows_insert
 from idempotency_core.keys import contact_digest, key_expired, operation_key, payload_fingerprint
 from idempotency_core.models import Delivery, Event, Operation, ReviewCase, Source
-from idempotency_core.sql import prepared_cursor
+from idempotency_core.sql import instance_new, prepared_cursor
 
 LATE_REPEAT_TASK = "idempotency_core.tasks.late_repeat_check"
 
@@ -256,15 +256,18 @@ def _event_rows(
 ) -> tuple[list[Operation], Delivery]:
     """The new event's operations, first step due now, and its delivery, unsaved."""
     operations = _operations_of(event, destinations=destinations, now=timezone.now())
-    delivery = Delivery(
-        source=event.source,
-        event=event,
-        outcome=Delivery.Outcome.ACCEPTED,
-        # A hook answers its first delivery 200 (senders count only 200 as success).
-        status_code=202 if raw is None else 200,
-        fingerprint=event.fingerprint,
-        payload_matched=True,
-        **(raw.as_fields() if raw else {}),
+    delivery = instance_new(
+        Delivery,
+        {
+            "source_id": event.source_id,
+            "event_id": event.pk,
+            "outcome": Delivery.Outcome.ACCEPTED,
+            # A hook answers its first delivery 200 (senders count only 200 as success).
+            "status_code": 202 if raw is None else 200,
+            "fingerprint": event.fingerprint,
+            "payload_matched": True,
+            **(raw.as_fields() if raw else {}),
+        },
     )
     return operations, delivery
 
@@ -274,16 +277,19 @@ def _operations_of(event: Event, *, destinations: dict[str, int], now: datetime)
     source = event.source
     pipeline = EDIT_PIPELINE if event.revises_id else pipeline_for(source, event.form)
     return [
-        Operation(
-            event=event,
-            step=step,
-            position=position,
-            destination_id=destinations[STEPS[step].destination],
-            key=operation_key(source_salt=source.key_salt, event_key=event.key, step=step),
-            # Only the first step is due now; each later one is released by
-            # the success of the one before it.
-            next_attempt_at=now if position == 0 else None,
-            enqueued_at=now if position == 0 else None,
+        instance_new(
+            Operation,
+            {
+                "event_id": event.pk,
+                "step": step,
+                "position": position,
+                "destination_id": destinations[STEPS[step].destination],
+                "key": operation_key(source_salt=source.key_salt, event_key=event.key, step=step),
+                # Only the first step is due now; each later one is released by
+                # the success of the one before it.
+                "next_attempt_at": now if position == 0 else None,
+                "enqueued_at": now if position == 0 else None,
+            },
         )
         for position, step in enumerate(pipeline)
     ]

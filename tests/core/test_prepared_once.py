@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connections, models, transaction
 from django.utils import timezone
 from django_q.models import OrmQ
 from hypothesis import given, settings
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from idempotency_core.execution import statements
 from idempotency_core.models import Attempt, Delivery, Event, Operation, ReviewCase
-from idempotency_core.sql import columns_of, prep_value, prepared_cursor
+from idempotency_core.sql import columns_of, instance_new, prep_value, prepared_cursor
 
 pytestmark = pytest.mark.django_db
 
@@ -98,6 +98,51 @@ def test_a_skipped_preparation_would_have_given_the_value_back_unchanged(model, 
     assert prepared == value and type(prepared) is type(value)
 
 
+_DATETIME_COLUMNS = [
+    (model, column) for model in _MODELS for column in columns_of(model) if column.aware_unchanged
+]
+
+
+@pytest.mark.parametrize(
+    "model, column",
+    _DATETIME_COLUMNS,
+    ids=[f"{m.__name__}.{c.field.name}" for m, c in _DATETIME_COLUMNS],
+)
+@settings(max_examples=40, deadline=None)
+@given(moment=st.datetimes(timezones=st.timezones()), naive=st.datetimes())
+def test_an_aware_datetime_skips_only_a_preparation_that_gives_it_back(
+    model, column, moment, naive
+):
+    db = django_connection()
+    assert column.field.get_db_prep_save(moment, db) is moment
+    row = model(**{column.field.attname: moment})
+    if column.attname:  # no auto_now: the value given is the value stored
+        assert column.values([row], db) == [moment]
+        assert column.values([row], db)[0] is moment
+    # A naive datetime still takes the field's path, which makes it aware.
+    with pytest.warns(RuntimeWarning, match="naive datetime"):
+        expected = column.field.get_db_prep_save(naive, db)
+    if column.attname:
+        with pytest.warns(RuntimeWarning, match="naive datetime"):
+            assert column.values([model(**{column.field.attname: naive})], db) == [expected]
+
+
+def test_a_datetime_with_auto_now_still_runs_its_pre_save():
+    auto = [
+        (model, column)
+        for model in _MODELS
+        for column in columns_of(model)
+        if getattr(column.field, "auto_now", False) or getattr(column.field, "auto_now_add", False)
+    ]
+    assert auto, "no auto_now column left to check"
+    plain = [c for m in _MODELS for c in columns_of(m) if c.aware_unchanged and c.attname]
+    assert plain, "no datetime column without auto_now left to check"
+    for model, column in auto:
+        assert column.attname == ""
+        [value] = column.values([model()], django_connection())
+        assert value is not None and timezone.is_aware(value), column.name
+
+
 def test_columns_whose_values_are_not_plain_take_the_fields_own_path():
     by_name = {c.field.name: c for c in columns_of(Event)}
     assert by_name["payload"].unchanged == (type(None),)  # a dict is dumped as JSON
@@ -141,3 +186,39 @@ def test_an_outcomes_values_are_prepared_as_each_field_would_prepare_them():
         full = Operation._meta.get_field(name).get_db_prep_save(value, db)
         assert type(fast) is type(full), name
         assert getattr(fast, "obj", fast) == getattr(full, "obj", full), name
+
+
+# -- a new instance by the positional path (sql.instance_new) ------------------------
+
+
+def _attributes(instance) -> dict[str, object]:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+@pytest.mark.parametrize("model", _MODELS, ids=[m.__name__ for m in _MODELS])
+def test_a_positional_instance_is_the_one_the_keywords_would_build(model):
+    now = timezone.now()
+    given_values = {
+        field.attname: now if isinstance(field, models.DateTimeField) else None
+        for field in model._meta.concrete_fields[1:3]
+    }
+    fast, full = instance_new(model, given_values), model(**given_values)
+    fast_values, full_values = _attributes(fast), _attributes(full)
+    pk = model._meta.pk.attname
+    if model._meta.pk.has_default():  # a fresh default (Event's uuid4) is each one's own
+        assert fast_values.pop(pk) != full_values.pop(pk)
+    assert fast_values == full_values
+    assert fast._state.adding and fast._state.db is None
+
+
+def test_an_operation_built_positionally_has_its_defaults_and_the_values_given():
+    operation = instance_new(Operation, {"step": "assign_task", "position": 1, "event_id": None})
+    assert (operation.step, operation.position, operation.status) == ("assign_task", 1, "pending")
+    assert (operation.attempt_count, operation.waits, operation.allow_duplicate) == (0, 0, False)
+    first, second = instance_new(Event, {}), instance_new(Event, {})
+    assert first.pk != second.pk  # uuid4, called for each instance
+
+
+def test_a_name_that_is_no_fields_attribute_is_refused_as_the_keyword_would_be():
+    with pytest.raises(TypeError, match="no field attribute event, stepp"):
+        instance_new(Operation, {"event": None, "stepp": "x", "step": "y"})
