@@ -240,6 +240,7 @@ def _attribute_names(model: type[models.Model]) -> frozenset[str]:
     return frozenset(name for name, _, _ in _defaults(model))
 
 
+@cache
 def table_of(model: type[models.Model]) -> str:
     return connections[DEFAULT_DB_ALIAS].ops.quote_name(str(model._meta.db_table))
 

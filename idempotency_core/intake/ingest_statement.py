@@ -44,13 +44,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from idempotency_core.execution.engine import operation_enqueue, operation_task_package
 from idempotency_core.models import Delivery, Event, Operation
-from idempotency_core.sql import columns_of, prepared_cursor, table_of
+from idempotency_core.sql import columns_of, instance_new, prepared_cursor, table_of
 
 # Operation ids taken from the sequence at once: a submission uses one per step.
 ID_BLOCK = 96
@@ -62,24 +63,26 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
     True when the event was new; the operations then have their ids."""
     for operation, pk in zip(operations, _operation_ids(len(operations)), strict=True):
         operation.pk = pk
+    db = connections[DEFAULT_DB_ALIAS]
     tables = [
-        _Rows.of(Event, [event]),
-        _Rows.of(Operation, operations),
-        _Rows.of(Delivery, [delivery]),
+        _Rows.of(Event, [event], db),
+        _Rows.of(Operation, operations, db),
+        _Rows.of(Delivery, [delivery], db),
     ]
-    queue_here = connection.alias == Conf.ORM
+    queue_here = db.alias == Conf.ORM
     if queue_here:
         queue, package = operation_task_package(operations[0].pk)
         # As django-q2's ORM broker enqueues it: due at once.
-        tables.append(_Rows.of(OrmQ, [OrmQ(key=queue, payload=package, lock=timezone.now())]))
+        task = instance_new(OrmQ, {"key": queue, "payload": package, "lock": timezone.now()})
+        tables.append(_Rows.of(OrmQ, [task], db))
     sql = _statement(tuple(rows.shape for rows in tables))
-    with prepared_cursor(connection.alias) as cursor:
+    with prepared_cursor(db.alias) as cursor:
         cursor.execute(sql, [value for rows in tables for value in rows.params])
         (created,) = cursor.fetchone()
     if created:
         for row in (event, *operations):
             row._state.adding = False
-            row._state.db = connection.alias
+            row._state.db = db.alias
         if not queue_here:
             first = operations[0].pk
             transaction.on_commit(lambda: operation_enqueue(first))
@@ -104,8 +107,11 @@ class _Rows:
     params: list[object]
 
     @classmethod
-    def of(cls, model: type[models.Model], rows: Sequence[models.Model]) -> _Rows:
-        db = connections[DEFAULT_DB_ALIAS]
+    def of(
+        cls, model: type[models.Model], rows: Sequence[models.Model], db: BaseDatabaseWrapper
+    ) -> _Rows:
+        if len(rows) == 1:
+            return cls._of_one(model, rows[0], db)
         columns: list[tuple[str, str, str]] = []
         ones: list[object] = []
         each: list[list[object]] = []  # per column, after the others: in the VALUES list
@@ -114,7 +120,7 @@ class _Rows:
             if all(value is None for value in values):
                 continue
             first = values[0]
-            if len(rows) == 1 or all(type(v) is type(first) and v == first for v in values):
+            if all(type(v) is type(first) and v == first for v in values):
                 columns.append((column.name, _ONE, column.db_type))
                 ones.append(first)
             else:
@@ -122,6 +128,20 @@ class _Rows:
                 each.append(values)
         by_row = [value for row in zip(*each, strict=True) for value in row]
         return cls(shape=(table_of(model), tuple(columns), len(rows)), params=ones + by_row)
+
+    @classmethod
+    def _of_one(
+        cls, model: type[models.Model], row: models.Model, db: BaseDatabaseWrapper
+    ) -> _Rows:
+        """A table of one row (the event, the delivery, the task): each column's one value."""
+        columns: list[tuple[str, str, str]] = []
+        params: list[object] = []
+        for column in columns_of(model):
+            (value,) = column.values((row,), db)
+            if value is not None:
+                columns.append((column.name, _ONE, column.db_type))
+                params.append(value)
+        return cls(shape=(table_of(model), tuple(columns), 1), params=params)
 
 
 @lru_cache(maxsize=64)
