@@ -1,0 +1,92 @@
+"""What is stored for a valid submission (`stored_payload`) is what DRF's own
+`serializer.data` gives for it: the same keys in the same order, the same values
+(the date-time written back as ISO 8601 in UTC), for any valid body."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idempotency_core.intake.api.serializers import SubmissionSerializer, stored_payload
+
+_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=30)
+_keys = st.text(st.sampled_from("abcXYZ019-_.:"), min_size=1, max_size=20)
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), _text
+)
+_extra = st.dictionaries(
+    _text,
+    st.one_of(
+        _scalars, st.lists(_scalars, max_size=3), st.dictionaries(_text, _scalars, max_size=3)
+    ),
+    max_size=4,
+)
+_moments = st.sampled_from(
+    [
+        "2026-11-29T10:15:00Z",
+        "2026-11-29T10:15:00.123456+02:00",
+        "2026-11-29 23:59:59-05:30",
+        "0001-01-01T12:00:00+00:00",
+    ]
+)
+
+
+def _optional(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.just(None), strategy)
+
+
+@st.composite
+def _bodies(draw: st.DrawFn) -> dict[str, Any]:
+    contact: dict[str, Any] = {
+        "name": draw(_text.filter(bool)),
+        "email": draw(st.sampled_from(["a@example.com", "Ann.Lee+x@mail.example.org"])),
+    }
+    if draw(st.booleans()):
+        contact["phone"] = draw(st.text(st.sampled_from("0123456789 +-"), max_size=20))
+    body: dict[str, Any] = {"form": draw(_text.filter(bool)), "contact": contact}
+    optional = {
+        "submission_id": draw(_optional(_keys)),
+        "submitted_at": draw(_optional(_moments)),
+        "message": draw(_optional(_text)),
+        "fields": draw(_optional(_extra)),
+        "revises": draw(_optional(_keys)),
+    }
+    body.update({name: value for name, value in optional.items() if value is not None})
+    # The order a sender writes the keys in is its own: the stored order is the fields'.
+    return dict(draw(st.permutations(list(body.items()))))
+
+
+def _plain(value: Any) -> Any:
+    """DRF's ReturnDict and OrderedDict as plain dicts, keeping their order."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_bodies())
+def test_the_stored_payload_is_what_serializer_data_gives(body):
+    serializer = SubmissionSerializer(data=json.loads(json.dumps(body)))
+    assert serializer.is_valid(), serializer.errors
+    stored = stored_payload(serializer)
+    expected = _plain(serializer.data)
+    assert stored == expected
+    assert list(stored) == list(expected)
+    assert list(stored["contact"]) == list(expected["contact"])
+    assert type(stored) is dict and type(stored["contact"]) is dict
+    assert json.loads(json.dumps(stored)) == stored  # plain JSON, as it is stored
+
+
+def test_a_submitted_at_is_stored_as_iso_8601_in_utc():
+    serializer = SubmissionSerializer(
+        data={
+            "form": "contact",
+            "contact": {"name": "Ann", "email": "ann@example.com"},
+            "submitted_at": "2026-11-29T12:15:00+02:00",
+        }
+    )
+    assert serializer.is_valid(), serializer.errors
+    assert stored_payload(serializer)["submitted_at"] == "2026-11-29T10:15:00Z"
