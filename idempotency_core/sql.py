@@ -115,13 +115,24 @@ class Column:
     # A DateTimeField: its preparation gives an aware datetime back unchanged too (a
     # naive one is made aware, with a warning: it takes the field's path).
     aware_unchanged: bool = False
+    # A DateTimeField with `auto_now` or `auto_now_add`: on an insert its `pre_save`
+    # sets it to the time of the call (`values` may be given one time for all rows).
+    stamped: bool = False
 
-    def values(self, rows: Sequence[models.Model], db: BaseDatabaseWrapper) -> list[object]:
+    def values(
+        self, rows: Sequence[models.Model], db: BaseDatabaseWrapper, now: datetime | None = None
+    ) -> list[object]:
         """`prep_value` of this column for each row, without the field's preparation
         for a value it would give back as it is (`pre_save` still runs where the field
-        has its own: `auto_now` and the like)."""
+        has its own: `auto_now` and the like). With `now`, a stamped column is set to
+        it on every row, as its `pre_save` would set it to the time of each call: the
+        rows of one statement then share one moment."""
         if self.attname:
             raw = [getattr(row, self.attname) for row in rows]
+        elif self.stamped and now is not None:
+            for row in rows:
+                setattr(row, self.field.attname, now)
+            raw = [now] * len(rows)
         else:
             raw = [self.field.pre_save(row, True) for row in rows]
         unchanged, prepare = self.unchanged, self.field.get_db_prep_save
@@ -197,6 +208,7 @@ def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
             unchanged_types(field, db),
             field.attname if _pre_save_reads_attribute(field) else "",
             type(field) is models.DateTimeField,
+            type(field) is models.DateTimeField and bool(field.auto_now or field.auto_now_add),  # type: ignore[attr-defined]
         )
         for field in model._meta.concrete_fields
     )

@@ -31,7 +31,9 @@ at-most-once delivery.
 The values go through each field's own preparation (`pre_save`, `get_db_prep_save`),
 as Django's INSERT compiler does, but for a value the preparation would give back as it
 is (`sql.Column.value`), and are cast to the column's type, which a VALUES list in a
-subquery does not infer.
+subquery does not infer. The rows' `auto_now` and `auto_now_add` columns, which
+`pre_save` would set to the time of each call, are set to one moment for the
+statement: three operations' times are then one parameter each, not three.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
@@ -64,17 +67,19 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
     for operation, pk in zip(operations, _operation_ids(len(operations)), strict=True):
         operation.pk = pk
     db = connections[DEFAULT_DB_ALIAS]
+    # One moment for the statement's rows (their `received_at`, `created_at`, ...).
+    now = timezone.now()
     tables = [
-        _Rows.of(Event, [event], db),
-        _Rows.of(Operation, operations, db),
-        _Rows.of(Delivery, [delivery], db),
+        _Rows.of(Event, [event], db, now),
+        _Rows.of(Operation, operations, db, now),
+        _Rows.of(Delivery, [delivery], db, now),
     ]
     queue_here = db.alias == Conf.ORM
     if queue_here:
         queue, package = operation_task_package(operations[0].pk)
         # As django-q2's ORM broker enqueues it: due at once.
-        task = instance_new(OrmQ, {"key": queue, "payload": package, "lock": timezone.now()})
-        tables.append(_Rows.of(OrmQ, [task], db))
+        task = instance_new(OrmQ, {"key": queue, "payload": package, "lock": now})
+        tables.append(_Rows.of(OrmQ, [task], db, now))
     sql = _statement(tuple(rows.shape for rows in tables))
     with prepared_cursor(db.alias) as cursor:
         cursor.execute(sql, [value for rows in tables for value in rows.params])
@@ -108,15 +113,19 @@ class _Rows:
 
     @classmethod
     def of(
-        cls, model: type[models.Model], rows: Sequence[models.Model], db: BaseDatabaseWrapper
+        cls,
+        model: type[models.Model],
+        rows: Sequence[models.Model],
+        db: BaseDatabaseWrapper,
+        now: datetime,
     ) -> _Rows:
         if len(rows) == 1:
-            return cls._of_one(model, rows[0], db)
+            return cls._of_one(model, rows[0], db, now)
         columns: list[tuple[str, str, str]] = []
         ones: list[object] = []
         each: list[list[object]] = []  # per column, after the others: in the VALUES list
         for column in columns_of(model):
-            values = column.values(rows, db)
+            values = column.values(rows, db, now)
             if all(value is None for value in values):
                 continue
             first = values[0]
@@ -131,13 +140,13 @@ class _Rows:
 
     @classmethod
     def _of_one(
-        cls, model: type[models.Model], row: models.Model, db: BaseDatabaseWrapper
+        cls, model: type[models.Model], row: models.Model, db: BaseDatabaseWrapper, now: datetime
     ) -> _Rows:
         """A table of one row (the event, the delivery, the task): each column's one value."""
         columns: list[tuple[str, str, str]] = []
         params: list[object] = []
         for column in columns_of(model):
-            (value,) = column.values((row,), db)
+            (value,) = column.values((row,), db, now)
             if value is not None:
                 columns.append((column.name, _ONE, column.db_type))
                 params.append(value)

@@ -122,6 +122,10 @@ def test_a_new_submission_is_one_statement_inserting_its_four_rows(api):
     # The queued task names the first operation, and nothing else (TASK-QUEUE.md rule 1).
     assert [row.task["args"] for row in queued(TASK)][-1] == (operations[0].pk,)
     assert event.deliveries.get().outcome == "accepted"
+    # The statement's rows share one moment: their auto_now and auto_now_add columns.
+    moments = {event.received_at, event.deliveries.get().received_at}
+    moments |= {o.created_at for o in operations} | {o.updated_at for o in operations}
+    assert len(moments) == 1
 
 
 def test_the_statements_placeholder_conversion_is_reused_past_psycopgs_cache_limits(api):

@@ -222,3 +222,16 @@ def test_an_operation_built_positionally_has_its_defaults_and_the_values_given()
 def test_a_name_that_is_no_fields_attribute_is_refused_as_the_keyword_would_be():
     with pytest.raises(TypeError, match="no field attribute event, stepp"):
         instance_new(Operation, {"event": None, "stepp": "x", "step": "y"})
+
+
+def test_a_stamped_column_given_one_moment_sets_it_on_every_row():
+    now = timezone.now()
+    rows = [Operation(step="a"), Operation(step="b")]
+    for column in columns_of(Operation):
+        if column.stamped:
+            assert column.values(rows, django_connection(), now) == [now, now]
+            assert [getattr(row, column.field.attname) for row in rows] == [now, now]
+    assert {c.field.name for c in columns_of(Operation) if c.stamped} == {
+        "created_at",
+        "updated_at",
+    }
