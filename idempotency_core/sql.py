@@ -196,6 +196,15 @@ def _pre_save_reads_attribute(field: Field[Any, Any]) -> bool:
     )
 
 
+def _stamped(field: Field[Any, Any]) -> bool:
+    """A datetime that its `pre_save` sets to the time of an insert."""
+    return (
+        isinstance(field, models.DateTimeField)
+        and type(field) is models.DateTimeField
+        and (field.auto_now or field.auto_now_add)
+    )
+
+
 @cache
 def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
     """The model's concrete columns, in field order."""
@@ -208,7 +217,7 @@ def columns_of(model: type[models.Model]) -> tuple[Column, ...]:
             unchanged_types(field, db),
             field.attname if _pre_save_reads_attribute(field) else "",
             type(field) is models.DateTimeField,
-            type(field) is models.DateTimeField and bool(field.auto_now or field.auto_now_add),  # type: ignore[attr-defined]
+            _stamped(field),
         )
         for field in model._meta.concrete_fields
     )

@@ -357,17 +357,19 @@ def stored_payload(serializer: SubmissionSerializer) -> dict[str, Any]:
     fields' is their object, so only the other fields (the date-time, written back as
     ISO 8601) are asked for theirs: `serializer.data` asked every field, at a tenth of
     the submission's validation (tests/core/test_ingest_api.py holds the two to one)."""
-    return _represented(serializer.fields, serializer.validated_data)
+    return _represented(serializer, serializer.validated_data)
 
 
-def _represented(fields: Mapping[str, Any], validated: Mapping[str, Any]) -> dict[str, Any]:
+def _represented(
+    serializer: serializers.Serializer[Any], validated: Mapping[str, Any]
+) -> dict[str, Any]:
     data: dict[str, Any] = {}
-    for name, field in fields.items():
+    for name, field in serializer.fields.items():
         if name not in validated:  # an optional field not sent (DRF's SkipField)
             continue
         value = validated[name]
         if isinstance(field, serializers.Serializer):
-            data[name] = _represented(field.fields, value)
+            data[name] = _represented(field, value)
         elif isinstance(field, serializers.CharField | ExtraFieldsField) and type(value) in (
             str,
             dict,
