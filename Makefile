@@ -79,6 +79,7 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py ensure_database
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline --submissions 1000 --rounds 3
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_instructions
 
 # The failure drill against DATABASE_URL, else the quick start's embedded PostgreSQL
 # (started for the drill and stopped after it, or the one a running `make run` owns).
