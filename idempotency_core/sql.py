@@ -10,7 +10,8 @@ errors translated) and through each field's own conversions, both ways:
 * `columns_of`: a model's columns with their field and SQL type;
 * `prep_value` / `model_from_row`: what Django's compilers do with a value on the way
   in (`pre_save`, `get_db_prep_save`) and on the way out (`from_db_value`, `from_db`);
-* `instance_new`: a new, unsaved instance built by Django's positional path.
+* `instance_new`: a new, unsaved instance built by Django's positional path;
+* `plain`: a choices member as the string it stands for.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from functools import cache
 from typing import Any, TypeVar
 
@@ -84,7 +86,8 @@ def prepared_cursor(alias: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
     again after a body that ended without an error, closed after one that raised."""
     db = connections[alias]
     db.close_if_health_check_failed()
-    db.ensure_connection()
+    if db.connection is None:  # else ensure_connection has nothing to do but its check
+        db.ensure_connection()
     raw = _idle.pop(db.connection, None)
     if raw is None or raw.closed:
         raw = _PreparedCursor(db.connection)
@@ -98,6 +101,17 @@ def prepared_cursor(alias: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
         raise
     if raw.connection is db.connection and not raw.closed:
         _idle[db.connection] = raw
+
+
+def plain(value: object) -> object:
+    """A parameter as psycopg dumps it fastest: a choices member (`Operation.Status`,
+    a `str` subclass) as its `str` value, anything else as it is. psycopg finds the
+    dumper of a `str` at once; for a subclass it walks the class's MRO, raising and
+    catching KeyError for each class on the way, in every statement of a cursor that
+    runs several (its transformer is new for each query): 100 exceptions a chain.
+    Ingest's one statement keeps its transformer, which remembers each class: its
+    rows (`Column.values`) are left as they are."""
+    return value.value if isinstance(value, Enum) else value
 
 
 @dataclass(frozen=True)

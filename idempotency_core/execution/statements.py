@@ -40,6 +40,7 @@ from idempotency_core.models import Attempt, Destination, Event, Operation, Revi
 from idempotency_core.sql import (
     columns_of,
     model_from_row,
+    plain,
     prep_value,
     prepared_cursor,
     table_of,
@@ -53,6 +54,12 @@ Taken = tuple[Operation, int, dict[str, str]]
 Decided = tuple[bool, bool, int, int, bool]
 # What `claim_take` answers when its `unless` condition held: nothing claimed.
 SCREENED: Literal["screened"] = "screened"
+
+
+# Statuses and triggers as plain strings (sql.plain), each list one parameter.
+_CLAIMABLE = [plain(status) for status in Operation.CLAIMABLE]
+_OPEN_STATUSES = [plain(status) for status in ReviewCase.OPEN_STATUSES]
+_BY_PERSON = [plain(trigger) for trigger in BY_PERSON]
 
 
 def claim_take(
@@ -71,7 +78,7 @@ def claim_take(
     `unless` is (a boolean SQL expression, its parameters before the operation's id):
     where it is true, nothing is claimed and the answer is `SCREENED`."""
     params: list[object] = [*unless[1], operation_id] if unless else []
-    params += [token, lease_until, now, now, operation_id, list(Operation.CLAIMABLE), now]
+    params += [token, lease_until, now, now, operation_id, _CLAIMABLE, now]
     params += _attempt_params(token, now)
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_claim_sql(unless[0] if unless else ""), params)
@@ -138,7 +145,7 @@ def outcome_write(
     (`_allowance_join`): committed with the claim, and one statement fewer."""
     names = tuple(sets)
     attempt_names = tuple(attempt_sets)
-    waiting = [operation_id, settles_case_ids, list(ReviewCase.OPEN_STATUSES)]
+    waiting = [operation_id, settles_case_ids, _OPEN_STATUSES]
     params: list[object] = list(waiting)
     db = connections[DEFAULT_DB_ALIAS]
     params += [_prep(Operation, name, sets[name], db) for name in names]
@@ -153,7 +160,7 @@ def outcome_write(
     allowing = claiming and allowance is not None
     if allowing:
         step, asked = cast(tuple[str, list[object]], allowance)
-        params += [*asked, list(BY_PERSON), step]
+        params += [*asked, _BY_PERSON, step]
     with prepared_cursor(connection.alias) as cursor:
         cursor.execute(_outcome_sql(names, attempt_names, release_next, claiming, allowing), params)
         rows = cursor.fetchall()
@@ -237,7 +244,7 @@ def _attempt_defaults() -> tuple[object, ...]:
         ):
             raise TypeError(f"{field} is not constant: prepare it per claim (_attempt_params)")
     template = Attempt(claim_token=uuid.UUID(int=0), started_at=datetime.fromtimestamp(0, UTC))
-    return tuple(prep_value(c.field, template) for c in _attempt_columns())
+    return tuple(plain(prep_value(c.field, template)) for c in _attempt_columns())
 
 
 def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseWrapper) -> object:
@@ -249,7 +256,7 @@ def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseW
     field, unchanged = _field(model, name)
     if type(value) in unchanged:
         return value
-    return field.get_db_prep_save(value, db)
+    return plain(field.get_db_prep_save(value, db))
 
 
 @cache

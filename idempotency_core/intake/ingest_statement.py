@@ -126,10 +126,10 @@ class _Rows:
         each: list[list[object]] = []  # per column, after the others: in the VALUES list
         for column in columns_of(model):
             values = column.values(rows, db, now)
-            if all(value is None for value in values):
+            if _all_none(values):
                 continue
             first = values[0]
-            if all(type(v) is type(first) and v == first for v in values):
+            if _all_alike(values):
                 columns.append((column.name, _ONE, column.db_type))
                 ones.append(first)
             else:
@@ -151,6 +151,24 @@ class _Rows:
                 columns.append((column.name, _ONE, column.db_type))
                 params.append(value)
         return cls(shape=(table_of(model), tuple(columns), 1), params=params)
+
+
+# Loops, not `all()` over a generator: a generator that `all()` leaves early is closed
+# by throwing GeneratorExit into it, 25 exceptions a submission.
+def _all_none(values: list[object]) -> bool:
+    for value in values:  # noqa: SIM110 (see above)
+        if value is not None:
+            return False
+    return True
+
+
+def _all_alike(values: list[object]) -> bool:
+    """Every value the first's, of its exact type (1 and True are not alike)."""
+    first = values[0]
+    for value in values:  # noqa: SIM110 (see above)
+        if type(value) is not type(first) or value != first:
+            return False
+    return True
 
 
 @lru_cache(maxsize=64)

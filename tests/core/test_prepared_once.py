@@ -5,6 +5,7 @@ cursor per connection (idempotency_core/sql.py), and a new attempt's constant co
 from __future__ import annotations
 
 import uuid
+from enum import Enum
 
 import pytest
 from django.db import DatabaseError, connections, models, transaction
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from idempotency_core.execution import statements
 from idempotency_core.models import Attempt, Delivery, Event, Operation, ReviewCase
-from idempotency_core.sql import columns_of, instance_new, prep_value, prepared_cursor
+from idempotency_core.sql import columns_of, instance_new, plain, prep_value, prepared_cursor
 
 pytestmark = pytest.mark.django_db
 
@@ -235,3 +236,20 @@ def test_a_stamped_column_given_one_moment_sets_it_on_every_row():
         "created_at",
         "updated_at",
     }
+
+
+def test_a_choices_member_is_sent_as_the_plain_string_it_stands_for():
+    db = django_connection()
+    for model, name, member in [
+        (Operation, "status", Operation.Status.SUCCEEDED),
+        (Operation, "next_trigger", Attempt.Trigger.WORKER),
+        (Attempt, "outcome", Attempt.Outcome.SUCCEEDED),
+    ]:
+        sent = statements._prep(model, name, member, db)
+        assert type(sent) is str and sent == member.value, (model, name)
+    assert plain(ReviewCase.Status.OPEN) == "open" and type(plain(ReviewCase.Status.OPEN)) is str
+    assert plain(7) == 7 and plain(None) is None
+    # The statements' lists of statuses are plain too: one dumper lookup each.
+    for values in (statements._CLAIMABLE, statements._OPEN_STATUSES, statements._BY_PERSON):
+        assert values and all(type(value) is str for value in values)
+    assert all(not isinstance(value, Enum) for value in statements._attempt_defaults())
