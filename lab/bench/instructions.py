@@ -88,6 +88,9 @@ def instructions_counted(checkout: Path, kind: str, count: int) -> Count:
             "PYTHONPATH": str(checkout),
             "DATABASE_URL": _database_url(),
             "DJANGO_SETTINGS_MODULE": "config.settings",
+            # Valgrind runs the child at a fiftieth of its speed: a chain must not stop
+            # for the task's time (engine._chain_allowance) before its last step.
+            "ONEFOLD_Q_TIMEOUT": "3600",
         }
         done = subprocess.run(
             command, cwd=checkout, env=env, capture_output=True, text=True, timeout=3600
