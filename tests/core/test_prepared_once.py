@@ -5,6 +5,7 @@ cursor per connection (idempotency_core/sql.py), and a new attempt's constant co
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from enum import Enum
 
 import pytest
@@ -16,7 +17,14 @@ from hypothesis import strategies as st
 
 from idempotency_core.execution import statements
 from idempotency_core.models import Attempt, Delivery, Event, Operation, ReviewCase
-from idempotency_core.sql import columns_of, instance_new, plain, prep_value, prepared_cursor
+from idempotency_core.sql import (
+    Column,
+    columns_of,
+    instance_new,
+    plain,
+    prep_value,
+    prepared_cursor,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -81,16 +89,17 @@ _VALUES = {
     bool: st.booleans(),
     type(None): st.none(),
 }
-_SKIPPED_COLUMNS = [
-    (model, column) for model in _MODELS for column in columns_of(model) if column.unchanged
-]
 
 
-@pytest.mark.parametrize(
-    "model, column",
-    _SKIPPED_COLUMNS,
-    ids=[f"{m.__name__}.{c.field.name}" for m, c in _SKIPPED_COLUMNS],
-)
+def _each_column(where: Callable[[Column], object]) -> pytest.MarkDecorator:
+    """Runs a test for every column of `_MODELS` that `where` holds for."""
+    chosen = [(model, column) for model in _MODELS for column in columns_of(model) if where(column)]
+    return pytest.mark.parametrize(
+        "model, column", chosen, ids=[f"{m.__name__}.{c.field.name}" for m, c in chosen]
+    )
+
+
+@_each_column(lambda column: column.unchanged)
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_a_skipped_preparation_would_have_given_the_value_back_unchanged(model, column, data):
@@ -99,16 +108,7 @@ def test_a_skipped_preparation_would_have_given_the_value_back_unchanged(model, 
     assert prepared == value and type(prepared) is type(value)
 
 
-_DATETIME_COLUMNS = [
-    (model, column) for model in _MODELS for column in columns_of(model) if column.aware_unchanged
-]
-
-
-@pytest.mark.parametrize(
-    "model, column",
-    _DATETIME_COLUMNS,
-    ids=[f"{m.__name__}.{c.field.name}" for m, c in _DATETIME_COLUMNS],
-)
+@_each_column(lambda column: column.aware_unchanged)
 @settings(max_examples=40, deadline=None)
 @given(moment=st.datetimes(timezones=st.timezones()), naive=st.datetimes())
 def test_an_aware_datetime_skips_only_a_preparation_that_gives_it_back(
