@@ -297,6 +297,20 @@ def _cpu_reading(target: Target) -> list[dict[int, float]]:
     return [cpu_by_pid(pids) for pids in (server, database_backends(), [os.getpid()])]
 
 
+def migrations_apart(here: Path, there: Path) -> list[str]:
+    """The migrations one checkout has and the other lacks (`app/name`, sorted). A
+    checkout served by `--compare` shares this database, so its schema must be this
+    one's: an earlier one's inserts miss the columns a later migration requires."""
+
+    def of(checkout: Path) -> set[str]:
+        return {
+            f"{path.parent.parent.name}/{path.stem}"
+            for path in checkout.glob("*/migrations/[0-9]*.py")
+        }
+
+    return sorted(of(here) ^ of(there))
+
+
 def bench_source() -> tuple[Source, str]:
     """The benchmark's source with a fresh API key and its rate limit lifted."""
     source, _ = source_get_or_create(name=BENCH_SOURCE_NAME)

@@ -4,12 +4,13 @@ figures) and the service endpoint it serves beside the bare one."""
 import json
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from idempotency_core.intake.api.serializers import SubmissionSerializer
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Delivery, Event
 from lab.bench import bare_endpoint
-from lab.bench.ingest import CpuPerRequest, submission_body, target_budget
+from lab.bench.ingest import CpuPerRequest, migrations_apart, submission_body, target_budget
 from tests.factories import submission
 
 
@@ -71,3 +72,33 @@ def test_the_benchmark_body_is_a_submission_the_api_accepts():
     """The service stores what it is sent unvalidated: the bodies the benchmark sends are
     valid submissions, so the service and the API store the same rows for them."""
     assert SubmissionSerializer(data=json.loads(submission_body("k-1"))).is_valid()
+
+
+def _checkout(root, *migrations: str):
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "wsgi.py").write_text("")
+    for name in migrations:
+        app, stem = name.split("/")
+        (root / app / "migrations").mkdir(parents=True, exist_ok=True)
+        (root / app / "migrations" / f"{stem}.py").write_text("")
+        (root / app / "migrations" / "__init__.py").write_text("")
+    return root
+
+
+def test_checkouts_apart_by_a_migration_are_named_by_it(tmp_path):
+    here = _checkout(tmp_path / "here", "core/0001_initial", "core/0002_more", "console/0001_x")
+    same = _checkout(tmp_path / "same", "core/0001_initial", "core/0002_more", "console/0001_x")
+    earlier = _checkout(tmp_path / "earlier", "core/0001_initial", "console/0001_x")
+
+    assert migrations_apart(here, same) == []
+    assert migrations_apart(here, earlier) == ["core/0002_more"]
+    assert migrations_apart(earlier, here) == ["core/0002_more"]
+
+
+def test_compare_refuses_a_checkout_whose_migrations_differ(tmp_path):
+    """The earlier server would answer 500 to every request on this database's schema;
+    refused at once, with what to do instead."""
+    earlier = _checkout(tmp_path / "earlier", "idempotency_core/0001_initial")
+
+    with pytest.raises(CommandError, match=r"its migrations are not this checkout's .*own"):
+        call_command("bench_ingest", "--compare", str(earlier))

@@ -22,9 +22,11 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from lab.bench.ingest import (
+    REPO,
     BenchmarkError,
     bench_ingest,
     bench_ingest_database_check,
+    migrations_apart,
 )
 
 
@@ -58,6 +60,13 @@ class Command(BaseCommand):
         compare = options["compare"]
         if compare is not None and not (compare / "config" / "wsgi.py").is_file():
             raise CommandError(f"--compare {compare}: not a checkout of Onefold")
+        if compare is not None and (apart := migrations_apart(REPO, compare)):
+            raise CommandError(
+                f"--compare {compare}: its migrations are not this checkout's "
+                f"({', '.join(apart[:5])}{' …' if len(apart) > 5 else ''}), and the servers "
+                "share one database. Run that checkout's own bench_ingest on a database of "
+                "its own, alternating with this one (docs/benchmarks.md)."
+            )
         try:
             bench_ingest_database_check()
             call_command("migrate", verbosity=0)
