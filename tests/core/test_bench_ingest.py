@@ -102,3 +102,8 @@ def test_compare_refuses_a_checkout_whose_migrations_differ(tmp_path):
 
     with pytest.raises(CommandError, match=r"its migrations are not this checkout's .*own"):
         call_command("bench_ingest", "--compare", str(earlier))
+
+
+def test_compare_refuses_a_folder_that_is_not_a_checkout_of_onefold(tmp_path):
+    with pytest.raises(CommandError, match="not a checkout of Onefold"):
+        call_command("bench_ingest", "--compare", str(tmp_path))

@@ -58,15 +58,8 @@ class Command(BaseCommand):
         if min(options["rounds"], options["requests"], options["storm_size"]) < 1:
             raise CommandError("--rounds, --requests and --storm-size must be positive")
         compare = options["compare"]
-        if compare is not None and not (compare / "config" / "wsgi.py").is_file():
-            raise CommandError(f"--compare {compare}: not a checkout of Onefold")
-        if compare is not None and (apart := migrations_apart(REPO, compare)):
-            raise CommandError(
-                f"--compare {compare}: its migrations are not this checkout's "
-                f"({', '.join(apart[:5])}{' …' if len(apart) > 5 else ''}), and the servers "
-                "share one database. Run that checkout's own bench_ingest on a database of "
-                "its own, alternating with this one (docs/benchmarks.md)."
-            )
+        if compare is not None:
+            self._compare_check(compare)
         try:
             bench_ingest_database_check()
             call_command("migrate", verbosity=0)
@@ -85,3 +78,18 @@ class Command(BaseCommand):
             raise CommandError(f"{figures['duplicates']:.0f} duplicates")
         if figures["ratio"] < options["min_ratio"]:
             raise CommandError(f"ratio {figures['ratio']:.2f} is below {options['min_ratio']}")
+
+    @staticmethod
+    def _compare_check(compare: Path) -> None:
+        """The other checkout is Onefold, and of this schema: its server shares the
+        database."""
+        if not (compare / "config" / "wsgi.py").is_file():
+            raise CommandError(f"--compare {compare}: not a checkout of Onefold")
+        apart = migrations_apart(REPO, compare)
+        if apart:
+            shown = ", ".join(apart[:5]) + (" …" if len(apart) > 5 else "")
+            raise CommandError(
+                f"--compare {compare}: its migrations are not this checkout's ({shown}), "
+                "and the servers share one database. Run that checkout's own bench_ingest "
+                "on a database of its own, alternating with this one (docs/benchmarks.md)."
+            )
