@@ -6,12 +6,20 @@ its token in memory, per process, until shortly before it expires (Entra ID
 answers `expires_in`; Salesforce does not, so its tokens are kept until the API
 answers 401, when the adapter calls `invalidate()` and asks once more).
 
+Adapters are built for each attempt, so they take their credentials from
+`shared_credentials`, which hands every adapter of the process the same object
+for the same token endpoint, client, secret and scope. Without it each attempt
+would ask for a token first: twice the calls, and logins that a login rate limit
+may refuse (Salesforce's "Login Rate Exceeded", as in
+https://github.com/restforce/restforce/issues/412).
+
 The secret and the token never appear in an exception's text or a log line:
 errors name the token endpoint and the answer's status only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,3 +85,29 @@ class ClientCredentials:
         except (TypeError, ValueError):
             seconds = _DEFAULT_LIFETIME_SECONDS
         return token, seconds
+
+
+_shared: dict[tuple[str, str, str, str | None], ClientCredentials] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_credentials(
+    token_url: str, client_id: str, client_secret: str, scope: str | None = None
+) -> ClientCredentials:
+    """The process's one `ClientCredentials` for this endpoint, client, secret and scope
+    (a rotated secret gets its own). Keyed by the secret's digest, never the secret."""
+    digest = hashlib.sha256(client_secret.encode()).hexdigest()
+    key = (token_url, client_id, digest, scope)
+    with _shared_lock:
+        credentials = _shared.get(key)
+        if credentials is None:
+            credentials = _shared[key] = ClientCredentials(
+                token_url, client_id, client_secret, scope
+            )
+        return credentials
+
+
+def credentials_forget() -> None:
+    """Forgets every shared token of this process (tests; a changed configuration)."""
+    with _shared_lock:
+        _shared.clear()

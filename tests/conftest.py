@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Source
+from integrations.oauth import credentials_forget
 from tests.support.processes import (
     Child,
     Sandbox,
@@ -72,6 +73,14 @@ def unhurried_chain(settings) -> None:
     about its deadline (that is tests/core/test_pipeline_perf.py's, with seconds=0).
     """
     settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 60}
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_tokens() -> None:
+    """Each test starts with no OAuth token held by this process (adapters share them,
+    `integrations.oauth.shared_credentials`), so what one test was issued cannot save
+    another its token call."""
+    credentials_forget()
 
 
 @pytest.fixture

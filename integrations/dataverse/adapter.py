@@ -58,7 +58,7 @@ from integrations.base import (
     http_reply,
 )
 from integrations.http import json_object, send, status_error, timeout_of
-from integrations.oauth import ClientCredentials
+from integrations.oauth import ClientCredentials, shared_credentials
 from integrations.owners import Owner, assignee_checks, owner_id_of
 
 API_PATH = "/api/data/v9.2"
@@ -114,7 +114,7 @@ def adapter_from_env(
                 classification=Classification.PERMANENT,
             )
     org_url = org_url.rstrip("/")
-    credentials = ClientCredentials(
+    credentials = shared_credentials(
         token_url=env["DATAVERSE_TOKEN_URL"],
         client_id=env["DATAVERSE_CLIENT_ID"],
         client_secret=env["DATAVERSE_CLIENT_SECRET"],

@@ -84,7 +84,7 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
-from integrations.oauth import ClientCredentials
+from integrations.oauth import shared_credentials
 from integrations.owners import Owner, assignee_checks, owner_id_of
 
 KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
@@ -215,7 +215,7 @@ class SalesforceCrm:
         if config.sobject not in KEY_PREFIXES or config.sobject == "Task":
             self.problems.append("the enquiry object must be Lead or Contact")
         self.timeout = timeout_of(timeout)
-        self.credentials = ClientCredentials(
+        self.credentials = shared_credentials(
             config.token_url, config.client_id, config.client_secret
         )
         # Unique + External ID: a repeat finds the first record (lookup, a read by the

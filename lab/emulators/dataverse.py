@@ -158,7 +158,8 @@ of 300 seconds." (https://learn.microsoft.com/power-apps/developer/data-platform
 500s are code 0x80040216), and `/_sandbox/stats`: `records` the unmerged leads,
 `tasks` the tasks regarding them, each counted by reference value in
 `records_by_external_ref` / `tasks_by_external_ref`; `messages` 0; `calls`
-counts `token` requests too.
+counts each action's calls whose token was accepted, `token` requests, and as
+`unauthorized` the calls refused 401.
 
 ``GET|POST /_sandbox/config`` ``{"alternate_key_status": "Active" | "Pending" |
 "InProgress" | "Failed", "reference_column", "client_id", "client_secret",
@@ -951,15 +952,22 @@ class DataverseRequestHandler(SandboxRequestHandler):
         assert isinstance(store, DataverseStore)
         return store
 
-    def _answer(self, work: Callable[[], Reply], *, authorized: bool = True) -> Reply:
+    def _answer(
+        self, work: Callable[[], Reply], *, authorized: bool = True, counted: str = ""
+    ) -> Reply:
         """Runs `work` behind the bearer token and the user's service protection
-        limits; Dataverse's errors become answers."""
+        limits; Dataverse's errors become answers. The call is `counted` under its
+        action once the token is accepted; a refused token is counted "unauthorized",
+        whatever the call asked (nothing was read or written)."""
         if not authorized:
             return self._run(work)
         try:
             user = self._authorize()
         except DataverseError as exc:
+            self.store.count_call("unauthorized")
             return exc.reply()
+        if counted:
+            self.store.count_call(counted)
         refused = self.dataverse.enter(user)
         if refused is not None:
             return refused.reply()
@@ -1159,9 +1167,9 @@ class DataverseRequestHandler(SandboxRequestHandler):
     # -- leads ---------------------------------------------------------------
 
     def dv_lead_get(self, key: str) -> Reply:
-        self.store.count_call("lookup_record")
         return self._answer(
-            lambda: Reply(200, self._selected(self.dataverse.lead(key), ("leadid",)))
+            lambda: Reply(200, self._selected(self.dataverse.lead(key), ("leadid",))),
+            counted="lookup_record",
         )
 
     def dv_lead_patch(self, key: str) -> Reply:
@@ -1177,27 +1185,23 @@ class DataverseRequestHandler(SandboxRequestHandler):
             return self._written("leads", leadid)
 
         if condition != "create":
-            self.store.count_call("update_record")
-            return self._answer(work)
-        self.store.count_call("create_record")
+            return self._answer(work, counted="update_record")
         return self._answer(
-            lambda: self._faulted("create_record", lambda: self._answer(work, authorized=False))
+            lambda: self._faulted("create_record", lambda: self._answer(work, authorized=False)),
+            counted="create_record",
         )
 
     def dv_lead_delete(self, key: str) -> Reply:
-        self.store.count_call("delete_record")
-
         def work() -> Reply:
             self.dataverse.delete_lead(unquote(key).lower())
             return Reply(204, None)
 
-        return self._answer(work)
+        return self._answer(work, counted="delete_record")
 
     def dv_leads_get(self) -> Reply:
         """Server-driven paging: `Prefer: odata.maxpagesize=N`, `@odata.nextLink` with a
         $skiptoken (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/query/page-results).
         Rows come in (createdon, leadid) order whatever $orderby says."""
-        self.store.count_call("list_records")
 
         def work() -> Reply:
             size = self._page_size()
@@ -1219,7 +1223,7 @@ class DataverseRequestHandler(SandboxRequestHandler):
             headers = {"Preference-Applied": f"odata.maxpagesize={size}"}
             return Reply(200, body, headers)
 
-        return self._answer(work)
+        return self._answer(work, counted="list_records")
 
     def _page_size(self) -> int:
         match = re.search(r"odata\.maxpagesize=(\d+)", self.headers.get("Prefer") or "")
@@ -1228,11 +1232,11 @@ class DataverseRequestHandler(SandboxRequestHandler):
     # -- tasks ---------------------------------------------------------------
 
     def dv_task_get(self, key: str) -> Reply:
-        self.store.count_call("lookup_task")
         return self._answer(
             lambda: Reply(
                 200, self._selected(self.dataverse.task(unquote(key).lower()), ("activityid",))
-            )
+            ),
+            counted="lookup_task",
         )
 
     def dv_tasks_get(self) -> Reply:
@@ -1263,16 +1267,14 @@ class DataverseRequestHandler(SandboxRequestHandler):
 
         if condition != "create":
             return self._answer(work)
-        self.store.count_call("create_task")
         return self._answer(
-            lambda: self._faulted("create_task", lambda: self._answer(work, authorized=False))
+            lambda: self._faulted("create_task", lambda: self._answer(work, authorized=False)),
+            counted="create_task",
         )
 
     # -- merge ---------------------------------------------------------------
 
     def dv_merge_post(self) -> Reply:
-        self.store.count_call("merge_record")
-
         def work() -> Reply:
             body = self._json_body()
             target, subordinate = (
@@ -1288,7 +1290,7 @@ class DataverseRequestHandler(SandboxRequestHandler):
             self.dataverse.merge(target, subordinate, update)
             return Reply(204, None, {"OData-Version": "4.0"})
 
-        return self._answer(work)
+        return self._answer(work, counted="merge_record")
 
     # -- faults in Dataverse's words -----------------------------------------
 

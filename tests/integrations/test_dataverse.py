@@ -320,6 +320,17 @@ def test_a_revoked_token_is_replaced_once_and_the_call_succeeds(crm: DataverseCr
     assert stats(control)["calls"]["token"] == tokens_before + 1
 
 
+def test_the_adapters_of_one_process_share_one_token(emulator, control) -> None:
+    """The engine builds an adapter for each attempt: ten attempts ask Entra ID once."""
+    for n in range(10):
+        crm = adapter_from_env(base_url=None, timeout=5, env=env_for(emulator))
+        assert crm.find_record(external_ref=f"opk_shared_{n}") is None
+    calls = stats(control)["calls"]
+    # Each absent lead is read twice: by its GUID, then by the alternate key.
+    assert (calls["token"], calls["lookup_record"]) == (1, 20)
+    assert "unauthorized" not in calls
+
+
 def test_a_wrong_secret_is_permanent_and_never_quoted(emulator, control) -> None:
     crm = adapter_from_env(
         base_url=None, timeout=5, env=env_for(emulator, DATAVERSE_CLIENT_SECRET="not-the-secret")

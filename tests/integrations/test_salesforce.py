@@ -380,6 +380,9 @@ def test_the_token_is_fetched_once_and_again_after_a_401(org: Org) -> None:
     org.client.post("/_sandbox/expire_tokens").raise_for_status()
     assert crm.find_record(external_ref="op-13") is not None
     assert org.stats()["calls"]["token"] == 2
+    # The engine builds an adapter for each attempt: they share the process's token.
+    assert org.adapter().find_record(external_ref="op-13") is not None
+    assert org.stats()["calls"]["token"] == 2
 
 
 def test_an_unknown_client_id_is_permanent(org: Org) -> None:
