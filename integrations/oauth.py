@@ -4,7 +4,7 @@ Salesforce and Dataverse (through Microsoft Entra ID) hand out bearer tokens for
 a client id and secret. One `ClientCredentials` per configured destination keeps
 its token in memory, per process, until shortly before it expires (Entra ID
 answers `expires_in`; Salesforce does not, so its tokens are kept until the API
-answers 401, when the adapter calls `invalidate()` and asks once more).
+answers 401, when the adapter calls `invalidate(token)` and asks once more).
 
 Adapters are built for each attempt, so they take their credentials from
 `shared_credentials`, which hands every adapter of the process the same object
@@ -53,10 +53,12 @@ class ClientCredentials:
                 self._expires_at = time.monotonic() + max(0.0, lifetime - _EARLY_SECONDS)
             return self._token
 
-    def invalidate(self) -> None:
-        """Forgets the token (the API answered 401): the next call fetches a new one."""
+    def invalidate(self, refused: str) -> None:
+        """Forgets the `refused` token (the API answered 401 to it): the next call fetches
+        a new one. A token another thread already fetched in its place is kept."""
         with self._lock:
-            self._token = None
+            if self._token == refused:
+                self._token = None
 
     def _fetch(self, timeout: httpx.Timeout) -> tuple[str, float]:
         form = {

@@ -491,8 +491,9 @@ class DataverseCrm:
         url = f"{self.org_url}{API_PATH}{path}"
         response = None
         for _ in range(2):
+            token = self._token()
             headers = {
-                "Authorization": f"Bearer {self._token()}",
+                "Authorization": f"Bearer {token}",
                 "Accept": "application/json",
                 "OData-MaxVersion": "4.0",
                 "OData-Version": "4.0",
@@ -501,7 +502,7 @@ class DataverseCrm:
             response = send(method, url, timeout=self.timeout, headers=headers, **kwargs)
             if response.status_code != 401:
                 return response
-            self.credentials.invalidate()
+            self.credentials.invalidate(token)
         assert response is not None
         return response
 

@@ -632,7 +632,7 @@ class SalesforceCrm:
             sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
             response = send(method, url, timeout=self.timeout, headers=sent, **kwargs)
             if response.status_code == 401 and attempt == 1:
-                self.credentials.invalidate()
+                self.credentials.invalidate(token)
                 continue
             break
         if response.is_success or (missing_ok and response.status_code == 404):

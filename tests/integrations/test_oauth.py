@@ -33,3 +33,14 @@ def test_forgetting_drops_every_token() -> None:
     first = shared_credentials(URL, "app", "secret-1")
     credentials_forget()
     assert shared_credentials(URL, "app", "secret-1") is not first
+
+
+def test_a_401_forgets_the_refused_token_only() -> None:
+    """Two threads share the token: the one whose call was refused must not drop the
+    token the other has already fetched in its place."""
+    credentials = shared_credentials(URL, "app", "secret-1")
+    credentials._token, credentials._expires_at = "newer", float("inf")
+    credentials.invalidate("older")
+    assert credentials._token == "newer"
+    credentials.invalidate("newer")
+    assert credentials._token is None
