@@ -18,9 +18,8 @@ SANDBOX_PORTS ?= 8765,8025
 # The suite on three pytest-xdist workers, each with its own test database; what must
 # not run side by side is one group (tests/conftest.py). Three on two cores: the
 # scenarios spend much of their time waiting on processes they started, and a third
-# worker fills that (13 min 41 s against 15 min 37 s for two); a fourth no longer does,
-# the cores are then the limit (15 min 4 s against 13 min 15 s for three, on one machine
-# the same hour). TEST_WORKERS=0: one process.
+# worker fills that; a fourth no longer does, the cores are then the limit (the times
+# are in CONTRIBUTING.md). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 # Benchmarks empty their tables: they get databases of their own.
