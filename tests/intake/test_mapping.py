@@ -16,7 +16,7 @@ from idempotency_core.intake.senders.mapping import (
 )
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
 from idempotency_core.intake.senders.profiles import PRESETS, profile_resolve
-from tests.support.senders import ADA_MESSAGE, FIXTURES, SAMPLES, SHARED
+from tests.support.senders import ADA_MESSAGE, FIXTURES, PROVIDERS, SAMPLES
 
 DOC = {
     "a": {"b": "x", "First Name": "Ada", "Last Name": "Lovelace"},
@@ -181,16 +181,16 @@ def test_a_plain_form_s_other_fields_become_extra_fields():
     assert mapped.fields == {"your-subject": "Quote request"}
 
 
-# Every sample under ../shared/form-providers/ and tests/fixtures/senders/, and the
+# Every sample under tests/fixtures/senders/ and its providers/ folder, and the
 # contact and message its notes (the sibling .md) say it carries: (profile, name,
 # email, phone as normalised, message). "" where the sample has none.
-TYPEFORM_MESSAGE = json.loads((SHARED / "typeform.json").read_text())["form_response"]["answers"][
+TYPEFORM_MESSAGE = json.loads((PROVIDERS / "typeform.json").read_text())["form_response"]["answers"][
     0
 ]["text"]
 CRLF_MESSAGE = ADA_MESSAGE.replace("\n", "\r\n")
 EXPECTED: dict[str, tuple[str, str, str, str, str]] = {
-    "shared/typeform.json": ("typeform", "Laura", "laura@example.com", "", TYPEFORM_MESSAGE),
-    "shared/formspree.json": (
+    "providers/typeform.json": ("typeform", "Laura", "laura@example.com", "", TYPEFORM_MESSAGE),
+    "providers/formspree.json": (
         "formspree",
         "Sarah Nguyen",
         "sarah@example.com",
@@ -198,10 +198,10 @@ EXPECTED: dict[str, tuple[str, str, str, str, str]] = {
         "I sat the GAMSAT before and need help urgently with essays before September.",
     ),
     # The docs' entry of a form that is not a contact form: a choice in 1, text in 2.
-    "shared/gravityforms.json": ("gravityforms", "", "", "", ""),
+    "providers/gravityforms.json": ("gravityforms", "", "", "", ""),
     # A Webhooks API event: ids only, the contact must be fetched (hubspot.md).
-    "shared/hubspot.json": ("hubspot", "", "", "", ""),
-    "shared/webflow.json": (
+    "providers/hubspot.json": ("hubspot", "", "", "", ""),
+    "providers/webflow.json": (
         "webflow",
         "Zaphod Beeblebrox",
         "zaphod@heartofgold.ai",
@@ -278,14 +278,14 @@ EXPECTED: dict[str, tuple[str, str, str, str, str]] = {
 
 
 def sample_files() -> set[str]:
-    shared = {f"shared/{p.name}" for p in SHARED.glob("*.json")}
+    providers = {f"providers/{p.name}" for p in PROVIDERS.glob("*.json")}
     fixtures = {f"fixtures/{p.name}" for p in FIXTURES.iterdir() if p.suffix in (".body", ".json")}
-    return shared | fixtures
+    return providers | fixtures
 
 
 def sample_document(name: str, profile: str) -> dict:
     folder, file = name.split("/")
-    body = ((SHARED if folder == "shared" else FIXTURES) / file).read_bytes()
+    body = ((PROVIDERS if folder == "providers" else FIXTURES) / file).read_bytes()
     content_type = ""  # the profile's own reader
     if body.startswith(b"--"):  # multipart: the boundary is the first line's
         content_type = "multipart/form-data; boundary=" + body.split(b"\r\n", 1)[0][2:].decode()

@@ -49,8 +49,8 @@ from tests.factories import make_user, post, submission
 from tests.support.processes import Sandbox
 from tests.support.senders import (
     ANOTHER_FORMS_MAP,
+    PROVIDERS,
     SAMPLES,
-    SHARED,
     TUTORING_MAP,
     Sample,
     jotform_captured_tutoring,
@@ -370,13 +370,13 @@ def test_a_broken_field_map_keeps_the_delivery_for_a_fixed_one():
     assert line.startswith("field_map: The source's field map cannot be applied")
 
 
-@pytest.mark.parametrize("name", sorted(path.stem for path in SHARED.glob("*.json")))
-def test_every_shared_provider_sample_is_never_a_4xx(name):
-    """The providers' own samples beside the project (some from their docs, with no
+@pytest.mark.parametrize("name", sorted(path.stem for path in PROVIDERS.glob("*.json")))
+def test_every_published_provider_sample_is_never_a_4xx(name):
+    """The providers' own published samples (some from their docs, with no
     contact fields at all): as they are, without the email, with nothing to contact:
     processed or kept as unreadable, never refused."""
     signing = SAMPLES[name]
-    body = (SHARED / f"{name}.json").read_bytes()
+    body = (PROVIDERS / f"{name}.json").read_bytes()
     # The name as the preset reads it, for "nothing to contact" to remove.
     mapped = document_map(PRESETS[name].field_map, json.loads(body))
     as_is = Sample(
@@ -394,7 +394,7 @@ def test_every_shared_provider_sample_is_never_a_4xx(name):
             sample_without_contact(as_is, everything=True),
         )
     ):
-        source, path = hook_source(name, name=f"{name}-shared-{number}")
+        source, path = hook_source(name, name=f"{name}-published-{number}")
         response = deliver(Client(), path, sample)
         assert response.status_code in (200, 202), (number, response.content)
         event = Event.objects.get(source=source)

@@ -1,8 +1,8 @@
 """Signature verifiers against vectors computed independently of the code under test.
 
 Where a provider publishes none, the vector is the one written in the provider's
-note (../shared/form-providers/<provider>.md, "computed locally" from the
-provider's recipe), or computed here with `hmac` from the recipe as the note
+note (tests/fixtures/senders/providers/README.md, "computed locally" from
+the provider's recipe), or computed here with `hmac` from the recipe as the note
 states it. Each verifier also meets a wrong secret, a changed byte and, where a
 timestamp is signed, a stale one.
 """

@@ -2,7 +2,7 @@
 
 The signing here is written from each provider's recipe with `hmac` directly,
 not with Onefold's verifiers, so a test proves the verifier against the recipe.
-Samples come from ../shared/form-providers/ and tests/fixtures/senders/ (their
+Samples come from tests/fixtures/senders/ and its providers/ folder (their
 notes say where each one comes from and what was reconstructed).
 """
 
@@ -25,8 +25,9 @@ from idempotency_core.intake.sources import source_get_or_create, source_hook_co
 from idempotency_core.models import Source
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "form-providers"
 FIXTURES = REPO / "tests" / "fixtures" / "senders"
+# The providers' own published samples, as they publish them.
+PROVIDERS = FIXTURES / "providers"
 
 
 @dataclass(frozen=True)
@@ -107,12 +108,12 @@ SAMPLES: dict[str, Sample] = {
     for s in (
         Sample(
             "typeform",
-            (SHARED / "typeform.json").read_bytes(),
+            (PROVIDERS / "typeform.json").read_bytes(),
             "application/json",
             (
                 "Laura",
                 "laura@example.com",
-                json.loads((SHARED / "typeform.json").read_text())["form_response"]["answers"][0][
+                json.loads((PROVIDERS / "typeform.json").read_text())["form_response"]["answers"][0][
                     "text"
                 ],
             ),
@@ -131,7 +132,7 @@ SAMPLES: dict[str, Sample] = {
         ),
         Sample(
             "webflow",
-            (SHARED / "webflow.json").read_bytes(),
+            (PROVIDERS / "webflow.json").read_bytes(),
             "application/json",
             ("Zaphod Beeblebrox", "zaphod@heartofgold.ai", ""),
             sign=sign_webflow,
@@ -155,7 +156,7 @@ SAMPLES: dict[str, Sample] = {
         ),
         Sample(
             "formspree",
-            (SHARED / "formspree.json").read_bytes(),
+            (PROVIDERS / "formspree.json").read_bytes(),
             "application/json",
             (
                 "Sarah Nguyen",
