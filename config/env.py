@@ -101,7 +101,7 @@ def env_header_pair(name: str) -> tuple[str, str] | None:
     return meta_key, value
 
 
-# What DATABASE_URL may name: Onefold runs on PostgreSQL only (DESIGN.md), so that the
+# What DATABASE_URL may name: Onefold runs on PostgreSQL only (docs/architecture.md), so that the
 # engine a newcomer's quick start meets is the one the tests prove.
 _POSTGRESQL_SCHEMES = {"postgres", "postgresql", "pgsql"}
 # The embedded server of the quick start (`make run`): its data directory under

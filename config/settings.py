@@ -459,7 +459,7 @@ ONEFOLD_METRICS_WINDOW_SECONDS = env_int("ONEFOLD_METRICS_WINDOW_SECONDS", 300, 
 # /readyz answers 503 when the database or the task queue has not answered by then.
 ONEFOLD_READY_TIMEOUT_SECONDS = env_float("ONEFOLD_READY_TIMEOUT_SECONDS", 2, minimum=0.1)
 
-# --- django-q2 (see shared TASK-QUEUE.md) ----------------------------------
+# --- django-q2 (docs/task-queue.md) ----------------------------------------
 
 _Q_WORKERS = env_int("ONEFOLD_Q_WORKERS", 2, minimum=1)
 _Q_TIMEOUT = env_int("ONEFOLD_Q_TIMEOUT", int(ONEFOLD_HTTP_TIMEOUT_SECONDS * 2) + 10, minimum=1)

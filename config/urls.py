@@ -27,7 +27,7 @@ from idempotency_core.intake.api import hook_schema, hooks
 from idempotency_core.observability import health, metrics
 from review_console.permissions import VIEW_CASES, console_permission
 
-# What senders call: the ingest API and the hooks (CONTRACT.md, "Senders").
+# What senders call: the ingest API and the hooks (docs/senders.md).
 public_api = [
     path("api/v1/", include("idempotency_core.intake.api.urls")),
     # Senders' own formats: signed, or a token in the path.

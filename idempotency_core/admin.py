@@ -1,4 +1,4 @@
-"""The Django admin for sources and their deliveries (CONTRACT.md, "Senders").
+"""The Django admin for sources and their deliveries (docs/senders.md).
 
 A source's settings are edited here as on the console's source page: enabled or
 not, default form, thank-you URL, duplicates policy, signing secrets. A secret is

@@ -6,7 +6,7 @@ one of them loses and reads again. Measured with two clusters (`bench_pipeline`)
 submission cost twice the CPU it cost with one. Here a pusher takes
 its rows in one statement that skips the rows another pusher is taking at that
 moment (`FOR UPDATE SKIP LOCKED`) and sets their lock as django-q2 does, to now +
-`retry`: the delivery rules are unchanged (TASK-QUEUE.md: a row not acknowledged is
+`retry`: the delivery rules are unchanged (docs/task-queue.md: a row not acknowledged is
 handed out again when its lock expires; a row is acknowledged by deleting it).
 `Q_CLUSTER["broker_class"]` names this class.
 
@@ -34,7 +34,7 @@ from idempotency_core.sql import prepared_cursor
 # The queue's own commits do not wait for the WAL flush (`synchronous_commit` off, for
 # their transaction only). A crash of PostgreSQL can then lose a lock taken or a row
 # deleted in the moments before it, and the task is handed out again: the
-# at-least-once delivery Onefold is built for (TASK-QUEUE.md), which the claim
+# at-least-once delivery Onefold is built for (docs/task-queue.md), which the claim
 # screens. What a task does is written by the worker's own statements, whose commits
 # wait for the flush. The dequeue's function sets it in its body.
 _NO_FLUSH_WAIT = "set_config('synchronous_commit', 'off', true)"

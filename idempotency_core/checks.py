@@ -1,6 +1,6 @@
 """System checks that refuse settings under which Onefold would be unsafe to run.
 
-Timings under which a task could run twice unseen (shared TASK-QUEUE.md, rule 7:
+Timings under which a task could run twice unseen (docs/task-queue.md, rule 7:
 the broker's `retry` must outlast a task's longest wait plus run, and a claim's
 lease must outlast the task timeout), and the public development SECRET_KEY on
 a server that answers beyond loopback.

@@ -1,4 +1,4 @@
-"""Onefold's data model. The invariants of DESIGN.md live here as database constraints.
+"""Onefold's data model. The invariants of docs/architecture.md live here as database constraints.
 
 Sources send events; each HTTP receipt is a delivery; each business effect of an
 event is an operation with an opaque, permanent key; each execution try of an
@@ -22,7 +22,7 @@ class Source(models.Model):
     is_active = models.BooleanField(default=True)
     # Random per-source secret mixed into operation keys so that a key cannot be
     # recomputed from a guessed event key. It never changes: operation keys must
-    # stay stable for the life of the event (DESIGN.md, "Operation keys never change").
+    # stay stable for the life of the event (docs/architecture.md, "Operation keys never change").
     key_salt = models.CharField(max_length=64, editable=False)
     rate_per_minute = models.PositiveIntegerField(null=True, blank=True)
     task_assignee = models.CharField(max_length=100, default="sales")

@@ -160,7 +160,7 @@ NO_CONTENT = RecordContent()
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a destination can recognise of a repeat (DESIGN.md, Flow 4).
+    """What a destination can recognise of a repeat (docs/architecture.md, Flow step 4).
 
     Built by the adapter from its configuration, never assembled by a caller:
     one value travels from the adapter to `policy.decide()`, so a capability

@@ -7,7 +7,7 @@ rebuilt after a fork (django-q2 forks its workers from a parent that may have
 used it) and never shared across processes.
 
 What an answer means to the engine is decided here, the same way for every
-vendor (DESIGN.md, Flow 3):
+vendor (docs/architecture.md, Flow step 3):
 
 - no connection: nothing was sent, RETRYABLE (`send`);
 - a request sent whose answer was lost, or a status that says neither "done" nor

@@ -3,8 +3,7 @@
 Per source and per form (`"*"` for the rest): the enquiry's and the contact's CRM
 properties, the enquiry's pipeline and stage, the task's title, assignee and due date,
 and the confirmation's subject, text, HTML, Reply-To and languages, each a template in
-Django's template language over the submission's values (CONTRACT.md, "Business
-configuration"; docs/configuration.md says it for users).
+Django's template language over the submission's values (docs/configuration.md).
 
 - `document.py`: the document's shape, its validation (each problem with its place),
   and the block that applies to a submission;

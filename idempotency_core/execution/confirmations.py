@@ -14,8 +14,8 @@ prize at https://…"). So:
   siteverify did not answer: intake/senders/captcha.py) is processed, but its
   confirmation is held too.
 
-A submission without an email address (a form with no email field: CONTRACT.md,
-"Senders") has no one to confirm to: its confirmation is skipped before any limit
+A submission without an email address (a form with no email field:
+docs/senders.md) has no one to confirm to: its confirmation is skipped before any limit
 counts it (`ConfirmationSkippedError`), and the step ends cancelled, saying so,
 with no case: nothing is wrong and nobody has to decide anything.
 

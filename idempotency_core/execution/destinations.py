@@ -38,7 +38,7 @@ the usual attempts the operation becomes a case that says why.
 `manage.py check_destinations` prints the same checks.
 
 Configured names. The business configuration names CRM properties and task assignees
-(CONTRACT.md, "Business configuration"). `destination_name_checks()` asks the CRM's
+(docs/configuration.md). `destination_name_checks()` asks the CRM's
 adapter (`names_check`) whether its schema has every enquiry and contact property, and
 its owners every assignee, that the current configuration's sources using that CRM
 name; `check_destinations` prints one line for each and refuses (exit 1) on any
@@ -103,7 +103,7 @@ CRM_CHOICES: dict[str, str] = {
 }
 EMAIL_CHOICES: dict[str, str] = {"smtp": Kind.SMTP, "resend": Kind.RESEND}
 
-# The sandbox's capability names (CONTRACT.md, "Sandbox destination").
+# The sandbox's capability names (docs/destinations.md, "The sandbox and SMTP").
 SANDBOX_CAPABILITIES = ("idempotency_keys", "unique_external_ref", "lookup")
 # A capability read must not hold up a worker or a console page for long.
 _CAPABILITY_READ_SECONDS = 2.0

@@ -1,6 +1,6 @@
 """The engine: claim an operation, call its destination, record the outcome.
 
-Flow 2 of DESIGN.md. The claim is a conditional UPDATE committed before any
+Step 2 of docs/architecture.md's Flow. The claim is a conditional UPDATE committed before any
 network call; the outcome is written only by the attempt that holds the claim
 (`UPDATE ... WHERE id = ? AND claim_token = ?`); the next step is released in the
 same transaction as the success of this one. Every caller (worker task, sweeper,
@@ -630,7 +630,7 @@ def _success_release(
     claimed step whose lease the sweeper recovers, as after a death just after any claim.
     Elsewhere the statement makes it due and it is queued: for a moment it is due
     without a task, and a worker that dies then leaves it to the sweeper, which queues it
-    (TASK-QUEUE.md rule 2's "on commit plus the sweeper"), as it recovers a lost task.
+    (docs/task-queue.md, rule 2: "on commit plus the sweeper"), as it recovers a lost task.
 
     None when this path does not apply (not a success, a step with its own follow-up,
     or a case waiting on the success: the statement then writes nothing); else whether

@@ -106,7 +106,7 @@ class AttemptReport:
 
 
 def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at: datetime) -> str:
-    """Chooses the recovery rule from what the destination offers (DESIGN.md, Flow 4).
+    """Chooses the recovery rule from what the destination offers (docs/architecture.md, Flow, 4).
 
     A native idempotency key only helps while the destination still remembers
     it, so it counts only when the retry lands inside the retention window. A

@@ -1,7 +1,7 @@
 """Hooks: a provider's own delivery becomes an event, under the API's guarantees.
 
-`hook_receive` is the service behind `POST /hooks/<source>/` (CONTRACT.md,
-"Senders"). It verifies first (signature or token, over the raw body as
+`hook_receive` is the service behind `POST /hooks/<source>/` (docs/senders.md).
+It verifies first (signature or token, over the raw body as
 received); a delivery that does not verify gets the one answer an unknown source
 gets too (`hook_refused`) and is counted, not stored (`refusal_count`). Only then
 are the source's state (disabled: 503) and rate (429) told, so that no one without
@@ -448,7 +448,7 @@ def _redacted(body: bytes, token: str) -> bytes:
 
 def _bounded(key: str) -> str:
     """Keys longer than 255 or outside visible ASCII are replaced by their digest."""
-    if KEY_REGEX.fullmatch(key):  # the API's own key rule (CONTRACT.md)
+    if KEY_REGEX.fullmatch(key):  # the API's own key rule
         return key
     return f"id:{hashlib.sha256(key.encode()).hexdigest()}"
 

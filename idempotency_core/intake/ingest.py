@@ -1,6 +1,6 @@
 """Ingest: one logical submission becomes one event, its operations and a delivery.
 
-Flow 1 of DESIGN.md. The unique constraint on (source, key) is the guarantee, and the
+The unique constraint on (source, key) is the guarantee, and the
 INSERT asks it first: `INSERT ... ON CONFLICT DO NOTHING RETURNING` either creates the
 event or, for a repeat or the loser of a race between first receipts, creates nothing;
 only then is the existing event read (under READ COMMITTED the read sees the winner,
@@ -147,8 +147,8 @@ def event_ingest_unreadable(
     submitted_at: datetime | None = None,
     status_code: int = 202,
 ) -> IngestResult:
-    """Keeps a verified delivery that maps to no valid submission (CONTRACT.md, "A
-    verified delivery is never lost for its content"), or answers its repeat.
+    """Keeps a verified delivery that maps to no valid submission (docs/senders.md,
+    "Unreadable deliveries"), or answers its repeat.
 
     New: in one transaction, its event under `key` with what the map made of it
     (`payload`) and no operation yet (nothing can run without a contact), its delivery
@@ -237,8 +237,8 @@ def _revised_candidate(*, source: Source, payload: dict[str, Any]) -> Event | No
 
 def _revision_refused(event: Event, payload: dict[str, Any]) -> str | None:
     """Why an edit cannot revise what it names, or None (not an edit, or a valid one).
-    An edit revises an earlier event (DESIGN.md, "Edits"): same source, same contact,
-    and not the submission itself."""
+    An edit revises an earlier event (docs/senders.md, "Repeats, edits and
+    duplicates"): same source, same contact, and not the submission itself."""
     revises = payload.get("revises")
     if not revises:
         return None

@@ -15,7 +15,7 @@ The unique constraint on (source, key) still decides: a repeat, or the loser of 
 between first receipts, inserts no event, so `FROM event` is empty and nothing else is
 inserted either (the statement waits for a racing winner's commit, as the INSERT of the
 transaction did). Every row of a new submission, its task included, is written or none
-is: no event without its task (TASK-QUEUE.md, rule 2).
+is: no event without its task (docs/task-queue.md, rule 2).
 
 The task is the one `operation_enqueue` queues (its message the first operation's id,
 rule 1), signed in Python by django-q2's own `async_task`. So the operations' ids must
@@ -23,7 +23,7 @@ be known before the statement: they are taken from the operation table's sequenc
 blocks of `ID_BLOCK` per process (one extra round trip per block; a sequence never hands
 out a value twice, and an id that is never used leaves only a gap). The task is one of
 the statement's inserts because django-q2's ORM broker keeps its queue in this database
-(Onefold's settings). With a broker elsewhere (Redis: DESIGN.md, "Scale-out") the
+(Onefold's settings). With a broker elsewhere (Redis) the
 statement writes the other rows and the task is queued once they are committed: a task
 lost in between is the sweeper's to queue again, as it covers that broker's
 at-most-once delivery.

@@ -2,7 +2,7 @@
 
 Why from the database and not from counters kept in memory: submissions are
 answered by any number of web processes and attempts are recorded by any number
-of worker processes, on any number of machines (DESIGN.md, "Scale-out"), and
+of worker processes, on any number of machines (docs/operations.md, "Workers"), and
 every one of them already writes a row (a Delivery, an Attempt). Counting rows
 is exact across all of them, survives restarts, needs no shared directory nor a
 scrape of each worker (a qcluster serves no HTTP), and adds nothing to the

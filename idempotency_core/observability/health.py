@@ -1,4 +1,4 @@
-"""/healthz and /readyz, for load balancers and orchestrators (CONTRACT.md, "Operations").
+"""/healthz and /readyz, for load balancers and orchestrators (docs/operations.md).
 
 /healthz says the process serves requests and touches nothing else: when it
 fails, restarting the process is the remedy. /readyz says this process can take

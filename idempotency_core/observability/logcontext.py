@@ -1,6 +1,6 @@
 """The ids a django-q2 worker's log lines carry while it runs a task.
 
-A task message carries one id and nothing else (TASK-QUEUE.md, rule 1), so the
+A task message carries one id and nothing else (docs/task-queue.md, rule 1), so the
 id it names is known before the task starts: django-q2's `pre_execute` signal,
 sent in the worker process just before the call, binds it for every line logged
 until `post_execute_in_worker`, whoever logs them (the engine, an adapter,

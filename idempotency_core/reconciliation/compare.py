@@ -1,6 +1,6 @@
 """Reconciliation: compare a period's events with what a CRM destination really holds.
 
-Flow 8 of DESIGN.md. A run goes through three phases, each resumable:
+Step 8 of docs/architecture.md's Flow. A run goes through three phases, each resumable:
 
 1. **Listing.** The destination's records are paged through (`GET
    /crm/records?since=&until=`) and staged in `ReconciliationRecord`, with COPY
@@ -287,7 +287,7 @@ def reconcile_daily() -> list[dict[str, Any]]:
 
 
 def run_summary(run: ReconciliationRun) -> dict[str, Any]:
-    """The contract's JSON object (CONTRACT.md, `reconcile --json`)."""
+    """The JSON object of `reconcile --json` (docs/operations.md, "Reconciliation")."""
     return {
         "run_id": run.pk,
         "events": run.events_count or 0,

@@ -1,4 +1,4 @@
-"""Review case services: what a reviewer decides about a case (DESIGN.md, Flow 7).
+"""Review case services: what a reviewer decides about a case (docs/architecture.md, Flow step 7).
 
 Every function here is a decision a person makes, so each one guards the state
 it changes (only open cases move; a conditional UPDATE decides between two

@@ -1,6 +1,6 @@
 """Settling an email that may or may not have gone out, with what a person can know.
 
-SMTP has no idempotency and no reference to look up (DESIGN.md, "Email"): when a
+SMTP has no idempotency and no reference to look up (docs/vendor-facts.md): when a
 send was cut off, nobody can verify a "destination reference". A reviewer can
 only ask the customer. So the two decisions are:
 

@@ -1,4 +1,4 @@
-"""Investigated merge of suspected duplicate records (DESIGN.md, Flow 7).
+"""Investigated merge of suspected duplicate records (docs/architecture.md, Flow step 7).
 
 A reviewer's merge decision becomes an operation of its own (step
 `merge_duplicate:<duplicate ref>`, see execution/steps.py) with its own stable key,

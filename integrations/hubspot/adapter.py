@@ -2,7 +2,7 @@
 
 What HubSpot recognises of a repeated enquiry is a custom property with unique
 values (`hasUniqueValue`), created by the account's admin on the enquiry object
-(CRM-FACTS.md, HubSpot). Onefold writes its operation key there; a second create
+(docs/vendor-facts.md). Onefold writes its operation key there; a second create
 with the same value is refused naming the property (409, or a 400 that names it
 as a duplicate value), and the object is read back by it with `?idProperty=`
 (never by search, which lags writes). The contact is HubSpot's own
@@ -53,7 +53,7 @@ from integrations.owners import Owner, assignee_checks, owner_id_of
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and
 # the HUBSPOT_DEFINED association type ids to a contact and from a task. Deal→contact 3
-# and task→deal 216: CRM-FACTS.md, HubSpot. Ticket→contact 16: the legacy associations
+# and task→deal 216: docs/vendor-facts.md. Ticket→contact 16: the legacy associations
 # overview gives contact→ticket 15 and its reverse 16
 # (https://developers.hubspot.com/docs/methods/crm-associations/crm-associations-overview).
 # Task→ticket 230: third-party tables only, unverified; HUBSPOT_CONTACT_ASSOCIATION_TYPE
@@ -81,7 +81,7 @@ _ENQUIRY_OBJECTS: dict[str, dict[str, Any]] = {
 }
 # HubSpot's object ids are numbers ("id": "12345678").
 _OBJECT_ID = re.compile(r"[1-9][0-9]{0,18}")
-# "Contact already exists. Existing ID: 6001" (CRM-FACTS.md; hubspot-api-php#59).
+# "Contact already exists. Existing ID: 6001" (docs/vendor-facts.md).
 _EXISTING_ID = re.compile(r"Existing ID:\s*([0-9]+)")
 # The ten-second window, when a 429 names TEN_SECONDLY_ROLLING without Retry-After
 # (https://developers.hubspot.com/docs/api/usage-details).
@@ -543,7 +543,7 @@ class HubSpotCrm:
         self, fields: Mapping[str, Any], configured: Mapping[str, str] | None = None
     ) -> str | None:
         """The contact's id by email: created, or on 409 the existing one adopted (its
-        id is only in the message text: CRM-FACTS.md, HubSpot). None without an email.
+        id is only in the message text: docs/vendor-facts.md). None without an email.
         `configured` properties go on a contact created here; an existing contact is
         adopted as it is (its properties are its owner's, not overwritten)."""
         email = str(fields.get("email") or "").strip()

@@ -1,7 +1,7 @@
 """Pipedrive as Onefold's CRM: a person found or created by email, a lead, an activity.
 
 Nothing in Pipedrive recognises a repeat: no idempotency key, no unique field, no
-upsert (CRM-FACTS.md, Pipedrive). The only lookup by our reference is the search
+upsert (docs/vendor-facts.md, Pipedrive). The only lookup by our reference is the search
 index, which lags writes, so "not found" proves nothing. The capabilities say so
 (`lookup_proves_absence=False`, `lookup_settle_seconds`), and the engine, after an
 unclear create, looks up no sooner than the settling delay: found, it adopts;
@@ -75,7 +75,7 @@ from integrations.owners import Owner, assignee_checks, owner_id_of
 
 DEFAULT_BASE_URL = "https://api.pipedrive.com"
 # How long after an unclear create the search is worth asking. Pipedrive documents no
-# freshness for its search (CRM-FACTS.md): this is a guess, and configurable.
+# freshness for its search (docs/vendor-facts.md): this is a guess, and configurable.
 DEFAULT_SETTLE_SECONDS = 30.0
 # "Only the following custom field types are searchable: address, varchar, text,
 # varchar_auto, double, monetary and phone" (client-nodejs v2 persons-api.ts, searchPersons).

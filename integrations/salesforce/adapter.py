@@ -3,7 +3,7 @@
 Both are keyed by our reference in a custom field (`Onefold_Ref__c` by default)
 that the org marks External ID and Unique on Lead/Contact and on Task. Every
 behaviour relied on here is described, with its source, in store.py of the
-emulator ([UPSERT], [ERRORS], [FACTS], [DUPRULE], [ASSIGN], [QUERY], [IDS]).
+emulator ([UPSERT], [ERRORS], [VENDOR], [DUPRULE], [ASSIGN], [QUERY], [IDS]).
 
 Create or adopt (create_record, create_task). One call of ours is:
 
@@ -524,7 +524,7 @@ class SalesforceCrm:
         due_at: datetime | None = None,
         assignee_is_owner: bool = False,
     ) -> Effect:
-        """[FACTS]: Task with WhoId (a lead as WhoId leaves WhatId empty). A configured
+        """[VENDOR]: Task with WhoId (a lead as WhoId leaves WhatId empty). A configured
         assignee becomes OwnerId, mapped to its user through a SOQL query on User
         (`_owner_id`); the source's own label becomes OwnerId only when it is a user id
         (005...), else it is named in the Description and the task stays with the
@@ -580,7 +580,7 @@ class SalesforceCrm:
         except DestinationError as exc:
             if not _duplicate_value(exc):
                 raise
-            # [FACTS]: a racing insert won on the unique field; read ours back.
+            # [VENDOR]: a racing insert won on the unique field; read ours back.
             found = self._find(sobject, name, external_ref)
             if found is None:
                 raise
@@ -700,7 +700,7 @@ class SalesforceCrm:
 
 
 def _duplicates_detected(error: dict[str, Any], text: str) -> SalesforceDuplicatesDetected:
-    """[FACTS]: matches under duplicateResut (sic) -> matchResults[].matchRecords[].record.Id."""
+    """[VENDOR]: matches under duplicateResut (sic) -> matchResults[].matchRecords[].record.Id."""
     result = error.get("duplicateResut") or error.get("duplicateResult") or {}
     ids = []
     for match in result.get("matchResults") or []:

@@ -40,7 +40,7 @@ _RECORD_ID = re.compile(r"rec_\d{6,}")
 class SandboxCrm:
     """`CrmAdapter` for the sandbox's CRM API (lab/sandbox/__init__.py)."""
 
-    # The sandbox has no rate limit (CONTRACT.md, "Sandbox destination").
+    # The sandbox has no rate limit (docs/destinations.md).
     request_budget: RequestBudget | None = None
 
     def __init__(

@@ -5,7 +5,7 @@ raw body), so their paths are appended to the generated schema (`APPEND_PATHS`, 
 on the public schema's view in config/urls.py). Everything here is derived from
 `PRESETS`, so a new profile, header or tolerance shows without editing this file:
 each profile's path, its signature header and how it is computed, and the answers
-(CONTRACT.md, "Senders").
+(docs/senders.md).
 """
 
 from __future__ import annotations

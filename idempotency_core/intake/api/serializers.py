@@ -1,7 +1,7 @@
 """Input and output shapes of the ingest API (explicit fields only).
 
-The submission serializer is the whole of the input contract (CONTRACT.md, "Ingest
-API"): what it validates is what is stored (`serializer.data`, dates written back
+The submission serializer is the whole of the input contract (docs/senders.md,
+"The ingest API"): what it validates is what is stored (`serializer.data`, dates written back
 as ISO 8601), so an unknown key, a number where text belongs or a value that could
 fail in the database is refused here, with a field error, before anything is
 written. Strings are taken as sent (no trimming), so the schema's length limits
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 # An event key (the Idempotency-Key header, the body's submission_id): 1 to 255
 # visible ASCII characters without commas. HTTP servers join repeated headers with
-# commas, so a comma would let two keys pass as one (CONTRACT.md). \A and \Z with
+# commas, so a comma would let two keys pass as one. \A and \Z with
 # fullmatch semantics: `$` would let a trailing newline through.
 KEY_REGEX = re.compile(r"\A[\x21-\x2b\x2d-\x7e]{1,255}\Z")
 KEY_RULE = "1 to 255 visible ASCII characters without commas"
@@ -84,7 +84,7 @@ FIELDS_MAX_DEPTH = 2
 
 
 def is_event_key(value: object) -> TypeGuard[str]:
-    """True for a valid event key (CONTRACT.md, "Ingest API")."""
+    """True for a valid event key (docs/senders.md, "The ingest API")."""
     return isinstance(value, str) and KEY_REGEX.fullmatch(value) is not None
 
 
@@ -320,7 +320,7 @@ class ContactSerializer(KnownKeysSerializer):
 
 
 class SubmissionSerializer(KnownKeysSerializer):
-    """One form submission (CONTRACT.md, "Ingest API"); no other keys are accepted."""
+    """One form submission (docs/senders.md, "The ingest API"); no other keys are accepted."""
 
     submission_id = KeyField(
         max_length=255,
@@ -342,7 +342,7 @@ class SubmissionSerializer(KnownKeysSerializer):
 
 
 class SenderContactSerializer(ContactSerializer):
-    """A hook's contact (CONTRACT.md, "Senders"): a sender's form may have no email field
+    """A hook's contact (docs/senders.md): a sender's form may have no email field
     (or no name field), so any one of name, email address and phone number is enough;
     with none of them nothing says who sent the submission, and it is unreadable. The
     JSON API keeps ContactSerializer's rule: a program posting it can send both."""
@@ -396,7 +396,7 @@ def _represented(
     return data
 
 
-# Event statuses as the API reports them (CONTRACT.md); `received` only on first receipt.
+# Event statuses as the API reports them (docs/senders.md); `received` only on first receipt.
 EVENT_STATUSES = ["processing", "completed", "needs_review"]
 # Operation statuses by value only: with the model's labels the choice set would be
 # the staff API's, named once for two components (a drf-spectacular naming warning).

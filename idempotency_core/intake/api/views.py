@@ -1,4 +1,4 @@
-"""Ingest and status endpoints for sources (CONTRACT.md, "Ingest API")."""
+"""Ingest and status endpoints for sources (docs/senders.md)."""
 
 from __future__ import annotations
 

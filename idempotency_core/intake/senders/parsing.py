@@ -8,7 +8,7 @@ A body is read as what its Content-Type says it is, where that is JSON, a form o
 multipart, else as the profile expects: a sender set to another format than its
 usual one (Gravity Forms' "form" format, a website form with
 `enctype="multipart/form-data"` or posted by `fetch` as JSON) is read, not refused
-(CONTRACT.md: only a body that does not parse is 400 on a hook); one that does not
+(docs/senders.md: only a body that does not parse is 400 on a hook); one that does not
 parse as the type it declares is malformed. A JSON body that is not an object (a
 batch of events, a bare value) is the document `{"body": <it>}`; a profile's JSON
 field (Jotform's `rawRequest`) is merged in where the body carries it as a JSON

@@ -1,7 +1,7 @@
 """Presets: how each provider's deliveries are read, verified and mapped.
 
 Each preset cites where its facts come from (the provider's documentation; the
-notes beside the samples in tests/fixtures/senders/ and ../shared/form-providers/).
+notes beside the samples in tests/fixtures/senders/).
 A preset names the fields a provider always sends where it can; the contact
 itself (name, email, phone, message) is found by the delivery's structure (the
 provider's field types, a widget's shape, the form's own labels, an address by
@@ -105,7 +105,7 @@ _PLAIN_FORM_MAP = FieldMap(
 # Typeform's answers: the value under the key its type names ("text", "email",
 # "phone_number", "choice": {"label"}), the field's type and id in `field`, the
 # question's title in `definition.fields` (typeform.com/developers/webhooks/
-# example-payload/; ../shared/form-providers/typeform.json).
+# example-payload/; tests/fixtures/senders/providers/typeform.json).
 _TYPEFORM_ANSWERS: dict[str, Any] = {
     "in": "form_response.answers",
     "id": "field.id",

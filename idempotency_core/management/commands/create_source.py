@@ -4,7 +4,7 @@ A source that exists is refused (exit 1) and left as it is: a new API key for it
 is `rotate_key`'s job, which also ends the old one.
 
 With the default profile `api`, the last line is a new API key. With a sender's
-profile (CONTRACT.md, "Senders"), the last line is the hook's path, alone; the
+profile (docs/senders.md), the last line is the hook's path, alone; the
 signing secret (or the token inside the path) is printed once, before it.
 
 `--duplicates hold` makes a suspected duplicate wait, unwritten, for a reviewer

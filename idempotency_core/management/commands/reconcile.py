@@ -1,4 +1,4 @@
-"""`manage.py reconcile`: compare a period's events with the CRM's records (CONTRACT.md).
+"""`manage.py reconcile`: compare a period's events with the CRM's records (docs/operations.md).
 
 A progress bar goes to stderr and a summary table to stdout; with --json,
 stdout carries exactly one JSON object and nothing else. Running the same
