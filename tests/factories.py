@@ -32,7 +32,7 @@ URL = "/api/v1/submissions/"
 
 
 def submission(**overrides: Any) -> dict[str, Any]:
-    """A valid contact-form payload (CONTRACT.md, "Ingest API"); `overrides` replace
+    """A valid contact-form payload (docs/senders.md); `overrides` replace
     top-level fields whole (`contact={...}` replaces the entire contact)."""
     body: dict[str, Any] = {
         "form": "contact",

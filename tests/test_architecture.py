@@ -106,7 +106,7 @@ ENGINE_BRANCH = re.compile(r"\.vendor\b|sqlite", re.IGNORECASE)
 
 
 def test_product_code_is_written_for_postgresql_alone():
-    """PostgreSQL is the only engine (DESIGN.md): no module of the product asks which
+    """PostgreSQL is the only engine (docs/architecture.md): no module of the product asks which
     engine it runs on, or names another, in code, comments or docstrings. A migration
     may (a historical one ran elsewhere); the lab's sandbox keeps its own SQLite store."""
     offenders = [

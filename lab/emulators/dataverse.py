@@ -697,7 +697,7 @@ class DataverseStore(SandboxStore):
 
     def _check_unique_ref(self, db: sqlite3.Connection, ref: Any, leadid: str) -> None:
         """The alternate key: enforced only once its index is Active ("Alternate keys are
-        built asynchronously and work only once Active", CRM-FACTS.md)."""
+        built asynchronously and work only once Active", docs/vendor-facts.md)."""
         config = self.config()
         if ref is None or config["alternate_key_status"] != "Active":
             return
@@ -707,7 +707,7 @@ class DataverseStore(SandboxStore):
         ).fetchone()
         if clash is not None:
             column = config["reference_column"]
-            # 412 DuplicateRecord naming the key, not the record (CRM-FACTS.md table;
+            # 412 DuplicateRecord naming the key, not the record (docs/vendor-facts.md;
             # the status of this case is unverified).
             raise DataverseError(
                 412,

@@ -3,7 +3,7 @@ association reads, as strict as HubSpot documents them.
 
 Each emulated behaviour names its source in a comment beside it: the HTTP side
 (paths, the token, answers) here, the objects and their rules in hubspot_store.py,
-the request limits in hubspot_limits.py; CRM-FACTS.md ("HubSpot CRM") is the
+the request limits in hubspot_limits.py; docs/vendor-facts.md is the
 summary. State is kept in memory under the store's lock; the sandbox's fault queue,
 chaos and call counters come with `SandboxStore` (lab/emulators/kit.py).
 

@@ -120,7 +120,7 @@ _TICKET_STAGES = (
 DEFAULT_PIPELINES = {"deals": "default", "tickets": "0"}
 # HUBSPOT_DEFINED association type ids, each with its inverse (the v4 associations
 # guide's table of default type ids, https://developers.hubspot.com/docs/api/crm/
-# associations/associations-v4, and CRM-FACTS.md): deal→contact 3 / contact→deal 4,
+# associations/associations-v4, and docs/vendor-facts.md): deal→contact 3 / contact→deal 4,
 # ticket→contact 16 / 15, task→contact 204 / 203, task→deal 216 / deal→task 215,
 # task→ticket 230 / 229 (this last pair from third-party tables, unverified).
 ASSOCIATION_TYPES = {
@@ -140,7 +140,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
         "search_per_second": DEFAULT_LIMITS.search_per_second,
     },
     # Search sees a write only this long after it ("may take a few moments", the
-    # search guide's limitations; CRM-FACTS.md: "Search lags writes").
+    # search guide's limitations; docs/vendor-facts.md).
     "search_lag_seconds": 3.0,
     "reference_property": "onefold_ref",
     # Whether the enquiry objects' reference property has unique values (tasks' never has).
@@ -659,7 +659,7 @@ class HubSpotStore(SandboxStore):
     def create(
         self, object_type: str, properties: dict[str, str], associations: list[Any]
     ) -> dict[str, Any]:
-        """POST /crm/v3/objects/{objectType} (CRM-FACTS.md, HubSpot: "Create")."""
+        """POST /crm/v3/objects/{objectType} (docs/vendor-facts.md)."""
         with self._lock:
             if object_type in DEFAULT_PIPELINES:
                 pipeline_name = _PIPELINE_PROPERTIES[object_type][0]
@@ -697,7 +697,7 @@ class HubSpotStore(SandboxStore):
         with_associations: tuple[str, ...],
     ) -> dict[str, Any]:
         """GET /crm/v3/objects/{objectType}/{id}[?idProperty=]: read from the objects
-        themselves, so a write is seen at once (CRM-FACTS.md: "Read by key without search")."""
+        themselves, so a write is seen at once (docs/vendor-facts.md)."""
         with self._lock:
             obj = self._by_reference(object_type, value, id_property)
             return obj.as_json(wanted, with_associations)
@@ -837,7 +837,7 @@ class HubSpotStore(SandboxStore):
 
     def search(self, object_type: str, request: Mapping[str, Any]) -> dict[str, Any]:
         """POST /crm/v3/objects/{objectType}/search with EQ filters. A write shows only
-        `search_lag_seconds` after it was made (CRM-FACTS.md: "Search lags writes",
+        `search_lag_seconds` after it was made (docs/vendor-facts.md:
         "may take a few moments", official search limits)."""
         groups = request.get("filterGroups") or [{"filters": []}]
         with self._lock:
@@ -963,7 +963,7 @@ class HubSpotStore(SandboxStore):
             email = properties["email"].lower()
             for other in others:
                 if other.properties.get("email", "").lower() == email:
-                    # The id is only in the message text (CRM-FACTS.md, HubSpot;
+                    # The id is only in the message text (docs/vendor-facts.md;
                     # hubspot-api-nodejs#545, hubspot-api-php#59).
                     raise HubSpotError(
                         409, "CONFLICT", f"Contact already exists. Existing ID: {other.id}"

@@ -13,7 +13,7 @@ Pipedrive: the adapter (adapter.py) and a local emulator of its API (emulator.py
 
 Pipedrive recognises no repeat: no idempotency key, no unique field, no upsert,
 and the only way to find a lead by Onefold's reference is its search, whose
-freshness is undocumented (CRM-FACTS.md, "Pipedrive"). So the adapter claims
+freshness is undocumented (docs/vendor-facts.md, Pipedrive). So the adapter claims
 `lookup` with `lookup_proves_absence=False` and a settling delay, and an unclear
 create is looked up after that delay: found, adopted; not found, a case. Never a
 blind second create.
@@ -81,7 +81,7 @@ Vendor API
 ``POST /api/v2/persons`` ``{"name", "emails": [{"value", "primary", "label"}], "phones"?,
 "custom_fields"?}``
     200 with the person (``id`` an integer). No uniqueness: the same email twice
-    is two persons, as in Pipedrive (CRM-FACTS.md: concurrent webhooks made 2-3
+    is two persons, as in Pipedrive (docs/vendor-facts.md: concurrent webhooks made 2-3
     copies of a contact). ``custom_fields`` holds values by person field key; a key
     naming no person field is 400 (Pipedrive's answer to that is unverified).
 
@@ -246,7 +246,7 @@ SEEDED_USERS = (
 # v1 field lists page by start and limit (additional_data.pagination, "limit" at most
 # 500: https://pipedrive.readme.io/docs/core-api-concepts-pagination).
 _FIELDS_PAGE_MAX = 500
-# Search freshness is undocumented (CRM-FACTS.md, Pipedrive: "treat as lagging").
+# Search freshness is undocumented (docs/vendor-facts.md, Pipedrive).
 DEFAULT_SEARCH_LAG_SECONDS = 1.0
 # "Only the following custom field types are searchable: address, varchar, text,
 # varchar_auto, double, monetary and phone" (client-nodejs v2 persons-api.ts, searchPersons;
@@ -759,7 +759,7 @@ class PipedriveStore(SandboxStore):
         self._to_index("lead", lead["id"], {"custom_fields": self._searchable_values(lead)})
 
     def _to_index(self, kind: str, item_id: Any, snapshot: dict[str, list[str]]) -> None:
-        """The search index takes a write only after the configured lag (CRM-FACTS.md,
+        """The search index takes a write only after the configured lag (docs/vendor-facts.md,
         Pipedrive: search freshness undocumented, treat as lagging)."""
         visible_at = time.monotonic() + self.config["search_lag_seconds"]
         self._index.setdefault((kind, item_id), []).append((visible_at, snapshot))
@@ -1153,7 +1153,7 @@ class PipedriveHandler(SandboxRequestHandler):
         seconds = str(max(0, math.ceil(fault.seconds)))
         if fault.mode == "http_429":
             # 429 with x-ratelimit-limit / -remaining / -reset, the reset in seconds
-            # (pipedrive.readme.io/docs/core-api-concepts-rate-limiting; CRM-FACTS.md).
+            # (pipedrive.readme.io/docs/core-api-concepts-rate-limiting).
             headers = {
                 "x-ratelimit-limit": "40",
                 "x-ratelimit-remaining": "0",

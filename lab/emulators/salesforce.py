@@ -11,7 +11,7 @@ Salesforce: Onefold's adapter (`adapter.py`) and a local emulator of the REST AP
 
 The emulator is a real HTTP server on loopback, built from the sandbox's server,
 fault queue and controls (`lab/emulators/kit.py`). Each behaviour below
-is documented with its source in `salesforce_store.py` ([UPSERT], [ERRORS], [FACTS],
+is documented with its source in `salesforce_store.py` ([UPSERT], [ERRORS], [VENDOR],
 [DUPRULE], [ASSIGN], [QUERY], [IDS], [LIMITS], [OAUTH], [FIELDS]).
 
 Running it

@@ -15,7 +15,7 @@ Sources, cited once here and by name on each behaviour below:
   https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/errorcodes.htm
   (errors are a JSON array of `{"message", "errorCode", "fields"}`; 403
   REQUEST_LIMIT_EXCEEDED; 401 for an expired or invalid session).
-- [FACTS] ../shared/CRM-FACTS.md, "Salesforce (REST API)" (DUPLICATE_VALUE text
+- [VENDOR] docs/vendor-facts.md, "Salesforce (REST API)" (DUPLICATE_VALUE text
   with the id, DUPLICATES_DETECTED under `duplicateResut`, restforce#243).
 - [DUPRULE] "Duplicate Rule Header" (API 52.0+):
   https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api/headers_duplicaterules.htm
@@ -532,7 +532,7 @@ class SalesforceStore(SandboxStore):
 
         Like the real one, it is not atomic: the match is read, then (after
         `upsert_race_seconds`) the row inserted; a unique field refuses the second
-        of two racing inserts with DUPLICATE_VALUE ([FACTS]), a field that is not
+        of two racing inserts with DUPLICATE_VALUE ([VENDOR]), a field that is not
         unique takes both (restforce#243)."""
         self._known_object(sobject)
         self._external_field(sobject, field)
@@ -581,7 +581,7 @@ class SalesforceStore(SandboxStore):
         if unique and value is not None:
             held = self._matching(sobject, str(value))
             if held:
-                # [FACTS]: the id of the record holding the value is only in the text.
+                # [VENDOR]: the id of the record holding the value is only in the text.
                 raise sf_error(
                     400,
                     "DUPLICATE_VALUE",
@@ -594,7 +594,7 @@ class SalesforceStore(SandboxStore):
     def _duplicate_rule(
         self, sobject: str, row: Mapping[str, Any], *, allow_save: bool, version: str
     ) -> None:
-        """[FACTS]/[DUPRULE]: a rule matching on Email, run on create. Through the API an
+        """[VENDOR]/[DUPRULE]: a rule matching on Email, run on create. Through the API an
         alerting rule blocks too, unless the request says allowSave=true."""
         mode = self.config["duplicate_rule"]
         email = str(row.get("Email") or "").strip().lower()
@@ -797,7 +797,7 @@ def _upserted(record_id: str, *, created: bool, version: str) -> tuple[int, Any]
 def _duplicates_detected(
     sobject: str, matches: list[str], *, alert: bool, version: str
 ) -> dict[str, Any]:
-    """[FACTS]: the REST JSON spells the key `duplicateResut`."""
+    """[VENDOR]: the REST JSON spells the key `duplicateResut`."""
     match_records = [
         {
             "additionalInformation": [],

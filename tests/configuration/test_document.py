@@ -1,5 +1,5 @@
 """The configuration file is validated whole: each problem named with its line, nothing
-applied while any remains (CONTRACT.md, "Business configuration").
+applied while any remains (docs/configuration.md).
 
 Through the real command (`manage.py config apply FILE`) on real files, and through
 the service it calls; the versions table is counted to show nothing was written.

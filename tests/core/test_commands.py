@@ -1,4 +1,4 @@
-"""The project's own management commands, as CONTRACT.md names them."""
+"""The project's own management commands, as docs/operations.md names them."""
 
 from __future__ import annotations
 

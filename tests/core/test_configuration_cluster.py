@@ -3,7 +3,7 @@
 `manage.py config apply` run as an operator runs it, submissions posted to gunicorn
 through the JSON API, real django-q2 clusters, and the sandbox over HTTP and SMTP,
 whose `/_sandbox/stats`, records, tasks and messages are what is asserted
-(CONTRACT.md, "Business configuration" and "The sandbox shows what was sent").
+(docs/configuration.md and docs/destinations.md, "The sandbox and SMTP").
 
 Real commits (`transaction=True`): gunicorn and the clusters are other processes.
 """

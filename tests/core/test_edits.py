@@ -1,4 +1,4 @@
-"""Edits (DESIGN.md, "Edits"): a changed submission under a new key that `revises`
+"""Edits (docs/senders.md): a changed submission under a new key that `revises`
 the original updates its enquiry; it never creates a second one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ingest API's contract, code by code (CONTRACT.md, "Ingest API")."""
+"""The ingest API's contract, code by code (docs/senders.md, "The ingest API")."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_a_new_submission_is_one_statement_inserting_its_four_rows(api):
     event = Event.objects.get(key="new")
     operations = list(event.operations.order_by("position"))
     assert [o.step for o in operations] == ["create_enquiry", "assign_task", "send_confirmation"]
-    # The queued task names the first operation, and nothing else (TASK-QUEUE.md rule 1).
+    # The queued task names the first operation, and nothing else (docs/task-queue.md, rule 1).
     assert [row.task["args"] for row in queued(TASK)][-1] == (operations[0].pk,)
     assert event.deliveries.get().outcome == "accepted"
     # The statement's rows share one moment: their auto_now and auto_now_add columns.
@@ -189,7 +189,7 @@ def test_an_edit_is_one_read_of_what_it_revises_then_the_same_statement(api):
 def test_with_the_queue_elsewhere_the_task_is_queued_after_the_rows_commit(
     api, monkeypatch: pytest.MonkeyPatch
 ):
-    """A broker outside this database (Redis: DESIGN.md, "Scale-out") cannot take the
+    """A broker outside this database (Redis) cannot take the
     task row in the statement: the rows are written without it and the task is queued
     once they are committed, never before (a worker would find no operation)."""
     operation_ids_forget()

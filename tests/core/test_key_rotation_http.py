@@ -1,4 +1,4 @@
-"""Rotation and revocation of API keys, seen by a sender over HTTP (CONTRACT.md, "Commands").
+"""Rotation and revocation of API keys, seen by a sender over HTTP (docs/operations.md).
 
 The app runs under gunicorn (`web_server`, several processes) on the test
 database, and the commands run as an operator runs them: `manage.py` in its own

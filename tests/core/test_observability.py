@@ -1,4 +1,4 @@
-"""Operations (CONTRACT.md, "Operations"; issue 13, item 5): /healthz, /readyz,
+"""Operations (docs/operations.md): /healthz, /readyz,
 /metrics behind a token or an allowed network, JSON log lines, `manage.py status`.
 
 The proofs that matter run on real processes: a gunicorn whose database refuses

@@ -1,4 +1,4 @@
-"""A verified delivery is never lost for its content (CONTRACT.md, "Senders").
+"""A verified delivery is never lost for its content (docs/senders.md).
 
 Over Django's test client (the real view, the real database) and, where an effect
 is counted, the steps run in this process against the sandbox:

@@ -1,4 +1,4 @@
-"""What a configured effect carries reaches the sandbox as CONTRACT.md says it shows it.
+"""What a configured effect carries reaches the sandbox as docs/destinations.md says it shows it.
 
 The SMTP adapter against the sandbox's sink (a multipart/alternative with the HTML
 part, a Reply-To, the Message-ID still the operation key's) and the sandbox CRM's

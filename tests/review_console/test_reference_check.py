@@ -53,8 +53,8 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     def record(request: httpx.Request) -> None:
         sent = f"{request.method} {request.url.raw_path.decode()}"
-        # The sandbox adapter's own question about its capabilities (CONTRACT.md,
-        # "Destination adapters") is not a request about a record.
+        # The sandbox adapter's own question about its capabilities is
+        # not a request about a record.
         if sent != "GET /_sandbox/capabilities":
             paths.append(sent)
 

@@ -241,8 +241,7 @@ def signed_headers(sample: Sample, secret: str, url: str, *, age: float = 0.0) -
     return headers
 
 
-# -- samples without their contact details (CONTRACT.md, "A verified delivery is never
-# lost for its content") -------------------------------------------------------------
+# -- samples without their contact details (docs/senders.md, "Unreadable deliveries") --
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # A phone number as forms write one: digits with spaces, dots, dashes or brackets, or
