@@ -754,7 +754,7 @@ class ConfirmationAllowance(models.Model):
         return f"confirmation of operation {self.operation_id} at {self.granted_at:%Y-%m-%d %H:%M}"
 
 
-# --- Reconciliation (issue 5) ------------------------------------------------
+# --- Reconciliation ------------------------------------------------
 # Runs compare the events and operations of a period with the records a CRM
 # destination actually holds. The destination's listing is staged in
 # ReconciliationRecord, the comparison is a handful of set-based queries
@@ -902,7 +902,7 @@ class ReconciliationFinding(models.Model):
         return [r for r in self.record_ids.split(",") if r]
 
 
-# --- Business configuration (issue 25) -------------------------------------------------
+# --- Business configuration -------------------------------------------------
 # What the effects contain: per source and form, the enquiry's and the contact's CRM
 # properties, the task's title, assignee and due date, the confirmation's subject, text,
 # HTML and Reply-To (idempotency_core/configuration/). One document, versioned: the

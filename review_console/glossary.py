@@ -20,6 +20,7 @@ STEPS: dict[str, str] = {
     "update_enquiry": "Update the enquiry with the edited submission",
     "remap_enquiry": "Update the enquiry after a field-map correction",
     "merge_duplicate": "Merge the duplicate CRM record",
+    "erase_person": "Delete the person's data at the CRM (erasure request)",
 }
 # A step name may carry a suffix after ":" (a merge names its record, a send
 # again its number); the label then says which.
@@ -111,6 +112,7 @@ RESOLUTIONS: dict[str, str] = {
     "not_fixable": "Cannot be fixed",
     "other": "Other (see the reason)",
     "superseded": "Replaced by a newer case about the same step",
+    "person_erased": "Closed: the person's data was erased on request",
 }
 
 ACTIONS: dict[str, str] = {
@@ -153,6 +155,8 @@ ACTIONS: dict[str, str] = {
     "source_settings_changed": "Source settings changed",
     "api_key_rotated": "API key replaced",
     "api_key_revoked": "API key revoked",
+    "person_exported": "A person's data exported on request",
+    "person_erased": "A person's data erased on request",
 }
 
 DELIVERY_OUTCOMES: dict[str, str] = {

@@ -24,6 +24,7 @@ STEP_THINGS: dict[str, str] = {
     "update_enquiry": "the update to the enquiry",
     "remap_enquiry": "the corrected enquiry",
     "merge_duplicate": "the merge of the two records",
+    "erase_person": "the deletion of the person's data",
 }
 
 # Why a destination said no or failed, as the end of a sentence ("... because it ...").

@@ -176,7 +176,7 @@ UNGROUPED = pytest.StashKey[bool]()
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     # xdist groups a test by a suffix it writes into the test's id; pytest 9.2's
-    # structured ids ignore the write (pytest-xdist issue 1386) and the group is
+    # structured ids ignore the write (pytest-xdist#1386) and the group is
     # silently spread over every worker. Such a test fails instead.
     if getattr(session.config.option, "loadgroup", False):
         for item in session.items:
@@ -272,7 +272,7 @@ def _seed_snapshot(django_db_setup: None) -> str | None:
 
     Taken before Playwright starts: once its sync API runs, the test body sees a
     fresh connection object without the snapshot, so serialized_rollback silently
-    restores nothing (pytest-django issue #1117) and the groups vanish after the
+    restores nothing (pytest-django#1117) and the groups vanish after the
     first test's flush.
     """
     from django.db import connections

@@ -151,3 +151,67 @@ def test_import_linter_contracts_are_kept():
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- a repository that stands alone ------------------------------------------------------
+
+
+def tracked_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, timeout=60
+    ).stdout.decode()
+    return [REPO / name for name in listed.split("\0") if name and (REPO / name).is_file()]
+
+
+def tracked_lines(paths: list[Path]) -> Iterator[tuple[Path, int, str]]:
+    for path in paths:
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            yield path, number, line
+
+
+# The design notes the project was started from, kept outside the repository, and the
+# folder beside it that held them: what they said is in docs/ now.
+OUTSIDE_NOTES = ("DESIGN", "TASK-QUEUE", "CRM-FACTS", "CONTRACT", "TESTING", "STYLE")
+OUTSIDE_REFERENCE = re.compile(
+    r"\b(?:" + "|".join(OUTSIDE_NOTES) + r")\.md"
+    r"|\[FACTS\]"
+    r"|\.\./shared|\bshared[/\\]"
+    r"|parents?\b[^\n]*[\"']shared[\"']"
+)
+# An upper-case document name not inside a path or URL (README.md, CONTRIBUTING.md).
+DOCUMENT_NAME = re.compile(r"(?<![\w./-])([A-Z][A-Z0-9_-]*\.md)\b")
+
+
+def test_no_tracked_file_names_a_document_outside_the_repository():
+    """A clone alone is the whole project: no file points to the notes it was started
+    from, to a folder beside the clone, or to an upper-case document it does not hold."""
+    files = tracked_files()
+    held = {path.name for path in files}
+    offenders = [
+        f"{where(path, number)} {line.strip()[:120]}"
+        for path, number, line in tracked_lines(files)
+        if OUTSIDE_REFERENCE.search(line)
+        or any(name not in held for name in DOCUMENT_NAME.findall(line))
+    ]
+    assert not offenders, "references to documents outside the repository:\n" + "\n".join(offenders)
+
+
+# The word "issue" and a number: the project's own tracker belongs in git history and the
+# CHANGELOG. An upstream issue is cited by its repository (pytest-xdist#1386).
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?[0-9]+\b", re.IGNORECASE)
+WITHOUT_ISSUE_NUMBERS = (*PRODUCT, "lab", "tests", "templates")
+
+
+def test_code_and_tests_name_no_issue_numbers():
+    offenders = [
+        f"{where(path, number)} {line.strip()[:120]}"
+        for path, number, line in tracked_lines(tracked_files())
+        if path.relative_to(REPO).parts[0] in WITHOUT_ISSUE_NUMBERS
+        and "migrations" not in path.relative_to(REPO).parts
+        and ISSUE_NUMBER.search(line)
+    ]
+    assert not offenders, "issue numbers in code or tests:\n" + "\n".join(offenders)

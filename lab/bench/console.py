@@ -369,10 +369,10 @@ def _pages(
         ("queue, search operation key", f"/console/cases/?q={sample_operation}"),
         ("case page", f"/console/cases/{sample}/"),
         ("dashboard", "/console/"),
-        # Issue 14, item 8: the queue's chips (counted, capped) under two filters.
+        # The queue's chips (counted, capped) under two filters.
         ("queue, chip owner=me", "/console/cases/?owner=me"),
         ("queue, chip kind + owner=nobody", "/console/cases/?kind=recon_missing&owner=nobody"),
-        # Issue 14: a submission's page, and the customer search (see
+        # A submission's page, and the customer search (see
         # review_console/submissions.py for how each kind is answered).
         ("submission page", f"/console/submissions/{sample_event_id}/"),
         ("search, email (digest)", "/console/search/?q=p123%40example.com"),

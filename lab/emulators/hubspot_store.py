@@ -37,7 +37,7 @@ _SINGULAR = {"contacts": "contact", "deals": "deal", "tickets": "ticket", "tasks
 # (https://developers.hubspot.com/docs/api/crm/properties, "Default properties").
 _KNOWN_PROPERTIES = {
     # `company` ("Company name") is a default contact property too: a configured
-    # contact property (issue 25) writes it.
+    # contact property writes it.
     "contacts": {"email", "firstname", "lastname", "phone", "company"},
     "deals": {"dealname", "pipeline", "dealstage", "description", "amount", "closedate"},
     "tickets": {"subject", "content", "hs_pipeline", "hs_pipeline_stage", "hs_ticket_priority"},

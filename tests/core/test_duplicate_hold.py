@@ -351,7 +351,7 @@ def test_the_case_page_shows_both_submissions_and_the_two_decisions(sandbox, rev
     assert ">Same enquiry</button>" in page and ">Separate enquiry</button>" in page
     assert op(a, "create_enquiry").destination_ref in page  # the first one's record
     assert "ada@example.com" not in page  # masked: Reviewers do not see contact details
-    # The retyped message is the same apart from spacing and capitals (issue 27), judged
+    # The retyped message is the same apart from spacing and capitals, judged
     # on the real values.
     assert "same apart from spacing or capitals" in page
     block = page[page.index('id="held-duplicate"') :]

@@ -111,7 +111,7 @@ def test_a_replay_refused_again_holds_them_again_under_its_case(sandbox, admin_u
     sandbox.fault("create_record", "http_400")
     assert operation_execute(operation_id=enquiry.pk) == "permanent"
 
-    # The replay did not work: its case, back in the queue (open, nobody's: issue 27),
+    # The replay did not work: its case, back in the queue (open, nobody's),
     # holds them again (a replay settles its case only when it succeeds).
     second = ReviewCase.objects.get(operation=enquiry)
     assert (second.pk, second.status, second.owner_id) == (first.pk, "open", None)

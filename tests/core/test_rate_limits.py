@@ -1,6 +1,6 @@
 """A destination's limits in the engine, against the sandbox over HTTP: a 429 is waited
 for, not counted; recovery reads by reference before it creates again, and re-reads the
-capability it relies on first (issue 26)."""
+capability it relies on first."""
 
 from __future__ import annotations
 

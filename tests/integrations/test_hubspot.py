@@ -502,7 +502,7 @@ def test_configuration_errors_are_loud():
     assert adapter_from_env(base_url=None, timeout=5, env={}).base_url == "https://api.hubapi.com"
 
 
-# -- what the business configured (issue 25) ----------------------------------------
+# -- what the business configured ----------------------------------------
 
 
 def test_configured_properties_pipeline_and_stage_reach_the_deal_and_contact(hubspot, crm):

@@ -1,4 +1,4 @@
-"""HubSpot as it really is (issue 26): no unique task property, 100 requests per 10
+"""HubSpot as it really is: no unique task property, 100 requests per 10
 seconds, search behind writes. Real gunicorn, a real django-q2 cluster and sweeper, the
 emulator over loopback; each scenario ends by counting what HubSpot holds."""
 

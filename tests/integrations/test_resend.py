@@ -372,7 +372,7 @@ def test_configuration_from_the_environment(emulator: ResendEmulator, settings) 
     assert "RESEND_API_KEY" in missing.value.message
 
 
-# -- what a configured confirmation adds (issue 25) ---------------------------------
+# -- what a configured confirmation adds ---------------------------------
 
 
 def test_html_and_reply_to_are_sent_as_resend_documents_them(sender: ResendSender, control) -> None:

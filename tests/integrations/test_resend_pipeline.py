@@ -216,7 +216,7 @@ SLOW_SEND = 30.0
 def test_at_two_requests_a_second_lost_answers_and_in_flight_retries_send_one_email_each(
     sandbox: Any, web_server: Any, qcluster_factory: Any
 ) -> None:
-    """Issue 26's must-show: Resend at its documented 2 requests a second, 20 answers
+    """Resend at its documented 2 requests a second, 20 answers
     lost after the send and 10 sends that outlast the client's timeout, retried while
     Resend may still be sending them (the first retries meet 409
     concurrent_idempotent_requests), through a real django-q2 cluster and a sweeper.

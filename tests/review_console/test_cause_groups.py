@@ -1,4 +1,4 @@
-"""Open cases grouped by cause, one decision for the group, a cause held (issue 27, item 7).
+"""Open cases grouped by cause, one decision for the group, a cause held.
 
 Twenty submissions refused by the same 400 (the sandbox CRM's, for real, through the
 engine) form one group in the queue with its count and first and last seen; one

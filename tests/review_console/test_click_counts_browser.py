@@ -1,8 +1,8 @@
-"""How many actions a reviewer needs, counted in headless Chromium (issue 14).
+"""How many actions a reviewer needs, counted in headless Chromium.
 
 Counted from the case page (from the dashboard for the search): a click, a key press
 that submits, and typing a reason (or a search) each count one; reading the page
-does not. A decision is one button whose reason is preset (issue 27); where it cannot
+does not. A decision is one button whose reason is preset; where it cannot
 be undone (a merge, a replay) the confirmation's button has the focus, so Enter
 confirms. Each scenario then checks its outcome where it happened: the sandbox CRM's
 counts, after a real worker cluster ran what the console queued. The same tasks

@@ -1,4 +1,4 @@
-"""The dashboard's trends and the queue's chips (issue 14, items 7 and 8), on PostgreSQL.
+"""The dashboard's trends and the queue's chips, on PostgreSQL.
 
 Cases are opened through the services (tests/factories.py) and settled through
 the review services, so the figures are those of the states production makes.

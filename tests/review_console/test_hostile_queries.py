@@ -1,6 +1,6 @@
 """Malformed cursors and filters on the console's lists: 4xx or the page with an error, never 5xx.
 
-The outside review (issue 12) found 13 of 313 malformed queue and audit cursors
+An outside review found 13 of 313 malformed queue and audit cursors
 answering 500. The corpus below is generated from the ways a cursor or a filter
 value goes wrong (not base64, base64 of the wrong JSON shape, wrong types, values
 beyond what PostgreSQL or Python's dates hold, NUL bytes, lone surrogates) and is

@@ -1,4 +1,4 @@
-"""Two reviewers never take the same case with "Next case" (issue 27, item 2).
+"""Two reviewers never take the same case with "Next case".
 
 Real transactions on PostgreSQL, in real threads each with its own connection: every
 round, six reviewers start together behind a barrier and keep pressing "Next case"

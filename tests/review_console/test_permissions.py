@@ -55,7 +55,7 @@ ACTIONS = [
     ("console:source-enable", "source", "source", 200),
     ("console:source-secret-add", "source", "source", 200),
     ("console:source-secret-remove", "source", "source", 200),
-    # A reviewer's day (issue 27): the next case, several settled from the queue, reopen,
+    # A reviewer's day: the next case, several settled from the queue, reopen,
     # and contact details revealed with a reason (those who see them anyway go back).
     ("console:case-next", None, "change", 302),
     ("console:cases-settle", None, "change", 302),

@@ -1,4 +1,4 @@
-"""One sentence, then the decision (issue 27, item 1), as the server renders it.
+"""One sentence, then the decision, as the server renders it.
 
 Every case page of every kind, open and settled, as a superuser (every button) and as
 a Reviewer (masked contact, no replay), opens with what happened and what to do, in

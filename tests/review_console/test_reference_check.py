@@ -1,6 +1,6 @@
 """A reference a reviewer types to mark a case resolved: checked by the CRM's adapter.
 
-Issue 12 found a typed reference pasted into CRM URLs unencoded (the sandbox was
+An outside review found a typed reference pasted into CRM URLs unencoded (the sandbox was
 asked for ../../_sandbox/stats) and "the record exists" as the only check, so any
 other customer's record settled a case. Here every request the adapter sends is
 recorded as it left (the path on the wire), and the sandbox's call counters are

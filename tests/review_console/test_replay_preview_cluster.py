@@ -1,4 +1,4 @@
-"""The replay page's preview is what the workers then do (issue 14, item 3).
+"""The replay page's preview is what the workers then do.
 
 End to end: a real case made against the sandbox, the preview rendered by the
 console, the replay confirmed through the console, a real django-q2 cluster

@@ -1,4 +1,4 @@
-"""A reviewer's day (issue 27): the next case, one-click decisions with preset reasons,
+"""A reviewer's day: the next case, one-click decisions with preset reasons,
 several cases settled from the queue, reopening, and contact details when needed.
 
 Server-side, through the console's own URLs; the browser test

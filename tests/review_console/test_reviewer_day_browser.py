@@ -1,4 +1,4 @@
-"""A reviewer's day in headless Chromium (issue 27): actions counted from the dashboard,
+"""A reviewer's day in headless Chromium: actions counted from the dashboard,
 plain words on every case page, the first screen at a desk and on a phone, axe.
 
 Counting: a click, a typed field and a key press that submits each count one;

@@ -1,6 +1,6 @@
-"""The safe action first (issue 14, item 3): on an ambiguous case the lookup and
+"""The safe action first: on an ambiguous case the lookup and
 "resolve with the record found" lead, and resolving with the record the lookup
-found is one button (its reason preset, a note optional; issue 27), against the real
+found is one button (its reason preset, a note optional), against the real
 sandbox CRM.
 
 The reference a resolution uses is the one the lookup stored in the audit trail,

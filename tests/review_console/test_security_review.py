@@ -1,4 +1,4 @@
-"""The outside security review's findings F3, F4, F8, F9 and F11 (issue 27, item 8).
+"""The outside security review's findings F3, F4, F8, F9 and F11.
 
 Each test failed before its fix:
 

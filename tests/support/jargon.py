@@ -1,4 +1,4 @@
-"""The words a case page must not say outside its "Technical details" (issue 27).
+"""The words a case page must not say outside its "Technical details".
 
 Shared by the server-rendered scan (tests/review_console/test_plain_words.py) and the
 browser's (tests/review_console/test_reviewer_day_browser.py): codes (snake_case, which

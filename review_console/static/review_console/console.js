@@ -1,7 +1,7 @@
 /* The review console's one script of its own (templates/review_console/base.html); a
    file, since the Content-Security-Policy allows scripts from 'self' only.
 
-   Announces a bulk replay's progress to screen readers (issue 14, item 9). htmx
+   Announces a bulk replay's progress to screen readers. htmx
    replaces the whole progress block every 2 seconds, and a live region that is
    itself replaced is not announced reliably; so the page keeps one stable, visually
    hidden live region (#progress-live, aria-live="polite") and this copies the new
