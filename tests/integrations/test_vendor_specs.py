@@ -1,9 +1,10 @@
 """Contract tests: the HubSpot and Resend adapters against their emulators, every
-request and every answer checked against the vendor's own OpenAPI document.
+request and every answer checked against the vendor's own description of its API.
 
-The documents are vendored in lab/specs/ (sources and licences in each README there);
-tests/support/vendor_specs.py records the traffic, validates it with openapi-core and
-holds the one list of excuses (each with its reason and source). Each test drives the
+Resend's OpenAPI document is vendored in lab/specs/resend/ (source and licence in the
+README there); HubSpot's shapes are the models of its Apache-2.0 Python client
+(tests/support/hubspot_shapes.py). tests/support/vendor_specs.py records the traffic,
+validates it and holds the one list of excuses (each with its reason and source). Each test drives the
 adapter's operations over real sockets and names the excuses it relies on; an excuse
 named that excuses nothing fails, so a fixed cause takes its excuse with it.
 """
@@ -306,12 +307,12 @@ def test_an_answer_missing_a_required_field_breaks_the_contract(hubspot, monkeyp
     monkeypatch.setattr(
         hubspot.hubspot,
         "create",
-        lambda *args: {k: v for k, v in create(*args).items() if k != "archived"},
+        lambda *args: {k: v for k, v in create(*args).items() if k != "createdAt"},
     )
     with recording() as traffic:
         crm.create_record(external_ref="opk_1", fields=ADA)
     problems = hubspot_contract().problems(traffic)
-    assert "POST /crm/v3/objects/deals answer 201: body: 'archived' is a required property" in (
+    assert "POST /crm/v3/objects/deals answer 201: body: 'createdAt' is a required property" in (
         problems
     )
 

@@ -1,11 +1,12 @@
-"""The vendors' own OpenAPI documents (lab/specs/) as the judge of what crosses the wire.
+"""The vendors' own descriptions of their APIs as the judge of what crosses the wire.
 
 A test records an adapter's traffic with its emulator (`recording`: a request gate,
 `integrations.http.request_gate`, that keeps every answer and, with it, the request
 it answers), then asks the vendor's `Contract` for its `problems`: each request
-validated against the document's operation, each answer against the document's
-response for its status (openapi-core). `assert_kept` fails on any problem that no
-excuse named by the test covers.
+checked against its operation, each answer against the shape for its status.
+Resend's is its OpenAPI document (lab/specs/resend/, read by openapi-core); HubSpot's
+are the models of its Apache-2.0 Python client (tests/support/hubspot_shapes.py).
+`assert_kept` fails on any problem that no excuse named by the test covers.
 
 What a document is known to get wrong, or what an emulator answers on purpose though
 the document lacks it, is listed once, in `EXCUSES`, with the reason and a source. A
@@ -27,11 +28,13 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-from openapi_core import Config, OpenAPI
+from jsonschema import Draft202012Validator
+from openapi_core import OpenAPI
 from openapi_core.datatypes import RequestParameters
 from werkzeug.datastructures import Headers, ImmutableMultiDict
 
 from integrations.http import request_gate
+from tests.support.hubspot_shapes import route, schema
 
 SPECS_DIR = Path(__file__).resolve().parents[2] / "lab" / "specs"
 
@@ -78,35 +81,15 @@ def operations(traffic: Iterable[httpx.Response]) -> set[str]:
 
 @dataclass(frozen=True)
 class Document:
-    """One vendored OpenAPI document and the request paths it describes.
-
-    `prefix` is the path as the adapter sends it; `spec_prefix`, when the document
-    spells that path another way the vendor also serves, is the document's spelling.
-    """
+    """One vendored OpenAPI document and the request paths (under `prefix`) it describes."""
 
     file: str
     prefix: str
-    spec_prefix: str | None = None
 
     def describes(self, path: str) -> bool:
         return self.prefix == "/" or path == self.prefix or path.startswith(self.prefix + "/")
 
-    def spelled(self, path: str) -> str:
-        return self.spec_prefix + path[len(self.prefix) :] if self.spec_prefix else path
 
-
-HUBSPOT_DOCUMENTS = (
-    Document("hubspot/contacts.json", "/crm/v3/objects/contacts"),
-    # The Deals document spells the object by its type id: "you can substitute the
-    # objectTypeId in the endpoints ... Deals 0-3"
-    # (https://developers.hubspot.com/docs/guides/crm/using-object-apis).
-    Document("hubspot/deals.json", "/crm/v3/objects/deals", spec_prefix="/crm/v3/objects/0-3"),
-    Document("hubspot/tickets.json", "/crm/v3/objects/tickets"),
-    Document("hubspot/tasks.json", "/crm/v3/objects/tasks"),
-    Document("hubspot/properties.json", "/crm/v3/properties"),
-    Document("hubspot/associations-v4.json", "/crm/v4"),
-    Document("hubspot/owners.json", "/crm/v3/owners"),
-)
 RESEND_DOCUMENTS = (Document("resend/resend.json", "/"),)
 
 
@@ -114,11 +97,7 @@ RESEND_DOCUMENTS = (Document("resend/resend.json", "/"),)
 def _openapi(file: str) -> tuple[OpenAPI, str]:
     """The document, and its server's URL (the emulator answers in the server's place)."""
     document = json.loads((SPECS_DIR / file).read_text())
-    # HubSpot declares its error answers as `*/*` (components.responses.Error), which
-    # openapi-core leaves undecoded; they are JSON
-    # (https://developers.hubspot.com/docs/api/error-handling), so they are read as such.
-    config = Config(extra_media_type_deserializers={"*/*": json.loads})
-    return OpenAPI.from_dict(document, config=config), document["servers"][0]["url"].rstrip("/")
+    return OpenAPI.from_dict(document), document["servers"][0]["url"].rstrip("/")
 
 
 # -- excuses ---------------------------------------------------------------------------
@@ -144,8 +123,8 @@ EXCUSES = {
         Excuse(
             "hubspot-rate-limit-body",
             ("* /crm/* answer 429: body: 'category' is a required property",),
-            "HubSpot's 429 answers carry `errorType` and `policyName`, not the `category` the "
-            "documents' shared Error schema requires: \"the 429 response will have the "
+            "HubSpot's 429 answers carry `errorType` and `policyName`, not the `category` its "
+            'shared Error model requires: "the 429 response will have the '
             'following format: {"status": "error", "message": "You have reached your daily '
             'limit.", "errorType": "RATE_LIMIT", "correlationId": ..., "policyName": '
             '"DAILY", "requestId": ...}".',
@@ -217,12 +196,11 @@ class Contract:
         if document is None:
             return [f"{where} request: no vendored document describes this path"]
         spec, server = _openapi(document.file)
-        request = _SpecRequest(sent, host_url=server, path=document.spelled(path))
+        request = _SpecRequest(sent, host_url=server, path=path)
         found = []
         with warnings.catch_warnings():
-            # openapi-core checks apiKey and http schemes only; HubSpot's operations name
-            # oauth2 (a private app's token travels as the same Bearer token), which it
-            # skips with a warning. The emulators check the credential themselves.
+            # openapi-core checks apiKey and http schemes only and skips others with a
+            # warning; the emulators check the credential themselves.
             warnings.filterwarnings("ignore", "Unsupported scheme type", UserWarning)
             if requests:
                 found += [
@@ -252,7 +230,7 @@ def _details(error: Exception) -> list[str]:
 
 class _SpecRequest:
     """An httpx request as openapi-core reads one (openapi_core.protocols.Request),
-    addressed to the document's server and spelled as the document spells its path."""
+    addressed to the document's server."""
 
     def __init__(self, request: httpx.Request, *, host_url: str, path: str) -> None:
         self.host_url = host_url
@@ -278,8 +256,54 @@ class _SpecResponse:
         self.data: bytes | None = response.content
 
 
+class HubSpotContract(Contract):
+    """HubSpot's operations (hubspot_shapes.ROUTES), each body judged by JSON Schema
+    against the client's model for it; every error status against its Error model."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    def _exchange_problems(self, answer: httpx.Response, *, requests: bool) -> list[str]:
+        sent = answer.request
+        where = f"{sent.method} {sent.url.path}"
+        found = route(sent.method, sent.url.path)
+        if found is None:
+            return [f"{where} request: no HubSpot model describes this operation"]
+        operation, module = found
+        problems = []
+        if requests:
+            problems += [
+                f"{where} request: {d}"
+                for d in _body_problems(module, operation.request, sent.content)
+            ]
+        status = answer.status_code
+        if status >= 400:
+            model: str | None = "Error"
+        elif status in operation.answers:
+            model = operation.answers[status]
+        else:
+            return [*problems, f"{where} answer {status}: no model for this status"]
+        return problems + [
+            f"{where} answer {status}: {d}" for d in _body_problems(module, model, answer.content)
+        ]
+
+
+def _body_problems(module: str, model: str | None, content: bytes) -> list[str]:
+    if model is None:
+        return ["body: none expected"] if content else []
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return ["body: not JSON"]
+    errors = Draft202012Validator(schema(module, model)).iter_errors(body)
+    return [
+        f"body: {e.message}" if e.json_path == "$" else f"body {e.json_path}: {e.message}"
+        for e in sorted(errors, key=lambda e: e.json_path)
+    ]
+
+
 def hubspot_contract() -> Contract:
-    return Contract(HUBSPOT_DOCUMENTS)
+    return HubSpotContract()
 
 
 def resend_contract() -> Contract:
