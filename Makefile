@@ -26,17 +26,34 @@ XDIST = -n $(TEST_WORKERS) --dist loadgroup
 BENCH_PG ?= postgres://postgres@127.0.0.1:5432
 BENCH_EVENTS ?= 1000000
 
-.PHONY: install run reset test test-fast lint format bench drill clean
+# The lock: every package `.[dev]` needs, transitive ones included, each pinned with
+# its hashes; one resolution that holds on Python 3.11 to 3.13 (markers say what only
+# some of them install). pyproject.toml names the direct dependencies, `make lock`
+# writes this file from them.
+LOCK := requirements/dev.txt
+# `make lock LOCK_ARGS=--upgrade` moves every pin to the newest release pyproject.toml
+# allows, `LOCK_ARGS="--upgrade-package NAME"` only that one; without them every pin
+# that still fits stays where it is.
+LOCK_ARGS ?=
 
-$(STAMP): pyproject.toml
+.PHONY: install lock run reset test test-fast lint format bench drill clean
+
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || test -n "$(PYTHON_PATH)" \
 		|| { echo "$(PYTHON) is not on this machine: install it, or name another with PYTHON=" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON_PATH) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# uv comes from the lock itself (pyproject.toml's dev extra), and reads the present
+# lock as the pins to keep.
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command "make lock" --quiet $(LOCK_ARGS) -o $(LOCK)
 
 # Without DATABASE_URL, run_stack starts (and stops) the embedded PostgreSQL under var/.
 run: install
