@@ -654,6 +654,7 @@ class ReviewCase(models.Model):
         permissions = [
             ("replay_operation", "Can replay an operation"),
             ("view_contact_details", "Can see unmasked contact details"),
+            ("erase_personal_data", "Can export and erase a person's personal data"),
         ]
         constraints = [
             # Invariant 5: at most one open case per subject and kind.
@@ -697,7 +698,9 @@ class ReviewCase(models.Model):
 class AuditEntry(models.Model):
     """An append-only record of a human decision or a consequential automatic one.
 
-    A database trigger (migration 0002) refuses UPDATE and DELETE on this table.
+    A database trigger (migration 0002) refuses UPDATE and DELETE on this table; the
+    one UPDATE it allows is a person's erasure rewriting the personal parts of
+    `reason` and `details` (migration 0030, idempotency_core/privacy/erasure.py).
     """
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
