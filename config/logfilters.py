@@ -215,9 +215,9 @@ class QuietTaskLines(logging.Filter):
     `Processed '<func>' (<task>)`), and nothing else: a cluster's start, stop and
     recycling lines, and every warning and error (a failed task's included), pass.
 
-    At a pipeline's rate they were the bulk of the log and 4% of a cluster's CPU, and
-    they say less than what Onefold keeps: each attempt's row, a line by ids for every
-    attempt that did not succeed, and the metrics. ONEFOLD_Q_TASK_LINES=true keeps
+    At a pipeline's rate they are the bulk of the log and cost CPU, and they say less
+    than what Onefold keeps: each attempt's row, a line by ids for every attempt that
+    did not succeed, and the metrics. ONEFOLD_Q_TASK_LINES=true keeps
     them. The lines are matched in django-q2's English text: under another language
     they are not recognised, and pass."""
 

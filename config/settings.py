@@ -39,7 +39,7 @@ INSECURE_SECRET_KEY = "onefold-insecure-development-key-change-me"
 SECRET_KEY = env_str("SECRET_KEY", "") or INSECURE_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 
-# --- Production hardening (README "Production") ----------------------------
+# --- Production hardening (docs/operations.md, "Security") ----------------
 # Read from variables named as Django's own settings. All off by default: the
 # quick start serves plain HTTP on loopback, where secure cookies would never
 # be sent back and a redirect to HTTPS would lead nowhere.
@@ -75,7 +75,7 @@ INSTALLED_APPS = [
     # The web layer's request metrics (its two middlewares below), on /metrics.
     "django_prometheus",
     "idempotency_core",
-    # /healthz, /readyz, /metrics and the ids on JSON log lines (README "Operations").
+    # /healthz, /readyz, /metrics and the ids on JSON log lines (docs/operations.md).
     "idempotency_core.observability",
     "integrations",
     "review_console",
@@ -123,15 +123,15 @@ TEMPLATES = [
     },
 ]
 
-# Connections persist (README "Database connections"): each web or worker process keeps
+# Connections persist (docs/operations.md, "Database connections"): each web or worker process keeps
 # one connection per thread for DATABASE_CONN_MAX_AGE seconds (0: a new connection per
-# request or task, the old default, which cost a third of ingest's time), and checks
+# request or task, which would dominate ingest's time), and checks
 # it with a round trip before each request or task reuses it (CONN_HEALTH_CHECKS), so
 # a PostgreSQL restart or an idle timeout costs a reconnect, never a failed request.
 # Not a psycopg pool: with gunicorn's sync workers and django-q2's forked workers each
 # process runs one request or task at a time, so a pool adds a checkout per request and
 # background threads, and one created before django-q2 forks would be shared with the
-# children (measured and explained in the README).
+# children (docs/operations.md, "Database connections").
 # Without DATABASE_URL, the quick start's embedded PostgreSQL server (`make run`), on the
 # Unix socket in its data directory (config/env.py: `embedded_database_dir`). Any other
 # engine is refused here, before anything runs.
@@ -219,7 +219,7 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # last_login already says when).
 AXES_DISABLE_ACCESS_LOG = True
 # Password reset mails staff a sign-in link: off unless an operator has set up
-# mail for staff (README "Production"). Off, its pages answer 404.
+# mail for staff (docs/operations.md, "Security"). Off, its pages answer 404.
 ONEFOLD_PASSWORD_RESET = env_bool("ONEFOLD_PASSWORD_RESET", False)
 
 # --- Content-Security-Policy (django-csp 4) -----------------------------------
@@ -346,7 +346,7 @@ EMAIL_PORT = env_int("EMAIL_PORT", 8025, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "enquiries@onefold.invalid")
 # The adapters of the default destinations "crm" and "email" (a source may name
 # its own destinations): sandbox | hubspot | salesforce | pipedrive | dataverse,
-# and smtp | resend. Each vendor reads its own variables (README, "Destinations").
+# and smtp | resend. Each vendor reads its own variables (docs/destinations.md).
 ONEFOLD_CRM = env_str("ONEFOLD_CRM", "sandbox").strip().lower()
 ONEFOLD_EMAIL = env_str("ONEFOLD_EMAIL", "smtp").strip().lower()
 if ONEFOLD_CRM not in ("sandbox", "hubspot", "salesforce", "pipedrive", "dataverse"):
@@ -413,7 +413,7 @@ ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 600
 ONEFOLD_HOOK_RATE_PER_ADDRESS_PER_MINUTE = env_int(
     "ONEFOLD_HOOK_RATE_PER_ADDRESS_PER_MINUTE", 600, minimum=1
 )
-# Retention (README "Retention"). Payloads (contact details, message) are nulled
+# Retention (docs/operations.md, "Retention"). Payloads (contact details, message) are nulled
 # this many days after the event arrived, once no operation is still in flight;
 # key and fingerprint stay.
 ONEFOLD_PAYLOAD_RETENTION_DAYS = env_int("ONEFOLD_PAYLOAD_RETENTION_DAYS", 30, minimum=1)
@@ -432,7 +432,7 @@ if ONEFOLD_PAYLOAD_RETENTION_DAYS > ONEFOLD_KEY_RETENTION_DAYS:
 ONEFOLD_RECONCILE_PAGE_SIZE = env_int("ONEFOLD_RECONCILE_PAGE_SIZE", 5000, minimum=1)
 ONEFOLD_RECONCILE_LEASE_SECONDS = env_float("ONEFOLD_RECONCILE_LEASE_SECONDS", 120, minimum=1)
 
-# --- Operations (README "Operations") ---------------------------------------
+# --- Operations (docs/operations.md) ----------------------------------------
 
 
 def _networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -504,14 +504,12 @@ Q_CLUSTER: QClusterOptions = {
     # Successful results are not saved (-1): Onefold's attempts record every outcome
     # and nothing reads django-q2's Task/Success rows (no hook, no chain, no
     # result() call). Saving them made the monitor decode up to this many pickled rows
-    # for every task (a fifth of a cluster's CPU). A failed task (a crash) is still
+    # for every task. A failed task (a crash) is still
     # saved, whatever the limit: the admin's "Failed tasks" keeps it.
     "save_limit": env_int("ONEFOLD_Q_SAVE_LIMIT", -1, minimum=-1),
     # Seconds the pusher sleeps when the queue is empty (it never sleeps while tasks
-    # wait, and a submission's later steps run in its first task). Measured with
-    # `bench_pipeline --poll 0.02 0.05 0.1 0.2` (the third effect timed to 2 ms): a
-    # submission to an idle queue is through in 53 ms (p50) at 0.05 s, 100 ms at 0.1 and
-    # 0.2 s, 28 ms at 0.02 s; 0.05 s costs 20 empty dequeues a second per cluster.
+    # wait, and a submission's later steps run in its first task). Shorter answers an idle
+    # queue sooner and costs more empty dequeues (docs/benchmarks.md, `--poll`).
     "poll": env_float("ONEFOLD_Q_POLL", 0.05, minimum=0.01),
     "label": "Task queue",
     # django-q2's ORM broker, its dequeue one statement with SKIP LOCKED on PostgreSQL

@@ -20,7 +20,7 @@ for name, value in {
     "ONEFOLD_Q_POLL": "0.05",
     # The suite's gunicorn runs 16 threads a process, and a persistent connection is
     # kept per thread: several servers at once would exhaust PostgreSQL's 100
-    # connections (README "Database connections"). Tests about persistence set it.
+    # connections (docs/operations.md, "Database connections"). Tests about persistence set it.
     "DATABASE_CONN_MAX_AGE": "0",
     # The suite's factories write to one address (ada@example.com) and from one source
     # far more than the product allows in a day; the tests of those limits

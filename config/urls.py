@@ -74,7 +74,7 @@ urlpatterns = [
     # The site's root is the console (its login page for anyone signed out).
     path("", RedirectView.as_view(pattern_name="console:dashboard"), name="root"),
     *public_api,
-    # Operations (README): probes and Prometheus, outside the API and its schema.
+    # Operations (docs/operations.md): probes and Prometheus, outside the API and its schema.
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),

@@ -2,8 +2,8 @@
 
 django-q2's own dequeue (`django_q/brokers/orm.py`) reads the due rows, then tries a
 compare-and-set UPDATE on each one's `lock`; two clusters' pushers read the same row,
-one of them loses and reads again. Measured with two clusters (`bench_pipeline`), a
-submission cost twice the CPU it cost with one. Here a pusher takes
+one of them loses and reads again, so each cluster added costs every submission CPU.
+Here a pusher takes
 its rows in one statement that skips the rows another pusher is taking at that
 moment (`FOR UPDATE SKIP LOCKED`) and sets their lock as django-q2 does, to now +
 `retry`: the delivery rules are unchanged (docs/task-queue.md: a row not acknowledged is
@@ -13,10 +13,9 @@ handed out again when its lock expires; a row is acknowledged by deleting it).
 The dequeue walks the primary key to the first due row. Left to its statistics, the
 planner often would not: autovacuum finds a queue empty most of the time, and with
 statistics that say so it prefers to read and sort every due row, which for a burst
-of N tasks is N rows read for each of them (0.7 ms of PostgreSQL's CPU a task in a
-3,000-task burst). So the statement runs in a function, `onefold_queue_take`
-(migration 0021), planned with sorting off, which leaves the walk along the key as
-the only cheap plan: one call, one round trip, its own transaction.
+of N tasks is N rows read for each of them. So the statement runs in a function,
+`onefold_queue_take` (migration 0021), planned with sorting off, which leaves the walk
+along the key as the only cheap plan: one call, one round trip, its own transaction.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def config_cache_clear() -> None:
 def _usable() -> bool:
     # The connection looked up once: each `connection.<name>` is a lookup in asgiref's
     # thread-local, which raises and catches an exception (no running event loop)
-    # every time; ten of them a request were a fiftieth of its CPU.
+    # every time.
     db = connections[DEFAULT_DB_ALIAS]
     if not db.settings_dict["CONN_MAX_AGE"] or db.in_atomic_block:
         return False

@@ -214,7 +214,7 @@ class Event(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Not indexed alone: `event_unique_source_key` starts with it. (Every index is written
-    # by each submission's one statement; README, "Benchmarks", says what each cost.)
+    # by each submission's one statement; docs/benchmarks.md says what each costs.)
     source = models.ForeignKey(
         Source, on_delete=models.PROTECT, related_name="events", db_index=False
     )

@@ -39,8 +39,7 @@ class _StatementQuery(PostgresQuery):
     but caches the conversion only for queries under 4,096 characters and 50
     parameters (psycopg/_queries.py: an ORM's `INSERT ... VALUES (...), (...)` varies
     in length and would flood the cache). The statements here are a small fixed set,
-    and ingest's passes both limits, so they are always cached: converting it anew
-    was 7% of a request's CPU."""
+    and ingest's passes both limits, so they are always cached."""
 
     def convert(self, query: Any, vars: Any) -> None:
         if vars is None or not isinstance(query, str):
@@ -72,7 +71,7 @@ class _PreparedCursor(psycopg.Cursor[Any]):
 
 # One idle cursor per connection, kept for the next statement: a psycopg cursor finds
 # the dumper of each parameter's type and the loader of each column's type once, and a
-# new cursor for each statement did so every time (a tenth of a worker's CPU).
+# new cursor for each statement would do so every time.
 _idle: weakref.WeakKeyDictionary[psycopg.Connection[Any], _PreparedCursor] = (
     weakref.WeakKeyDictionary()
 )
@@ -167,9 +166,9 @@ class Column:
 # its target's), None for each. Not an IntegerField's int: the backend wraps it in
 # psycopg's Int2/Int4/Int8, which name its exact type. Everything else (dates, JSON,
 # UUIDs, a subclass) takes the field's own path, but for an aware datetime
-# (`Column.aware_unchanged`). Preparing every value of ingest's rows
-# was a tenth of a request's CPU; tests/core/test_prepared_once.py holds each class
-# and type here to the field's own preparation.
+# (`Column.aware_unchanged`). Preparing every value of ingest's rows through each
+# field's path is the slow way; tests/core/test_prepared_once.py holds each class and
+# type here to the field's own preparation.
 _NONE = type(None)
 _UNCHANGED: dict[type[Field[Any, Any]], tuple[type, ...]] = {
     models.CharField: (str, _NONE),
@@ -255,8 +254,7 @@ def instance_new(model: type[M], values: dict[str, object]) -> M:
     """`model(**values)`, with `values` by attribute name (`event_id`, not `event`),
     through the positional path that Django's `from_db` takes: every field's value in
     field order. Django's keyword path looks each field up in the keywords and asks it
-    for its default; for an operation's 26 fields that was three times the cost, a
-    twentieth of an ingest request's CPU (tests/core/test_prepared_once.py holds the
+    for its default, several times the cost (tests/core/test_prepared_once.py holds the
     two to the same instance). A name that is no field's attribute raises TypeError,
     as the keyword would."""
     if not values.keys() <= _attribute_names(model):

@@ -438,7 +438,7 @@ def destination_pauses(*, now: datetime) -> list[dict[str, Any]]:
 
 # How long the dashboard's counted history (operations by status, attempts per hour,
 # cases per day, time to settle) is reused: these scan a day's attempts and a
-# month's cases, about 0.5 s together at 1M events on this loaded 2-core machine.
+# month's cases: about 0.5 s together at 1M events.
 DASHBOARD_HISTORY_SECONDS = 60
 
 
@@ -466,7 +466,7 @@ def dashboard_history(*, now: datetime) -> dict[str, Any]:
 
 
 # Above this many operations (the planner's estimate), "succeeded" is that estimate
-# less the exact others: counting a million succeeded rows took a third of a second.
+# less the exact others: counting a million succeeded rows takes about a third of a second.
 EXACT_SUCCEEDED_UP_TO = 100_000
 
 

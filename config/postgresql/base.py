@@ -4,7 +4,7 @@ With persistent connections (DATABASE_CONN_MAX_AGE) and CONN_HEALTH_CHECKS, Djan
 asks a connection whether it still works before it is reused, with `SELECT 1`: a round
 trip before every web request, every worker task, and every call of django-q2's ORM
 broker (its pusher and monitor close old connections before each). In a worker cluster
-under load that was an eighth of its time (py-spy; README, "Benchmarks").
+under load that round trip was a large share of its time (docs/benchmarks.md).
 
 What that round trip finds out, a non-blocking read of the socket finds out without
 asking: a terminated backend, a server restart or an idle timeout arrives as a FATAL

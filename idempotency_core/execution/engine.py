@@ -129,8 +129,8 @@ def operation_task_package(operation_id: int) -> tuple[str, str]:
     (django_q/tasks.py), signed by its own `SignedPackage`. It leaves out two costs of
     `async_task` that no worker reads: the human-readable name of the task's id (we
     name it, so `async_task` computes that name and discards it) and its INFO line
-    "Enqueued" for a queue row it does not write. Together they were 6% of a
-    request's CPU. tests/core/test_task_package.py holds the two to the same task."""
+    "Enqueued" for a queue row it does not write.
+    tests/core/test_task_package.py holds the two to the same task."""
     queue = _queue.get()
     task: dict[str, object] = {
         "id": uuid.uuid4().hex,

@@ -1,10 +1,10 @@
 """The worker's claim, its outcome and the release of the next step: one statement each.
 
-A step's attempt used to cost the worker eight round trips to PostgreSQL besides its
-transactions: the claim's UPDATE, a read of the operation with its event, source and
-destination, the attempt's INSERT, a read of the earlier steps' references, then the
-outcome's two UPDATEs and a read for cases to settle. Here the claim is one statement
-and the outcome another; what they decide is unchanged (engine.py says what that is):
+Through the ORM a step's attempt would be a round trip to PostgreSQL for each of: the
+claim's UPDATE, a read of the operation with its event, source and destination, the
+attempt's INSERT, a read of the earlier steps' references, the outcome's two UPDATEs
+and a read for cases to settle. Here the claim is one statement and the outcome
+another; what they decide is unchanged (engine.py says what that is):
 
 * `claim_take`: the conditional UPDATE (the claim: due and unowned), RETURNING the
   row, the attempt's INSERT from it, and a SELECT of the operation, its event, source
@@ -208,8 +208,8 @@ def _event_required(event: Event | None) -> None:
 def _attempt_params(token: uuid.UUID, now: datetime) -> list[object]:
     """The values of a new attempt's columns (`_attempt_insert`) for a claim by `token`:
     the token and the start prepared for this claim, every other column as prepared
-    once (`_attempt_defaults`). Building and preparing a whole template per claim was
-    a fifteenth of a worker's CPU (py-spy --gil, README "Benchmarks")."""
+    once (`_attempt_defaults`): building and preparing a whole template per claim
+    showed in the worker's profile (docs/benchmarks.md)."""
     values = list(_attempt_defaults())
     token_at, started_at = _attempt_varying()
     db = connections[DEFAULT_DB_ALIAS]
@@ -251,7 +251,7 @@ def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseW
     """`value` as field `name` of `model` sends it. `db` is the connection itself, taken
     once per statement: not the proxy `connection`, which a field's preparation asks
     for its operations several times, nor `connections[...]` per value, each a lookup
-    through asgiref's thread-local (together 9 % of a chain's CPU in one process). A
+    through asgiref's thread-local. A
     value the preparation would give back as it is skips it (sql.unchanged_types)."""
     field, unchanged = _field(model, name)
     if type(value) in unchanged:

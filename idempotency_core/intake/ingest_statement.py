@@ -1,9 +1,8 @@
 """A new submission's rows in one statement.
 
-`event_ingest` (ingest.py) used to write a new submission in a transaction of six
-statements (BEGIN, the event, its operations, its delivery, its task, COMMIT) and wait
-for four answers. Here they are one autocommit statement, whose data-modifying CTEs
-PostgreSQL runs as one atomic unit:
+`event_ingest` (ingest.py) writes a new submission (the event, its operations, its
+delivery, its task) in one autocommit statement, not a transaction of six statements;
+PostgreSQL runs its data-modifying CTEs as one atomic unit:
 
     WITH event AS (INSERT INTO event ... ON CONFLICT DO NOTHING RETURNING 1),
          operations AS (INSERT INTO operation ... SELECT ... FROM event, (VALUES ...)),

@@ -380,7 +380,7 @@ def _unrevoked_api_key(digest: str) -> SourceApiKey | None:
 
 def source_create(*, name: str) -> Source:
     """Creates a source. One that exists is refused and left exactly as it is: a second
-    `create_source` used to add a key beside the first, leaving a leaked one valid."""
+    `create_source` must not add a key beside the first, leaving a leaked one valid."""
     refusal = SourceExistsError(
         f"Source {name!r} exists; nothing was changed. For a new API key run "
         f"`manage.py rotate_key {name}` (the old key keeps working for "

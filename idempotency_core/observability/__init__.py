@@ -1,4 +1,4 @@
-"""What an operator watches in production (README "Operations").
+"""What an operator watches in production (docs/operations.md).
 
 `figures`: Onefold's own figures, read from the database when asked for;
 `metrics`: /metrics, those figures and the web layer's (django-prometheus) in

@@ -2,7 +2,7 @@
 
 Two parts. The web layer's figures are django-prometheus's (requests, latency
 and answers by view), counted in the memory of each web process: with several
-gunicorn workers, set PROMETHEUS_MULTIPROC_DIR (README "Operations") and this
+gunicorn workers, set PROMETHEUS_MULTIPROC_DIR (docs/operations.md) and this
 view adds up every worker's files, otherwise a scrape shows the one worker
 that answered it. Onefold's own figures (`onefold_*`) are read from the
 database at each scrape (figures.py says why), the same whichever process answers.

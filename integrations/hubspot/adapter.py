@@ -127,7 +127,7 @@ class HubSpotConfig:
 
 
 def adapter_from_env(*, base_url: str | None, timeout: float, env: Mapping[str, str]) -> HubSpotCrm:
-    """The adapter from HUBSPOT_* variables (README, "HubSpot"); no network call.
+    """The adapter from HUBSPOT_* variables (docs/destinations.md, "HubSpot"); no network call.
 
     HUBSPOT_TOKEN (a private app's token), HUBSPOT_BASE_URL (default HubSpot's API),
     HUBSPOT_ENQUIRY_OBJECT (`deals` or `tickets`), HUBSPOT_REFERENCE_PROPERTY

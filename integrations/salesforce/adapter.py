@@ -161,8 +161,8 @@ class SalesforceConfig:
 def adapter_from_env(
     *, base_url: str | None, timeout: float, env: Mapping[str, str]
 ) -> SalesforceCrm:
-    """The adapter from SALESFORCE_* variables (README, "Salesforce"). No network call,
-    and no error: a setting it cannot use (named, never its value) is a RETRYABLE
+    """The adapter from SALESFORCE_* variables (docs/destinations.md, "Salesforce").
+    No network call, and no error: a setting it cannot use (named, never its value) is a RETRYABLE
     refusal of every call, so nothing is sent until the configuration is corrected.
     `base_url` (the destination's own) overrides SALESFORCE_INSTANCE_URL."""
     problems = [

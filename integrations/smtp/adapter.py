@@ -205,8 +205,8 @@ def _is_date(value: str) -> bool:
 
 def plain_message_bytes(headers: Iterable[tuple[str, str]], body: str) -> bytes | None:
     """`composed_message_bytes` of a message that needs no folding and no encoding,
-    written directly (the email package parses every header it is given: 0.47 ms a
-    message, 15% of a worker cluster's CPU under load); None for any other message.
+    written directly (the email package parses every header it is given, a large share
+    of a worker's CPU under load); None for any other message.
     Plain means: each header a short line in the form `_PLAIN` allows for its name
     (plain ASCII words, `_PLAIN_TEXT`, for the others), and the body ASCII text in lines
     of at most 78 characters. The two agree byte for byte where this answers

@@ -235,7 +235,7 @@ class SubmissionCreateView(SourceAPIView):
 
 def _status_path(event_id: uuid.UUID) -> str:
     """The event's status path, as `reverse` gives it, from one `reverse` per script
-    prefix: a resolver walk on every answer took 9 µs of its 1.4 ms of CPU."""
+    prefix, not a resolver walk on every answer."""
     return _status_path_template(get_script_prefix()).replace(str(_ANY_EVENT), str(event_id))
 
 

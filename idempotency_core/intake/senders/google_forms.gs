@@ -15,7 +15,7 @@
  * The response id is Google's own and never changes, so a re-run of the trigger
  * (or the retry below) is recognised by Onefold as the same submission.
  *
- * Setup (README, "Senders"):
+ * Setup (docs/senders.md):
  *  1. manage.py create_source NAME --profile googleforms   (prints the secret and path)
  *  2. In the form: Extensions → Apps Script, paste this file.
  *  3. Project Settings → Script properties: ONEFOLD_HOOK_URL = https://<host>/hooks/NAME/,

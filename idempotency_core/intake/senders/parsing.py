@@ -45,8 +45,8 @@ class MalformedDeliveryError(ValueError):
 
 PARSERS = ("json", "form", "multipart", "multipart_json")
 
-# Django's parser spends about 30 microseconds a part: its own 1,000 fields would
-# let a 64 KiB body cost 30 ms. Providers send a few dozen (Jotform about 25, its
+# Django's parser spends time on every part, and its own limit of 1,000 fields is far
+# above what providers send: a few dozen (Jotform about 25, its
 # answers inside one JSON field).
 MAX_MULTIPART_PARTS = 200
 
