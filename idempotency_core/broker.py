@@ -1,22 +1,4 @@
-"""django-q2's ORM broker, with a dequeue that never races and reads few rows.
-
-django-q2's own dequeue (`django_q/brokers/orm.py`) reads the due rows, then tries a
-compare-and-set UPDATE on each one's `lock`; two clusters' pushers read the same row,
-one of them loses and reads again, so each cluster added costs every submission CPU.
-Here a pusher takes
-its rows in one statement that skips the rows another pusher is taking at that
-moment (`FOR UPDATE SKIP LOCKED`) and sets their lock as django-q2 does, to now +
-`retry`: the delivery rules are unchanged (docs/task-queue.md: a row not acknowledged is
-handed out again when its lock expires; a row is acknowledged by deleting it).
-`Q_CLUSTER["broker_class"]` names this class.
-
-The dequeue walks the primary key to the first due row. Left to its statistics, the
-planner often would not: autovacuum finds a queue empty most of the time, and with
-statistics that say so it prefers to read and sort every due row, which for a burst
-of N tasks is N rows read for each of them. So the statement runs in a function,
-`onefold_queue_take` (migration 0021), planned with sorting off, which leaves the walk
-along the key as the only cheap plan: one call, one round trip, its own transaction.
-"""
+"""django-q2's ORM broker, with a dequeue that never races and reads few rows."""
 
 from __future__ import annotations
 

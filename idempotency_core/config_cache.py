@@ -1,35 +1,5 @@
 """A per-process cache of what every submission reads and almost nothing writes: the
 source an API key names (with the key's end) and the destinations of a source's steps.
-
-Correct invalidation, across processes: migration 0017's triggers
-NOTIFY `onefold_config` at the commit of any write to sources, API keys or
-destinations, whoever makes it (a service, the admin, `manage.py revoke_key` in its own
-process, raw SQL). The cache LISTENs on the connection this thread already uses, and
-before every use reads what has arrived on it: a non-blocking read of the socket, no
-round trip (the connection's health check, one round trip per request, also delivers
-them). Any notification empties the cache. So a key revoked, a source disabled or a
-destination changed is seen by the next request that starts after the notification
-has reached the process, a few milliseconds after the commit, in every web process.
-
-An entry is used only when all of this holds; otherwise the database is read, as
-before the cache existed:
-
-* connections persist (DATABASE_CONN_MAX_AGE > 0; with a new connection per request
-  the LISTEN would cost more than the read it saves);
-* no transaction is open (reads inside one may be uncommitted, and a test's
-  transaction never commits, so it never notifies);
-* it was filled on the connection that is open now: a new connection may have missed
-  notifications while there was none, so it starts empty;
-* it is younger than `MAX_AGE_SECONDS`, a bound should a notification ever be lost.
-
-A key's end (`expires_at`, set by a rotation's overlap) is compared with the clock at
-every use, so the end of an overlap needs no notification.
-
-The same non-blocking read is the connection's health check for the request: a
-restart, a terminated backend or an idle timeout arrives as a FATAL message and the
-end of the stream, so a connection that reads cleanly is marked checked and Django's
-own check (SELECT 1, a round trip, a fifth of an ingest request's time in the profile)
-is skipped; one that does not is closed, and the next query opens a new one.
 """
 
 from __future__ import annotations

@@ -1,18 +1,4 @@
-"""Hand-written statements on the hot paths, and what they share.
-
-Ingest (intake/ingest_statement.py) and the worker's claim and outcome
-(execution/statements.py) each do in one statement what the ORM would do in several
-round trips. They still go through Django's connection and cursor wrapper (logged,
-errors translated) and through each field's own conversions, both ways:
-
-* `prepared_cursor`: a server-binding cursor that psycopg prepares, so PostgreSQL
-  parses and plans each statement once per connection;
-* `columns_of`: a model's columns with their field and SQL type;
-* `prep_value` / `model_from_row`: what Django's compilers do with a value on the way
-  in (`pre_save`, `get_db_prep_save`) and on the way out (`from_db_value`, `from_db`);
-* `instance_new`: a new, unsaved instance built by Django's positional path;
-* `plain`: a choices member as the string it stands for.
-"""
+"""Hand-written statements on the hot paths, and what they share."""
 
 from __future__ import annotations
 

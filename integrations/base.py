@@ -356,6 +356,13 @@ class CrmAdapter(Protocol):
 
     def merge_records(self, *, survivor_id: str, duplicate_id: str, key: str) -> Effect: ...
 
+    def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
+        """A person's erasure (GDPR article 17): deletes the enquiry `record_id`, the
+        tasks `task_ids` and the person or contact the enquiry names, by the ids
+        Onefold holds (never by address). A part already gone (404) counts as
+        deleted, so a repeat after a lost answer deletes nothing twice."""
+        ...
+
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]: ...

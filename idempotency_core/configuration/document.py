@@ -1,32 +1,4 @@
-"""The configuration document: its shape, its validation, and the block a submission gets.
-
-```yaml
-sources:
-  <source name>:
-    forms:
-      "<form name>" | "*":
-        enquiry:      {fields: {<CRM property>: <template>}, pipeline: <template>,
-                       stage: <template>}
-        contact:      {fields: {<CRM property>: <template>}}
-        task:         {title: <template>, assignee: <assignee>, due_in_hours: <hours>}
-        confirmation: {send: <bool>, subject: <template>, text: <template>,
-                       html: <template>, reply_to: <template>,
-                       languages: {<code>: {subject, text, html}},
-                       language_field: <value path>}
-```
-
-An assignee is a name; `{round_robin: [name, ...]}`; or `{from_field: <value path>,
-map: {<value>: name}, default: name}`. A value path names one value of the
-submission: `fields.<name>`, `contact.<name|first_name|last_name|email|phone>`,
-`form`, `source` or `message`.
-
-A form's block is used whole, or, for a form it does not name, the `"*"` block: the
-blocks are not merged, as a source's pipelines are not (execution/steps.py
-`pipeline_for`). Whatever the block leaves out keeps Onefold's built-in content.
-
-Validation (`document_problems`) reads the whole document and returns every problem,
-each with its place (`Problem.path`) and, for a document read from a file, its line.
-"""
+"""The configuration document: its shape, its validation, and the block a submission gets."""
 
 from __future__ import annotations
 

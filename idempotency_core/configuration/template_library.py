@@ -1,20 +1,4 @@
-"""The only tags and filters a business configuration's templates may use.
-
-Django's own, chosen one by one, registered here as the sandboxed engine's sole builtin
-library (templates.py). Left out, and why:
-
-- `include`, `extends`, `block` (loader tags) and `load`: they reach templates and tag
-  libraries outside the text itself; `url`, `csrf_token`: they reach the project;
-- `debug`: it prints the context and every loaded module;
-- `autoescape` and the filters `safe`, `safeseq`: they would let a visitor's value into
-  the HTML unescaped;
-- `now`, `timesince`, `timeuntil`, `random`, `lorem`: what they give depends on the
-  moment of rendering or on chance, not on the submission (a template says what the
-  submission makes of it; `submitted_at` gives its date);
-- `pprint`, `json_script`, `urlize`, `urlizetrunc`, `dictsort`, `dictsortreversed`,
-  `filter`, `querystring`: debugging output, markup of their own or lookups beyond the
-  values given, which no confirmation or CRM property needs.
-"""
+"""The only tags and filters a business configuration's templates may use."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""The configuration's templates: Django's template language, sandboxed to the values given.
-
-A separate `Engine`, not the project's: no loader at all (nothing can name a file),
-no directories, no app templates, and as its only builtin library the tags and
-filters of `template_library.py` (no `include`, `extends`, `load`, `debug`, `now`,
-`autoescape`, `safe`...). A template sees exactly the mapping it is rendered with,
-frozen (`template_values`: read-only mappings and tuples), so a method a template can
-call without arguments (`{{ fields.clear }}`) changes nothing; names starting with an
-underscore are refused by Django itself. An unknown name renders empty.
-
-HTML is rendered with autoescape on, everything else (subjects, text, CRM properties)
-with it off: the same template language, the escaping chosen by where the text goes.
-
-Compiled templates are kept per process by their text (they are immutable and safe to
-share between threads), so rendering an operation's content costs no compile.
-"""
+"""The configuration's templates: Django's template language, sandboxed to the values given."""
 
 from __future__ import annotations
 

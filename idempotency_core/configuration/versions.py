@@ -1,18 +1,4 @@
-"""The configuration's versions: the current one, applying a new one, exporting.
-
-Every change is a new `BusinessConfigVersion` (never an update: a trigger refuses
-one), written with who and why and audited as `config_applied`; the newest is the
-configuration. `config_apply` is the one way to write one, for the command and the
-console alike: it validates the whole document first and writes nothing unless all
-of it holds. The console's edits go through it too: `config_section_apply` (one
-section of one form's block, refused when someone else changed that section since
-the editor opened) and `config_restore` (an older version's document as a new
-version, audited as `config_restored`).
-
-The current version is read through the per-process cache of `config_cache.py`: a new
-version NOTIFYs `onefold_config` at its commit (migration 0028), so a worker renders
-the next operation from it, and no render pays a query while nothing changes.
-"""
+"""The configuration's versions: the current one, applying a new one, exporting."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """The configuration as a YAML file: read with the line of every key and value, written
 back for people who keep it in git.
-
-PyYAML's composer gives each node its position (`start_mark`), which its constructor
-then drops; so the document is built here from the node tree itself, keeping where
-each value is (`FileMarks`), and a problem found later names its line. Only YAML's
-safe types are read (no tags that build objects). Mapping keys are taken as written
-(`2024:` is the form "2024", not a number); a key given twice is a problem, where
-PyYAML would silently keep the last.
 """
 
 from __future__ import annotations

@@ -1,31 +1,4 @@
-"""A destination's request budget and pauses, shared by every worker on every machine.
-
-Vendors limit requests (HubSpot: 100 per 10 seconds on lower tiers; Resend: 2 a
-second) and say so in a 429. Spent as failures, those answers used the bounded
-attempts of emails that had been sent. Here the limit is a budget the workers
-share through PostgreSQL, one `DestinationBudget` row per destination:
-
-- Before each request of an attempt (`BudgetGate.before`, set as
-  `integrations.http.request_gate` around the call), a worker reserves its turn in
-  one statement, a generic cell rate (`_RESERVE`): each reservation moves the row's
-  `next_free_at` on by `spacing_seconds`, and a request may go when it is at most
-  `tolerance_seconds` ahead. Spacing and tolerance are chosen so that no window of
-  `per_seconds` ever holds more than `requests` (`_shape`). Reservations form a
-  queue: a turn up to ONEFOLD_BUDGET_MAX_WAIT_SECONDS away is slept for; a later one
-  is not taken, and the attempt ends as WAITED.
-- The budget is the vendor's documented default (`adapter.request_budget`),
-  replaced by `ONEFOLD_RATE_LIMIT_<NAME>` ("100/10", or "off"), and corrected by
-  the vendor's own headers (`BudgetGate.after`: the limit of the account's tier).
-- A 429 pauses the destination for every worker until the vendor's reset
-  (`destination_pause`); a daily limit or a refused verification pauses it the
-  same way, for longer. A pause moves the destination's due work to its end in one
-  statement, so nothing is claimed meanwhile: one alert on the dashboard and in
-  /metrics, not a case per submission.
-
-An attempt that waited is recorded as WAITED and is not counted against
-ONEFOLD_MAX_ATTEMPTS (policy.py). A destination with no budget (the sandbox,
-SMTP) costs nothing here: no row is read unless it has been paused.
-"""
+"""A destination's request budget and pauses, shared by every worker on every machine."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""A confirmation sent as a test to the Settings admin who is editing it.
-
-The console's Settings pages render a confirmation from a kept submission and a draft
-of the configuration (`content_preview`); "Send a test to me" sends that content to
-the signed-in person's own address through the source's mail destination, as the
-confirmation step would send it, so they see it in a real mail client.
-
-It is no business effect: no operation, no enquiry, no allowance counted against the
-customer's address (`confirmation_allow`). Its key is fresh for each test (the shape
-of an operation key, random, tied to no event), so a mail service's idempotency check
-never takes a second test for a repeat of the first, and never a test for a
-customer's confirmation. Its requests wait for the destination's shared budget like
-the engine's. The audit entry (`config_test_sent`) is written after the call, with its
-outcome: a test reaches only the person who asked for it, and a crash between the
-call and the entry loses the record of one email to oneself.
-"""
+"""A confirmation sent as a test to the Settings admin who is editing it."""
 
 from __future__ import annotations
 

@@ -1,28 +1,4 @@
-"""Confirmations: the greeting they may carry, and the limits on sending them.
-
-A contact form that writes back is a known spam relay: whoever posts the form makes
-Onefold email any address, with their own text in the greeting ("Hello Claim your
-prize at https://…"). So:
-
-- a confirmation greets by the submitted name only when the name is short plain text
-  (`greeting_name`); otherwise it says "Hello," and nothing of the submission;
-- each confirmation allowed to go out is recorded (`ConfirmationAllowance`) and
-  counted per recipient address and per source over the last 24 hours; over either
-  limit (ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY, ..._PER_SOURCE_PER_DAY) it is
-  held, not sent;
-- a submission whose CAPTCHA could not be checked when it arrived (the provider's
-  siteverify did not answer: intake/senders/captcha.py) is processed, but its
-  confirmation is held too.
-
-A submission without an email address (a form with no email field:
-docs/senders.md) has no one to confirm to: its confirmation is skipped before any limit
-counts it (`ConfirmationSkippedError`), and the step ends cancelled, saying so,
-with no case: nothing is wrong and nobody has to decide anything.
-
-Held means the engine's usual review: the step ends in `needs_review` with a
-`confirmation_held` case (policy.py), and a person replays it (it is sent: a
-person's decision is counted but never refused) or closes the case (never sent).
-"""
+"""Confirmations: the greeting they may carry, and the limits on sending them."""
 
 from __future__ import annotations
 

@@ -1,29 +1,5 @@
 """Rendered once: an operation's content is made when it is first attempted, stored on
 the operation before its destination is called, and sent as stored ever after.
-
-What an effect sends (an enquiry's properties, a task's title, assignee and due date,
-a confirmation's subject, text and HTML) comes from templates a person may change at
-any moment (configuration/). A retry, a recovery after a lost answer and a replay
-must send what the first attempt sent: a customer never gets two different
-confirmations for one enquiry, and a destination that checks a repeated request's
-body (Resend's 409 `invalid_idempotent_request`) sees the same body. So:
-
-- `content_ensure` (the engine, before any call): an operation whose `content` is
-  still null renders it (rendering.py) and stores it, under the claim token and only
-  while it is null, committed before the call: one statement. A round robin's
-  counter is advanced in a transaction with that store (`_turn_take`: one atomic
-  upsert), so concurrent workers each take their own turn, and an operation whose
-  content is stored (every later attempt) takes none. A content that could not be
-  stored (the claim was lost) rolls the turn back.
-- `next_content_render` (the engine, in a worker's chain): the next step is rendered
-  before the statement that records this step's success and claims that one, and
-  the statement stores it there (`COALESCE(content, ...)`: only if still null). The
-  chain's steps then cost no commit of their own for their content. A step that needs
-  a round robin's turn is not rendered ahead (its turn must be taken with its store):
-  it is rendered by `content_ensure` when claimed.
-
-"Send again", an edit and `remap` create new operations: null content, rendered afresh.
-The content is purged with the event's payload (reconciliation/retention.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The engine: claim an operation, call its destination, record the outcome.
 
-Step 2 of docs/architecture.md's Flow. The claim is a conditional UPDATE committed before any
-network call; the outcome is written only by the attempt that holds the claim
-(`UPDATE ... WHERE id = ? AND claim_token = ?`); the next step is released in the
-same transaction as the success of this one. Every caller (worker task, sweeper,
-manual replay) goes through `operation_execute`, so none can bypass the guards; a
-worker's task goes through `operation_execute_chain`, which claims the next step
-in that same transaction and runs it too, with the same claim.
+The claim is committed before any network call, the outcome is written only under
+the claim token, and the next step is released with this one's success. Every caller
+goes through `operation_execute` (or `operation_execute_chain`), so none bypasses them.
 """
 
 from __future__ import annotations
@@ -122,15 +118,9 @@ def operation_enqueue(operation_id: int) -> None:
 
 
 def operation_task_package(operation_id: int) -> tuple[str, str]:
-    """The queue and signed package of the task `operation_enqueue` would queue, for a
-    caller that inserts the queue row itself (ingest's single statement).
-
-    The task is the dictionary django-q2's `async_task` builds for that call
-    (django_q/tasks.py), signed by its own `SignedPackage`. It leaves out two costs of
-    `async_task` that no worker reads: the human-readable name of the task's id (we
-    name it, so `async_task` computes that name and discards it) and its INFO line
-    "Enqueued" for a queue row it does not write.
-    tests/core/test_task_package.py holds the two to the same task."""
+    """The queue and signed package of the task `operation_enqueue` would queue, for
+    ingest's single statement: `async_task`'s task without the parts no worker reads
+    (tests/core/test_task_package.py holds the two to the same task)."""
     queue = _queue.get()
     task: dict[str, object] = {
         "id": uuid.uuid4().hex,
@@ -186,13 +176,9 @@ class AttemptResult:
 
 @dataclass(frozen=True)
 class Screen:
-    """A check that must run before an operation's claim when a condition holds (the
-    first step's suspected-duplicate search: tasks.operation_run).
-
-    `sql` is a boolean SQL expression, with `params()` and then the operation's id as
-    its parameters. The claim's statement evaluates it and claims only where it is
-    false: the usual case costs no round trip of its own. Where it is true nothing is
-    claimed; `check(operation_id)` runs, then the claim as usual."""
+    """A check run before the claim when `sql` (a boolean over `params()` and the
+    operation's id) is true; the claim's statement evaluates it, so the usual case
+    costs no round trip. Used by the suspected-duplicate search."""
 
     sql: str
     params: Callable[[], list[object]]
@@ -276,14 +262,9 @@ def operation_execute_chain(
 ) -> str | None:
     """`operation_execute`, then each step its success releases, in this task.
 
-    For the worker's task, which has `seconds` before django-q2 kills it. A next
-    step is claimed in the transaction that records this one's success (the
-    claim's conditional UPDATE, committed before its call, as any claim) instead
-    of being queued: no queue row, no poll, no second dequeue. Only while the
-    time left covers a lookup and a call; otherwise it is queued as usual. A
-    worker that dies between leaves a claimed step whose lease the sweeper
-    recovers, as after a death just after any claim. `screen` is the first claim's
-    (operation_claim). Returns the outcome of `operation_id`'s attempt.
+    The next step is claimed with this one's success instead of queued, while the
+    `seconds` left cover a lookup and a call; a worker that dies between leaves a
+    lease the sweeper recovers. Returns the outcome of `operation_id`'s attempt.
     """
     deadline = time.monotonic() + seconds
     first = operation_claim(operation_id=operation_id, screen=screen)
@@ -553,11 +534,8 @@ def operation_record_outcome(
 ) -> bool:
     """Writes the outcome if this claim still owns the operation. Returns whether it did.
 
-    In one transaction: the outcome (invariant 4: only under the claim token),
-    then what it leads to: a success releases the next step, a decision for
-    review opens the case and holds the steps behind it. A success that only releases
-    the next step is one statement instead (`_success_release`).
-    `learned=False` says the result carries no news from the destination (the
+    With it, in one transaction: a success releases the next step; a decision for
+    review opens the case and holds the steps behind it. `learned=False` (the
     sweeper's "interrupted"): if the claim was lost meanwhile, nothing is kept.
     """
     operation = claim.operation
@@ -623,18 +601,10 @@ def _outcome_log(claim: Claim, result: AttemptResult, decision: Decision) -> Non
 def _success_release(
     claim: Claim, result: AttemptResult, decision: Decision, *, system: str, now: datetime
 ) -> bool | None:
-    """A success whose only follow-up is the next step, written in one autocommit
-    statement (statements.outcome_write) that also releases the next step. In a worker's
-    chain the statement claims it for this worker, the claim committed with the success
-    and before the next call, as every claim is: a worker that dies after it leaves a
-    claimed step whose lease the sweeper recovers, as after a death just after any claim.
-    Elsewhere the statement makes it due and it is queued: for a moment it is due
-    without a task, and a worker that dies then leaves it to the sweeper, which queues it
-    (docs/task-queue.md, rule 2: "on commit plus the sweeper"), as it recovers a lost task.
-
-    None when this path does not apply (not a success, a step with its own follow-up,
-    or a case waiting on the success: the statement then writes nothing); else whether
-    the claim still owned the operation."""
+    """A success whose only follow-up is the next step, in one statement that also
+    releases it: claimed for this worker in a chain, else made due and queued (a task
+    lost in between is the sweeper's: docs/task-queue.md, rule 2). None when this path
+    does not apply; else whether the claim still owned the operation."""
     if not (
         decision.status == Operation.Status.SUCCEEDED
         and step_of(claim.operation).on_success is None
@@ -890,11 +860,8 @@ def operation_unhold_later(operation: Operation, *, now: datetime) -> list[int]:
 
 
 def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
-    """Makes the step after `operation` due and queues it. Call inside the transaction
-    that records `operation` as succeeded. One statement (statements.release_write),
-    the release `_success_release` writes with the success itself; the worker that
-    recorded this success (operation_execute_chain) gets the step claimed for it there
-    instead, to run next."""
+    """Makes the step after `operation` due and queues it, inside the transaction that
+    records `operation` as succeeded."""
     chained = _chained.get()
     token = uuid.uuid4()
     released, taken = release_write(

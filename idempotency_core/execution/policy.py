@@ -1,15 +1,4 @@
-"""Pure decisions of the engine: retry delays and recovery after an unclear outcome.
-
-No database, no network: these functions are unit-tested exhaustively and are the
-one place where "what happens next" is decided. The destination's capabilities
-may be handed over as a function: `decide()` calls it only after an unclear
-attempt (reading the sandbox's capabilities is a network call, made by the caller).
-
-A lookup that lags its writes (Capabilities.lookup_proves_absence False, e.g. a
-search index) is asked no sooner than `lookup_settle_seconds` after the unclear
-attempt; what it finds is adopted, and "not found" is not taken for absence:
-the operation goes to review with a case that says why, never a blind repeat.
-"""
+"""Pure decisions of the engine: retry delays and recovery after an unclear outcome."""
 
 from __future__ import annotations
 

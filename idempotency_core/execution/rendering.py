@@ -1,28 +1,4 @@
-"""What one effect sends, rendered from the business configuration and a submission.
-
-Pure functions of their input (`RenderInput`), the configuration's version and, for a
-round robin, the turn a counter gives (`Turn`): they touch no table themselves. Each
-returns the content an operation stores (execution/content.py stores it, once, before
-the destination is called), a JSON object with `kind` and the configuration's
-`version` (0: nothing configured, Onefold's built-in content):
-
-- enquiry (`create_enquiry`, an edit's `update_enquiry`, `remap_enquiry:<n>`):
-  `{"fields": {name, email, phone, message, form, source, submitted_at, fields},
-  "properties": {...}, "contact": {...}, "pipeline": "", "stage": ""}`; a property
-  whose template renders empty is left out (the CRM keeps its own default);
-- task: `{"title", "assignee", "assignee_rule", "due_at"}` (`due_at` ISO 8601 or null);
-- confirmation: `{"send", "to", "subject", "text", "html", "reply_to", "language"}`
-  (`html` and `reply_to` null when not configured).
-
-Templates see `contact` (name, first_name, last_name, email, phone), `message`,
-`fields`, `form`, `source`, `submitted_at` (a datetime: `|date:"j F Y"`) and
-`reference` (the enquiry's CRM reference, empty before it exists). A confirmation goes
-to whatever address was typed, so its templates see each value a visitor typed (name,
-message, each field) only when it is short plain text by the greeting rule
-(confirmations.greeting_name, with the characters HTML escaping neutralises): otherwise
-empty, so `|default:` applies. Task titles and CRM properties, which staff read, see
-the values as submitted.
-"""
+"""What one effect sends, rendered from the business configuration and a submission."""
 
 from __future__ import annotations
 

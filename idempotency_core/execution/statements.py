@@ -1,27 +1,4 @@
-"""The worker's claim, its outcome and the release of the next step: one statement each.
-
-Through the ORM a step's attempt would be a round trip to PostgreSQL for each of: the
-claim's UPDATE, a read of the operation with its event, source and destination, the
-attempt's INSERT, a read of the earlier steps' references, the outcome's two UPDATEs
-and a read for cases to settle. Here the claim is one statement and the outcome
-another; what they decide is unchanged (engine.py says what that is):
-
-* `claim_take`: the conditional UPDATE (the claim: due and unowned), RETURNING the
-  row, the attempt's INSERT from it, and a SELECT of the operation, its event, source
-  and destination, the attempt's id and the earlier steps' references. No row: not
-  claimable, nothing written.
-* `outcome_write`: the UPDATE under the claim token (invariant 4), the attempt's
-  UPDATE only if that one matched, and whether an open case waits on the operation.
-  After a success it can also release the next step (`_released`): made due, or, for
-  a worker's chain, claimed for it (the claim's UPDATE and INSERT, the claim committed
-  with the success before the next call, as a claim always is before its call).
-* `release_write`: that release alone, for a success recorded otherwise in the
-  transaction (a step with a follow-up of its own, a case settled with it, a reviewer's
-  decision).
-
-Each is prepared once per connection (sql.py), and each is the only form of its rule:
-engine.py writes no ORM version of them.
-"""
+"""The worker's claim, its outcome and the release of the next step: one statement each."""
 
 from __future__ import annotations
 

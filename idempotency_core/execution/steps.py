@@ -285,6 +285,19 @@ def _merge_done(operation: Operation, survivor_ref: str) -> None:
     )
 
 
+def _erase_person(ctx: StepContext) -> Effect:
+    """A person's erasure at the CRM (privacy/crm.py): the ids it names, never an address."""
+    arguments = ctx.operation.arguments or {}
+    return ctx.crm.erase_person(
+        record_id=str(arguments["record_id"]),
+        task_ids=tuple(str(t) for t in arguments.get("task_ids") or ()),
+    )
+
+
+# A person's erasure at the CRM: one operation per erased event whose enquiry exists,
+# with its own key; deleting twice is as once (a 404 is "already deleted").
+ERASE_STEP = "erase_person"
+
 # A merge is an operation of its own, on the event whose record survives or is
 # merged away; its step name carries the duplicate's reference so that
 # (event, step) stays unique per merge decision.
@@ -324,6 +337,7 @@ STEPS: dict[str, Step] = {
             render=enquiry_render,
         ),
         Step(MERGE_STEP, "crm", _merge_duplicate, idempotent_action=True, on_success=_merge_done),
+        Step(ERASE_STEP, "crm", _erase_person, idempotent_action=True),
     )
 }
 

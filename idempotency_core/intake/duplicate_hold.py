@@ -1,20 +1,4 @@
-"""Suspected duplicates held before the write: a source's `duplicates` policy `hold`.
-
-The same contact (contact digest) sent the same form's message again (equal once case
-and runs of whitespace are set aside) under a new key, within
-ONEFOLD_DUPLICATE_WINDOW_SECONDS. Under `flag` both are written and a case offers a
-merge. Under `hold` the later submission's steps wait, unwritten, in `needs_review`,
-and a `duplicate_held` case asks a reviewer: "Separate enquiry" lets them run,
-"Same enquiry" links the submission to the first one and writes nothing
-(review/held_duplicates.py). A merge in a CRM is often irreversible; not writing a
-duplicate is better than merging it.
-
-Called by `suspected_duplicate_flag` (ingest.py) in the first step's task, before
-its first attempt. Holding is the conditional UPDATE of a step nobody has tried
-(`attempt_count = 0`, still claimable), so it races a worker's claim safely: the
-one that commits first wins, the other's WHERE no longer matches. When the claim
-won, the submission is being written: too late to hold, the caller flags it.
-"""
+"""Suspected duplicates held before the write: a source's `duplicates` policy `hold`."""
 
 from __future__ import annotations
 

@@ -1,26 +1,4 @@
-"""Hooks: a provider's own delivery becomes an event, under the API's guarantees.
-
-`hook_receive` is the service behind `POST /hooks/<source>/` (docs/senders.md).
-It verifies first (signature or token, over the raw body as
-received); a delivery that does not verify gets the one answer an unknown source
-gets too (`hook_refused`) and is counted, not stored (`refusal_count`). Only then
-are the source's state (disabled: 503) and rate (429) told, so that no one without
-its credential can spend its rate or learn about it. It then reads the body with
-the source's profile, takes the sender's submission id (or, for senders without
-one, a fingerprint of the content with the sender's own timestamp) and hands the
-mapped submission to `event_ingest`, the same service and the same unique
-constraint as the JSON API: a repeat, or a provider's retry, never makes a second
-event. The raw delivery is kept on the delivery row (until payload retention) so a
-field map can be corrected and the mapping re-run (`remap`).
-
-A verified delivery that parses but maps to no valid submission (a form without
-the fields the map expects, a widget it does not know) is never refused: it is
-kept under its key with its raw body, answered 202 `needs_review`, and waits in an
-`unreadable_submission` case for a corrected map (`event_ingest_unreadable`). Only
-a body that does not parse is 400. A hook's submission needs a name, an email
-address or a phone number, not all of them (`SenderSubmissionSerializer`): one
-without an address is processed and its confirmation skipped.
-"""
+"""Hooks: a provider's own delivery becomes an event, under the API's guarantees."""
 
 from __future__ import annotations
 

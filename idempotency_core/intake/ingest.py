@@ -1,20 +1,4 @@
-"""Ingest: one logical submission becomes one event, its operations and a delivery.
-
-The unique constraint on (source, key) is the guarantee, and the
-INSERT asks it first: `INSERT ... ON CONFLICT DO NOTHING RETURNING` either creates the
-event or, for a repeat or the loser of a race between first receipts, creates nothing;
-only then is the existing event read (under READ COMMITTED the read sees the winner,
-whose commit the INSERT waited for). No read comes before it.
-
-Round trips, so that none creeps back (tests/core/test_ingest_statements.py pins them):
-a new submission is one autocommit statement that inserts the event, its operations, its
-delivery and its task, or nothing when the key is known (ingest_statement.py); a repeat
-is that statement, one read of the event with its operations' statuses, and its
-delivery. An edit is the same statement after one read, of the event it revises. The
-API key's source and the destinations' ids come from the per-process cache
-(config_cache.py). The suspected-duplicate search runs in the first step's task, not
-here (`suspected_duplicate_flag` says why).
-"""
+"""Ingest: one logical submission becomes one event, its operations and a delivery."""
 
 from __future__ import annotations
 

@@ -1,39 +1,4 @@
-"""A new submission's rows in one statement.
-
-`event_ingest` (ingest.py) writes a new submission (the event, its operations, its
-delivery, its task) in one autocommit statement, not a transaction of six statements;
-PostgreSQL runs its data-modifying CTEs as one atomic unit:
-
-    WITH event AS (INSERT INTO event ... ON CONFLICT DO NOTHING RETURNING 1),
-         operations AS (INSERT INTO operation ... SELECT ... FROM event, (VALUES ...)),
-         delivery AS (INSERT INTO delivery ... SELECT ... FROM event, (VALUES ...)),
-         task AS (INSERT INTO django_q_ormq ... SELECT ... FROM event, (VALUES ...))
-    SELECT count(*) FROM event
-
-The unique constraint on (source, key) still decides: a repeat, or the loser of a race
-between first receipts, inserts no event, so `FROM event` is empty and nothing else is
-inserted either (the statement waits for a racing winner's commit, as the INSERT of the
-transaction did). Every row of a new submission, its task included, is written or none
-is: no event without its task (docs/task-queue.md, rule 2).
-
-The task is the one `operation_enqueue` queues (its message the first operation's id,
-rule 1), signed in Python by django-q2's own `async_task`. So the operations' ids must
-be known before the statement: they are taken from the operation table's sequence in
-blocks of `ID_BLOCK` per process (one extra round trip per block; a sequence never hands
-out a value twice, and an id that is never used leaves only a gap). The task is one of
-the statement's inserts because django-q2's ORM broker keeps its queue in this database
-(Onefold's settings). With a broker elsewhere (Redis) the
-statement writes the other rows and the task is queued once they are committed: a task
-lost in between is the sweeper's to queue again, as it covers that broker's
-at-most-once delivery.
-
-The values go through each field's own preparation (`pre_save`, `get_db_prep_save`),
-as Django's INSERT compiler does, but for a value the preparation would give back as it
-is (`sql.Column.value`), and are cast to the column's type, which a VALUES list in a
-subquery does not infer. The rows' `auto_now` and `auto_now_add` columns, which
-`pre_save` would set to the time of each call, are set to one moment for the
-statement: three operations' times are then one parameter each, not three.
-"""
+"""A new submission's rows in one statement."""
 
 from __future__ import annotations
 

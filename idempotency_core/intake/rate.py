@@ -1,14 +1,4 @@
-"""Request rates: per source, and for the hooks per client address.
-
-A fixed one-minute window per source (or address), counted with the cache's atomic
-increment, so no request is admitted over the limit even when many arrive at once.
-With the default local-memory cache each web process counts for itself; with
-`CACHE_URL=redis://…` every process shares one count. It protects the service from a
-runaway sender; nothing else relies on it. The JSON API's throttle and the hooks share
-the source's count; a hook counts it only after the delivery verified, so that no one
-without the source's credential can spend it. The address's count comes first, before
-anything is verified: it is what turns away a flood from one place.
-"""
+"""Request rates: per source, and for the hooks per client address."""
 
 from __future__ import annotations
 

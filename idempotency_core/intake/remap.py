@@ -1,21 +1,4 @@
-"""Re-running a source's field map over the deliveries it kept (`manage.py remap`).
-
-A field map can be wrong (a form's ids differ from the preset's). Hook deliveries
-are kept raw until payload retention, so once the map is corrected the mapping
-is re-run: each event's payload becomes what the corrected map makes of its
-first delivery. An enquiry already in the CRM is then *updated* by an operation
-of its own (`remap_enquiry:<n>`, with its own stable key, claimed and retried
-like any effect): never a second record. The event's key never changes.
-
-An unreadable submission (a verified delivery its map could not read: kept as an
-event without operations, with an open `unreadable_submission` case) that the
-corrected map now reads is *admitted*: its payload is stored, its pipeline created
-under its original key (so the operation keys are those it would have had), the
-first step queued, and its case resolved, in one transaction with the event locked:
-a second run, or two at once, find it admitted and change nothing. One whose case a
-person closed (spam, a test) stays as it is. The command (`manage.py remap`) and
-the console's field-map editor both run `events_remap`.
-"""
+"""Re-running a source's field map over the deliveries it kept (`manage.py remap`)."""
 
 from __future__ import annotations
 

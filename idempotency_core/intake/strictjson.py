@@ -1,19 +1,4 @@
-"""A strict JSON reader for bodies from outside: what `json.loads` lets through, refused.
-
-Python's `json` module reads more than RFC 8259 allows and fails in ways a caller
-cannot catch as "bad JSON": `NaN` and `Infinity` become floats, `1e999` becomes
-infinity, a 5,000-digit integer raises a plain ValueError (the interpreter's
-int-string limit), deep nesting raises RecursionError, `"\\u0000"` and a lone
-`"\\udc00"` become strings that PostgreSQL's jsonb (and UTF-8 itself) refuse, and a
-repeated key silently keeps the last value. Each of those reached the database or
-a 500. `loads` refuses all of them with one exception, `StrictJSONError`, whose
-message can be shown to the sender as a field error.
-
-Checks, in order: UTF-8 (no BOM, no other encoding guessed), nesting depth (counted
-by a non-recursive scan before parsing, so no recursion can blow up), then the parse
-itself with hooks for constants, numbers and objects, then one iterative walk over
-every string for NUL and unpaired surrogates.
-"""
+"""A strict JSON reader for bodies from outside: what `json.loads` lets through, refused."""
 
 from __future__ import annotations
 

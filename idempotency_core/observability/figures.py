@@ -1,21 +1,4 @@
-"""Onefold's own figures, read from the database when they are asked for.
-
-Why from the database and not from counters kept in memory: submissions are
-answered by any number of web processes and attempts are recorded by any number
-of worker processes, on any number of machines (docs/operations.md, "Workers"), and
-every one of them already writes a row (a Delivery, an Attempt). Counting rows
-is exact across all of them, survives restarts, needs no shared directory nor a
-scrape of each worker (a qcluster serves no HTTP), and adds nothing to the
-request or the task. In-memory counters (prometheus_client's multiprocess mode)
-would count per machine only what its own processes saw since they started.
-
-Each query is cheap: the counts over time read a short window through an index
-on time (`ONEFOLD_METRICS_WINDOW_SECONDS`, default 5 minutes: figures "in the
-last window", gauges rather than ever-growing counters, so a dashboard or an
-alert reads them as they are, without rate()); the rest read the partial
-indexes of the work still open (due operations, open cases), which stay small
-however long the system runs.
-"""
+"""Onefold's own figures, read from the database when they are asked for."""
 
 from __future__ import annotations
 

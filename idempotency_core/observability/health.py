@@ -1,18 +1,4 @@
-"""/healthz and /readyz, for load balancers and orchestrators (docs/operations.md).
-
-/healthz says the process serves requests and touches nothing else: when it
-fails, restarting the process is the remedy. /readyz says this process can take
-a submission now: the database answers a `SELECT 1` and the task queue answers
-(with the ORM broker, its table is readable in that database; with Redis, a
-ping). A CRM outage does not make it unready: submissions are still accepted,
-wait as operations, and show in the metrics.
-
-The checks run in a thread of their own, waited for at most
-ONEFOLD_READY_TIMEOUT_SECONDS: a database that accepts the connection and never
-answers must make the probe fail quickly, not hang it (and the web worker's
-thread) until TCP gives up. At most one such thread per process at a time: while
-one is still waiting, later probes wait on the same one instead of starting more.
-"""
+"""/healthz and /readyz, for load balancers and orchestrators (docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""The ids a django-q2 worker's log lines carry while it runs a task.
-
-A task message carries one id and nothing else (docs/task-queue.md, rule 1), so the
-id it names is known before the task starts: django-q2's `pre_execute` signal,
-sent in the worker process just before the call, binds it for every line logged
-until `post_execute_in_worker`, whoever logs them (the engine, an adapter,
-httpx, django-q2 itself). No query: the event id, which would need one, is
-left to the lines that name it.
-"""
+"""The ids a django-q2 worker's log lines carry while it runs a task."""
 
 from __future__ import annotations
 

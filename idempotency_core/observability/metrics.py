@@ -1,12 +1,4 @@
-"""/metrics: Prometheus text, for a scraper holding the token or on an allowed network.
-
-Two parts. The web layer's figures are django-prometheus's (requests, latency
-and answers by view), counted in the memory of each web process: with several
-gunicorn workers, set PROMETHEUS_MULTIPROC_DIR (docs/operations.md) and this
-view adds up every worker's files, otherwise a scrape shows the one worker
-that answered it. Onefold's own figures (`onefold_*`) are read from the
-database at each scrape (figures.py says why), the same whichever process answers.
-"""
+"""/metrics: Prometheus text, for a scraper holding the token or on an allowed network."""
 
 from __future__ import annotations
 

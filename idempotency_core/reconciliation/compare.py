@@ -1,48 +1,4 @@
-"""Reconciliation: compare a period's events with what a CRM destination really holds.
-
-Step 8 of docs/architecture.md's Flow. A run goes through three phases, each resumable:
-
-1. **Listing.** The destination's records are paged through (`GET
-   /crm/records?since=&until=`) and staged in `ReconciliationRecord`, with COPY
-   on PostgreSQL. Each page is committed together with the listing cursor that
-   follows it, so an interrupted run continues after its last committed page
-   and never stages a page twice. The next page is fetched while the current
-   one is written (one helper thread, no database access in it).
-2. **Comparing.** A handful of set-based INSERT ... SELECT queries turn staging
-   rows, events and operations into `ReconciliationFinding` rows, in one
-   transaction (recomputed from scratch if a crash interrupts it).
-3. **Opening.** Each finding becomes a review case through `review_case_open`;
-   the partial unique constraint on open cases makes a second run add nothing
-   already open. The counts reported as "new" are findings whose case this run
-   opened (with `dry_run`, findings with no open case of that subject and kind).
-
-What the findings mean (create_enquiry operations of events received in
-[since, until) whose CRM is the run's destination; `as_of` is the run's start):
-
-- **missing**: Onefold holds no proof that a record was made (the operation
-  needs review, or succeeded without a reference) and no record carries the
-  operation key. The event has no effect in the destination.
-- **removed**: the operation succeeded with record R, and neither R nor any
-  record carrying the key is listed any more: deleted or merged away behind
-  Onefold's back. Onefold knows the record existed; that is the difference from
-  missing.
-- **changed**: the operation succeeded with record R, R is listed but carries
-  another external reference, or R is gone while another record carries the
-  key.
-- **duplicate**: more than one live record carries one external reference.
-  Never merged automatically; a reviewer investigates.
-- **orphan**: a record created in the period whose external reference matches
-  no create_enquiry operation (or that has none), and that is no operation's
-  recorded destination_ref (an edited reference is reported as changed, once).
-- **stuck**: an operation of an in-scope event still pending, running or
-  scheduled for retry (and released: its earlier steps are done) more than
-  ONEFOLD_STUCK_AFTER_SECONDS after its event arrived. An operation in flight
-  is reported as stuck, not also as missing.
-
-Operations that settled after `as_of` are left to the next run; records are
-listed from `since` minus a clock-skew margin up to `as_of` (or `until`, if
-later) plus that margin, because a record may be created long after its event.
-"""
+"""Reconciliation: compare a period's events with what a CRM destination really holds."""
 
 from __future__ import annotations
 

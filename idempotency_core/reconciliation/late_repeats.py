@@ -1,19 +1,4 @@
-"""A delivery for an expired key: answered from the stored event, then checked.
-
-A key has *expired* once its event is older than ONEFOLD_KEY_RETENTION_DAYS
-(`keys.key_expired`). Ingest answers such a delivery from the stored event like
-any repeat, without calling anything, and queues `late_repeat_check` with the
-delivery's id in the same transaction. A worker then looks the destination up by
-the create_enquiry operation key (derived from source, event key and step, so
-it is the same key the original run presented):
-
-- a record found there opens a LATE_REPLAY review case: the sender repeated (or
-  reused) a very old key and the CRM already holds the enquiry, so nothing is
-  created and nothing is duplicated;
-- a failed lookup opens the case too (a person checks);
-- no record found is audited only: the original event's own history says what
-  happened to it.
-"""
+"""A delivery for an expired key: answered from the stored event, then checked."""
 
 from __future__ import annotations
 

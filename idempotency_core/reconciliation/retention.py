@@ -1,19 +1,4 @@
-"""Retention: how long payloads and keys are kept, and what a very late repeat does.
-
-- **Payloads** (contact details, message, extra fields) are nulled
-  ONEFOLD_PAYLOAD_RETENTION_DAYS after their event arrived, once none of its
-  operations is still in flight (pending, running, retry scheduled), and with them
-  the content each operation sent (rendered from them, `Operation.content`). The key,
-  the fingerprint, the operations, deliveries, attempts, cases and audit stay,
-  so a repeat is still recognised and the history still reads. A replay after
-  the purge fails permanently ("payload purged") rather than send blanks.
-- **Keys.** Event rows are never deleted: review cases and the append-only
-  audit trail refer to them. A key has *expired* once its event is older than
-  ONEFOLD_KEY_RETENTION_DAYS; by then its payload is long gone (the payload
-  period may not exceed the key period). A delivery for an expired key is
-  answered from the stored event as any repeat, and never processed again;
-  a worker then checks the destination (late_repeats.py).
-"""
+"""Retention: how long payloads and keys are kept, and what a very late repeat does."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Review case services: what a reviewer decides about a case (docs/architecture.md, Flow step 7).
-
-Every function here is a decision a person makes, so each one guards the state
-it changes (only open cases move; a conditional UPDATE decides between two
-reviewers clicking at once) and writes an audit entry in the same transaction.
-Network calls (verifying a reference, looking an effect up) happen before the
-transaction opens, never inside it.
-
-Replay lives in `replay.py` and merges in `merge.py`; they share the guards of
-automatic processing and are called by the console like these.
-"""
+"""Review case services: what a reviewer decides about a case (docs/architecture.md)."""
 
 from __future__ import annotations
 

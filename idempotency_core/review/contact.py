@@ -1,13 +1,4 @@
-"""Revealing one submission's contact details to a reviewer who needs them.
-
-Contact details are masked for staff without `view_contact_details`. A reviewer who
-must call or write to the customer about a case reveals that one submission's
-details, with a reason: the reveal is an audit entry (`contact_revealed`, naming
-the submission, the case and the reason, never a detail itself), listed to the
-administrators on the dashboard and in the audit trail. It lasts REVEAL_HOURS for
-that reviewer and that submission only; the console reads it back from the audit
-trail (review_console/selectors.py, `contact_revealed_to`), so nothing else stores it.
-"""
+"""Revealing one submission's contact details to a reviewer who needs them."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""A reviewer's decision when the CRM's own duplicate rule refused a create.
-
-The destination answered that the enquiry would duplicate records it named
-(DestinationError.matches); the engine opened a `duplicate_rule` case whose
-evidence lists them (`matched_records`) and says whether the destination would
-accept the create if told to allow a duplicate (`create_anyway`: the rule only
-alerts). Two decisions, each audited, each needing the open case and a reason:
-
-* "Link to record X" (Reviewers): X is one of the matched records. The enquiry
-  is that record: the operation succeeds with X as its reference and the next
-  step (task, confirmation) is released, as when a case is resolved by reference.
-* "Create anyway" (Replay admins): only where the rule alerts. The operation is
-  marked to allow a duplicate and replayed with its original key, through the
-  ordinary replay, so every protection of a replay applies.
-"""
+"""A reviewer's decision when the CRM's own duplicate rule refused a create."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Settling an email that may or may not have gone out, with what a person can know.
-
-SMTP has no idempotency and no reference to look up (docs/vendor-facts.md): when a
-send was cut off, nobody can verify a "destination reference". A reviewer can
-only ask the customer. So the two decisions are:
-
-- **the customer confirms receipt**: the send counts as done, no reference is
-  invented, and the steps waiting behind it go on;
-- **not received: send again**: a NEW send operation of the same step, with its
-  own key (so its own Message-ID), linked to the first and queued through the
-  engine like any operation (claim, attempts, outcome). The first send is
-  cancelled (its attempts stay as evidence) and the case waits, in progress,
-  until the new send succeeds; the engine then settles it
-  (`review_cases_settle_on_success`).
-"""
+"""Settling an email that may or may not have gone out, with what a person can know."""
 
 from __future__ import annotations
 

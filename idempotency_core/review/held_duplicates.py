@@ -1,18 +1,4 @@
-"""A reviewer's decision on a suspected duplicate held before the write.
-
-Under a source's `hold` policy (intake/duplicate_hold.py) the later submission's
-steps wait, never tried, in `needs_review`, and a `duplicate_held` case names the
-pair. Two decisions, each in one transaction with its audit entry, guarded like
-every case action (only an open case moves; the case row is locked):
-
-* "Separate enquiry": two genuine enquiries. The held first step becomes due (a
-  reviewer's trigger), the steps behind it go back in line, and the pipeline runs
-  as for any submission: a second record, task and confirmation.
-* "Same enquiry": one enquiry sent twice. Nothing is written for the second one:
-  its held steps end `cancelled`, each saying which submission it was linked to,
-  and the audit entry and the case name that submission and its CRM references.
-  No record, task or email is created, so there is nothing to merge later.
-"""
+"""A reviewer's decision on a suspected duplicate held before the write."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""A reviewer's look at the destination: does this operation's effect exist there?
-
-The one place where the review layer reaches a destination, and only on a
-person's deliberate action (the case page's lookup, verifying a reference they
-typed). Every lookup is audited, so the replay guard can ask what the last one
-found. `lookup_can_answer` decides from the destination's capabilities alone,
-without calling it, so the page and the guard agree.
-"""
+"""A reviewer's look at the destination: does this operation's effect exist there?"""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Investigated merge of suspected duplicate records (docs/architecture.md, Flow step 7).
-
-A reviewer's merge decision becomes an operation of its own (step
-`merge_duplicate:<duplicate ref>`, see execution/steps.py) with its own stable key,
-claimed and executed by the workers like any effect: recorded attempts, retries,
-recovery (merging twice is the same as once, so an unclear attempt is simply
-repeated) and, on success, the case resolved in the same transaction as the
-outcome. The console only records the decision and queues the operation; no
-network call happens in the request.
-"""
+"""Investigated merge of suspected duplicate records (docs/architecture.md, Flow step 7)."""
 
 from __future__ import annotations
 

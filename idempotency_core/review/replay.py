@@ -1,11 +1,4 @@
-"""Manual replay: a person asks for one more attempt of an operation under review.
-
-It goes through the same claim, recovery rules and outcome recording as an
-automatic retry, with the original operation key. It only reschedules: the
-worker that picks it up runs `operation_execute` like any other task. So a
-replay can never create an effect that an automatic retry would not. The case
-settles when the replayed step succeeds, not when it is queued.
-"""
+"""Manual replay: a person asks for one more attempt of an operation under review."""
 
 from __future__ import annotations
 

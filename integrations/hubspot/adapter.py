@@ -452,6 +452,52 @@ class HubSpotCrm:
             reply=http_reply(response.status_code),
         )
 
+    def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
+        """The enquiry's contacts permanently deleted by id (POST
+        /crm/v3/objects/contacts/gdpr-delete: by email, an address HubSpot does not know
+        would be blocklisted, docs/vendor-facts.md), then its tasks and the enquiry archived
+        (DELETE /crm/v3/objects/{type}/{id}). The enquiry goes last: until then it names
+        its contacts, so a repeat after a lost answer finds what is left; a 404 on any
+        part is that part already gone."""
+        problem = self.reference_check(record_id)
+        if problem is not None:
+            raise DestinationError(
+                f"{record_id!r}: {problem}", classification=Classification.PERMANENT
+            )
+        contacts = self._contact_ids_of(record_id)
+        if contacts is None:
+            return Effect(ref=record_id, reply=http_reply(404), adopted=True)
+        for contact_id in contacts:
+            self._deleted(
+                self._send(
+                    "POST", "/crm/v3/objects/contacts/gdpr-delete", json={"objectId": contact_id}
+                )
+            )
+        for task_id in task_ids:
+            self._deleted(self._send("DELETE", f"/crm/v3/objects/tasks/{_segment(task_id)}"))
+        response = self._send("DELETE", f"/crm/v3/objects/{self.object_type}/{_segment(record_id)}")
+        self._deleted(response)
+        return Effect(ref=record_id, reply=http_reply(response.status_code))
+
+    def _contact_ids_of(self, record_id: str) -> list[str] | None:
+        """The contacts the enquiry is associated with; None when it is gone."""
+        response = self._send(
+            "GET",
+            f"/crm/v3/objects/{self.object_type}/{_segment(record_id)}",
+            params={"associations": "contacts"},
+        )
+        if response.status_code == 404:
+            return None
+        self._raise_for_status(response)
+        links = ((json_object(response).get("associations") or {}).get("contacts") or {}).get(
+            "results"
+        ) or []
+        return list(dict.fromkeys(str(link.get("id")) for link in links if link.get("id")))
+
+    def _deleted(self, response: httpx.Response) -> None:
+        if response.status_code != 404:
+            self._raise_for_status(response)
+
     # -- tasks ---------------------------------------------------------------------
 
     def create_task(

@@ -335,6 +335,29 @@ class PipedriveCrm:
             classification=Classification.PERMANENT,
         )
 
+    def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
+        """The lead's person (DELETE /v1/persons/{id}: "marks a person as deleted",
+        permanently after 30 days: https://developers.pipedrive.com/docs/api/v1/Persons#deletePerson),
+        the task activities (DELETE /api/v2/activities/{id}) and the lead (DELETE
+        /v1/leads/{id}), the lead last: until then it names its person, so a repeat
+        after a lost answer finds what is left; a 404 on any part is that part gone."""
+        if self.reference_check(record_id) is not None:
+            raise DestinationError(
+                f"{record_id!r} is not a Pipedrive lead id", classification=Classification.PERMANENT
+            )
+        response = self._send("GET", f"/v1/leads/{_segment(record_id)}")
+        if response.status_code == 404:
+            return Effect(ref=record_id, reply=http_reply(404), adopted=True)
+        _raise_for_status(response)
+        person_id = _data(response).get("person_id")
+        if person_id:
+            _deleted(self._send("DELETE", f"/v1/persons/{int(person_id)}"))
+        for task_id in task_ids:
+            _deleted(self._send("DELETE", f"/api/v2/activities/{_segment(task_id)}"))
+        response = self._send("DELETE", f"/v1/leads/{_segment(record_id)}")
+        _deleted(response)
+        return Effect(ref=record_id, reply=http_reply(response.status_code))
+
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
@@ -622,6 +645,12 @@ def _raise_for_status(response: httpx.Response) -> None:
         f"HTTP {response.status_code}: {error}",
         retry_after=parse_retry_after(response.headers.get("x-ratelimit-reset")),
     )
+
+
+def _deleted(response: httpx.Response) -> None:
+    """A deletion's answer: a 404 is the object already gone."""
+    if response.status_code != 404:
+        _raise_for_status(response)
 
 
 def rate_limit_error(response: httpx.Response, *, budget_timezone: str) -> DestinationError:

@@ -426,6 +426,26 @@ class SalesforceCrm:
             classification=Classification.PERMANENT,
         )
 
+    def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
+        """The Tasks, then the record, which is the person (a Lead or Contact): DELETE
+        /sobjects/{object}/{id}, to the Recycle Bin
+        (https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/dome_delete_record.htm;
+        emptied within 15 days, or by the Bulk API's hardDelete). A 404 is that part
+        already gone (a repeat after a lost answer)."""
+        problem = self.reference_check(record_id)
+        if problem:
+            raise DestinationError(problem, classification=Classification.PERMANENT)
+        for task_id in task_ids:
+            self._call("DELETE", f"/sobjects/Task/{_segment(task_id)}", missing_ok=True)
+        response = self._call(
+            "DELETE", f"/sobjects/{self.config.sobject}/{record_id}", missing_ok=True
+        )
+        return Effect(
+            ref=record_id,
+            reply=http_reply(response.status_code),
+            adopted=response.status_code == 404,
+        )
+
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:

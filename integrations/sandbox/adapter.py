@@ -148,6 +148,18 @@ class SandboxCrm:
             idempotency_key=key,
         )
 
+    def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
+        """DELETE /crm/records/<id>: the record holds the person, and its tasks go with it.
+        A 404 is a deletion already made (a repeat after a lost answer)."""
+        response = self._send("DELETE", f"/crm/records/{_segment(record_id)}")
+        if response.status_code != 404:
+            self._raise_for_status(response)
+        return Effect(
+            ref=record_id,
+            reply=http_reply(response.status_code),
+            adopted=response.status_code == 404,
+        )
+
     # -- tasks ---------------------------------------------------------------
 
     def create_task(

@@ -83,7 +83,14 @@ ten_secondly_rolling limit.", "errorType": "RATE_LIMIT", "policyName":
 
 ``PATCH /crm/v3/objects/{type}/{id}`` ``{"properties"}``: 200; validation and
 uniqueness as on create. ``DELETE /crm/v3/objects/{type}/{id}``: 204, archived
-(what staff do behind Onefold's back).
+(what staff do behind Onefold's back, and a person's erasure of its deal and tasks).
+
+``POST /crm/v3/objects/contacts/gdpr-delete`` ``{"objectId"[, "idProperty": "email"]}``
+    204: the contact permanently deleted with its associations
+    (https://developers.hubspot.com/docs/api/crm/contacts, "Permanently delete a contact
+    (GDPR-compliant)"). An unknown address given by email is
+    blocklisted (204), an unknown id 404 (unverified). Runs under the fault queue as
+    ``delete_contact``; ``stats["contacts_gdpr_deleted"]`` counts deletions applied.
 
 ``GET /crm/v3/objects/{type}?limit=N&after=C[&properties=]``
     Live objects by id, ``limit`` at most 100: ``{"results", "paging": {"next":
@@ -140,7 +147,7 @@ Controls (tests and drills)
 ===========================
 
 The sandbox's: ``POST /_sandbox/reset``, ``/_sandbox/faults`` (actions
-``create_record``, ``create_task``, ``create_contact``), ``/_sandbox/chaos``,
+``create_record``, ``create_task``, ``create_contact``, ``delete_contact``), ``/_sandbox/chaos``,
 ``POST /_sandbox/owners`` ``{"first_name", "last_name", "email"}`` (a user added to the
 account, answered with its owner: the next id), ``GET /_sandbox/stats``: ``records``
 are live deals and tickets, ``records_by_external_ref`` and ``tasks_by_external_ref``
@@ -203,6 +210,7 @@ HUBSPOT_ROUTES: list[Route] = [
     (re.compile(rf"/crm/v3/objects/{_TYPE}/search"), {"POST": "search_post"}),
     (re.compile(rf"/crm/v3/objects/{_TYPE}/merge"), {"POST": "merge_post"}),
     (re.compile(rf"/crm/v3/objects/{_TYPE}/batch/read"), {"POST": "batch_read_post"}),
+    (re.compile(r"/crm/v3/objects/contacts/gdpr-delete"), {"POST": "gdpr_delete_post"}),
     (
         re.compile(rf"/crm/v3/objects/{_TYPE}/(?P<object_id>[^/]+)"),
         {"GET": "object_get", "PATCH": "object_patch", "DELETE": "object_delete"},
@@ -329,6 +337,22 @@ class HubSpotHandler(SandboxRequestHandler):
             return Reply(204)
 
         return self._api(call)
+
+    def gdpr_delete_post(self) -> Reply:
+        """Runs under the fault queue as ``delete_contact``."""
+        self.store.count_call("gdpr_delete")
+
+        def call() -> Reply:
+            body = self._json_body()
+            return self._faulted(
+                "delete_contact", lambda: _caught(lambda: self._gdpr_deleted(body))
+            )
+
+        return self._api(call)
+
+    def _gdpr_deleted(self, body: dict[str, object]) -> Reply:
+        self.hubspot.gdpr_delete(body)
+        return Reply(204)
 
     def search_post(self, object_type: str) -> Reply:
         self.store.count_call("search")

@@ -187,6 +187,7 @@ _HUBSPOT_CALLS = (
     "list_owners",
     "batch_read",
     "rate_limited",
+    "gdpr_delete",
 )
 
 
@@ -357,6 +358,9 @@ class HubSpotStore(SandboxStore):
         # What PATCH /crm/v3/properties/{type}/{name} changed: {(type, name): fields}.
         self._property_edits: dict[tuple[str, str], dict[str, Any]] = {}
         self._owners: list[dict[str, Any]] = _seeded_owners()
+        # GDPR deletions applied, and the addresses a deletion by email did not find.
+        self._gdpr_deleted = 0
+        self._blocklist: set[str] = set()
 
     # -- control ---------------------------------------------------------------
 
@@ -369,6 +373,8 @@ class HubSpotStore(SandboxStore):
             self._created_properties.clear()
             self._property_edits.clear()
             self._owners = _seeded_owners()
+            self._gdpr_deleted = 0
+            self._blocklist.clear()
         self._limiter.reset()
 
     def config(self) -> dict[str, Any]:
@@ -413,8 +419,8 @@ class HubSpotStore(SandboxStore):
     def add_fault(
         self, *, action: Any, mode: Any, times: Any = 1, seconds: Any = 1
     ) -> list[dict[str, Any]]:
-        """As the sandbox's, with one more action: create_contact."""
-        if action != "create_contact":
+        """As the sandbox's, with two more actions: create_contact, delete_contact."""
+        if action not in ("create_contact", "delete_contact"):
             return super().add_fault(action=action, mode=mode, times=times, seconds=seconds)
         if mode not in FAULT_MODES:
             raise InvalidInput(f"mode must be one of {', '.join(FAULT_MODES)}")
@@ -772,6 +778,38 @@ class HubSpotStore(SandboxStore):
             obj.updated = time.time()
             return obj.as_json()
 
+    def gdpr_delete(self, request: Mapping[str, Any]) -> None:
+        """POST /crm/v3/objects/contacts/gdpr-delete (PublicGdprDeleteInput: `objectId`,
+        optional `idProperty`; 204): "Permanently delete a contact and all associated
+        content to follow GDPR ... If email address is not found, the email address will
+        be added to a blocklist and prevent it from being used in the future" (HubSpot's
+        Contacts v3 API, https://developers.hubspot.com/docs/api/crm/contacts,
+        "Permanently delete a contact (GDPR-compliant)"; hubspot-api-client's
+        PublicGdprDeleteInput). The contact is gone, not archived: no read, list or
+        search finds it, and its associations go with it. An id that names no contact
+        answers 404 OBJECT_NOT_FOUND (HubSpot's answer to it is unverified); a
+        blocklisted address cannot be given to a new contact (the refusal's wording is
+        unverified)."""
+        object_id = request.get("objectId")
+        id_property = request.get("idProperty")
+        if not isinstance(object_id, str) or not object_id:
+            raise HubSpotError(400, "VALIDATION_ERROR", "objectId is required")
+        with self._lock:
+            try:
+                contact = self._by_reference("contacts", object_id, id_property)
+            except HubSpotError as exc:
+                if exc.status == 404 and id_property == "email":
+                    self._blocklist.add(object_id.lower())
+                    return
+                raise
+            del self._objects[contact.id]
+            for linked in contact.associations.values():
+                for other_id in linked:
+                    other = self._objects.get(other_id)
+                    if other is not None:
+                        other.associations.get("contacts", {}).pop(contact.id, None)
+            self._gdpr_deleted += 1
+
     def archive(self, object_type: str, object_id: str) -> None:
         """DELETE /crm/v3/objects/{objectType}/{objectId}: to the recycling bin."""
         with self._lock:
@@ -894,6 +932,7 @@ class HubSpotStore(SandboxStore):
             tasks = [o for o in live if o.type == "tasks"]
             contacts = [o for o in live if o.type == "contacts"]
             result.update(records=len(records), tasks=len(tasks), contacts=len(contacts))
+            result["contacts_gdpr_deleted"] = self._gdpr_deleted
             if detail:
                 result["records_by_external_ref"] = _count_by(records, ref)
                 result["tasks_by_external_ref"] = _count_by(tasks, ref)
@@ -961,6 +1000,10 @@ class HubSpotStore(SandboxStore):
         ]
         if object_type == "contacts" and properties.get("email"):
             email = properties["email"].lower()
+            if email in self._blocklist:
+                raise HubSpotError(
+                    400, "VALIDATION_ERROR", f"Email address {email} is blocklisted (GDPR delete)"
+                )
             for other in others:
                 if other.properties.get("email", "").lower() == email:
                     # The id is only in the message text (docs/vendor-facts.md;

@@ -148,7 +148,15 @@ Vendor API
     list, read from the store: no lag.
 
 ``GET /api/v2/activities/<id>``
-    200 activity, 404.
+    200 activity, 404. ``DELETE``: 200 ``{"id"}``, the activity gone; 404.
+
+``DELETE /v1/persons/<id>``
+    200 ``{"id"}``: the person marked deleted, its details gone, 404 to reads,
+    searches and a second delete
+    (https://developers.pipedrive.com/docs/api/v1/Persons#deletePerson: "Marks a
+    person as deleted. After 30 days, the person will be permanently deleted").
+    Faultable as ``delete_person``; stats count ``persons`` (live) and
+    ``persons_deleted``.
 
 Quirks and fault modes
 ======================
@@ -341,6 +349,8 @@ def _failure(status: int, error: str, headers: dict[str, str] | None = None) -> 
 class PipedriveStore(SandboxStore):
     """The sandbox store (faults, chaos, calls) plus Pipedrive's objects, kept in memory."""
 
+    extra_fault_actions = ("delete_person",)
+
     def __init__(self, db_path: str | None = None) -> None:
         super().__init__(db_path)
         self._clear_objects()
@@ -524,14 +534,43 @@ class PipedriveStore(SandboxStore):
     def get_person(self, person_id: int) -> dict[str, Any]:
         with self._lock:
             person = self._persons.get(person_id)
-            if person is None:
+            if person is None or person.get("is_deleted"):
                 raise PipedriveError(404, "Person not found")
             return dict(person)
+
+    def delete_person(self, person_id: int) -> None:
+        """DELETE /v1/persons/{id}: "Marks a person as deleted. After 30 days, the person
+        will be permanently deleted" (https://developers.pipedrive.com/docs/api/v1/Persons#deletePerson).
+        Here the person's details go at once and the row stays, marked, so ids are never
+        reused; a deleted person is 404 to reads, searches and a second delete (what
+        Pipedrive answers within the 30 days is unverified)."""
+        with self._lock:
+            person = self._persons.get(person_id)
+            if person is None or person.get("is_deleted"):
+                raise PipedriveError(404, "Person not found")
+            self._persons[person_id] = {
+                "id": person_id,
+                "is_deleted": True,
+                "update_time": _now(),
+            }
+            self._index.pop(("person", person_id), None)
+
+    def delete_activity(self, activity_id: int) -> None:
+        """DELETE /api/v2/activities/{id}: "Marks an activity as deleted. After 30 days, the
+        activity will be permanently deleted" (https://developers.pipedrive.com/docs/api/v1/Activities#deleteActivity);
+        gone at once here."""
+        with self._lock:
+            if self._activities.pop(activity_id, None) is None:
+                raise PipedriveError(404, "Activity not found")
 
     def search_persons(self, term: str, *, exact: bool) -> list[dict[str, Any]]:
         found = self._search("person", "email", term, exact=exact)
         with self._lock:
-            persons = [self._persons[pid] for pid in found if pid in self._persons]
+            persons = [
+                self._persons[pid]
+                for pid in found
+                if pid in self._persons and not self._persons[pid].get("is_deleted")
+            ]
         return [
             {
                 "result_score": 1.0,
@@ -711,14 +750,23 @@ class PipedriveStore(SandboxStore):
             result["tasks_by_external_ref"] = _count(_activity_reference(a) for a in tasks)
             result["messages_by_recipient"] = {}
             result["messages_by_message_id"] = {}
-        result["calls"] = {**dict.fromkeys(("create_person", "lookup_person"), 0), **base["calls"]}
+        result["calls"] = {
+            **dict.fromkeys(("create_person", "lookup_person", "delete_person"), 0),
+            **base["calls"],
+        }
+        with self._lock:
+            persons = list(self._persons.values())
+        result["persons"] = sum(1 for p in persons if not p.get("is_deleted"))
+        result["persons_deleted"] = sum(1 for p in persons if p.get("is_deleted"))
         result["daily_tokens_left"] = self.tokens_left()
         return result
 
     # -- plumbing ------------------------------------------------------------
 
     def _require_person(self, person_id: Any) -> None:
-        if person_id is not None and person_id not in self._persons:
+        if person_id is not None and (
+            person_id not in self._persons or self._persons[person_id].get("is_deleted")
+        ):
             raise PipedriveError(400, f"Person with id {person_id} does not exist.")
 
     def _live_lead(self, lead_id: str) -> dict[str, Any]:
@@ -887,6 +935,7 @@ _ROUTES: list[Route] = [
     (re.compile(r"/api/v2/persons"), {"POST": "persons_post"}),
     (re.compile(r"/api/v2/persons/search"), {"GET": "persons_search"}),
     (re.compile(r"/api/v2/persons/(?P<person_id>\d+)"), {"GET": "person_get"}),
+    (re.compile(r"/v1/persons/(?P<person_id>\d+)"), {"DELETE": "person_delete"}),
     (re.compile(r"/v1/leads"), {"GET": "leads_get", "POST": "leads_post"}),
     (re.compile(r"/api/v2/leads/search"), {"GET": "leads_search"}),
     (
@@ -898,7 +947,10 @@ _ROUTES: list[Route] = [
     (re.compile(r"/v1/users"), {"GET": "users_get"}),
     (re.compile(r"/_sandbox/owners"), {"POST": "owners_post"}),
     (re.compile(r"/api/v2/activities"), {"GET": "activities_get", "POST": "activities_post"}),
-    (re.compile(r"/api/v2/activities/(?P<activity_id>\d+)"), {"GET": "activity_get"}),
+    (
+        re.compile(r"/api/v2/activities/(?P<activity_id>\d+)"),
+        {"GET": "activity_get", "DELETE": "activity_delete"},
+    ),
     (re.compile(r"/_sandbox/config"), {"GET": "config_get", "POST": "config_post"}),
 ]
 
@@ -1003,6 +1055,20 @@ class PipedriveHandler(SandboxRequestHandler):
 
     def person_get(self, person_id: str) -> Reply:
         return self._vendor(lambda: self._ok(self.pipedrive.get_person(int(person_id))), cost=1)
+
+    def person_delete(self, person_id: str) -> Reply:
+        """200 ``{"success": true, "data": {"id"}}`` (client-nodejs v1 persons-api.ts,
+        deletePerson); faultable as ``delete_person``."""
+        self.store.count_call("delete_person")
+
+        def work() -> Reply:
+            def delete() -> Reply:
+                self.pipedrive.delete_person(int(person_id))
+                return self._ok({"id": int(person_id)})
+
+            return self._faulted("delete_person", lambda: self._answer(delete))
+
+        return self._vendor(work, cost=6)
 
     # -- leads ---------------------------------------------------------------
 
@@ -1138,6 +1204,17 @@ class PipedriveHandler(SandboxRequestHandler):
 
     def activity_get(self, activity_id: str) -> Reply:
         return self._vendor(lambda: self._ok(self.pipedrive.get_activity(int(activity_id))), cost=1)
+
+    def activity_delete(self, activity_id: str) -> Reply:
+        """200 ``{"success": true, "data": {"id"}}`` (client-nodejs v2 activities-api.ts,
+        deleteActivity)."""
+        self.store.count_call("delete_task")
+
+        def work() -> Reply:
+            self.pipedrive.delete_activity(int(activity_id))
+            return self._ok({"id": int(activity_id)})
+
+        return self._vendor(work, cost=6)
 
     # -- control -------------------------------------------------------------
 

@@ -355,6 +355,9 @@ class SandboxStore:
     cannot be database constraints).
     """
 
+    # A vendor emulator's own faultable calls, beside ACTIONS.
+    extra_fault_actions: tuple[str, ...] = ()
+
     def __init__(self, db_path: str | None = None) -> None:
         self.db_path = db_path
         self._lock = threading.RLock()
@@ -433,8 +436,9 @@ class SandboxStore:
     def add_fault(
         self, *, action: Any, mode: Any, times: Any = 1, seconds: Any = 1
     ) -> list[dict[str, Any]]:
-        if action not in ACTIONS:
-            raise InvalidInput(f"action must be one of {', '.join(ACTIONS)}")
+        actions = (*ACTIONS, *self.extra_fault_actions)
+        if action not in actions:
+            raise InvalidInput(f"action must be one of {', '.join(actions)}")
         if mode not in FAULT_MODES:
             raise InvalidInput(f"mode must be one of {', '.join(FAULT_MODES)}")
         if isinstance(times, bool) or not isinstance(times, int) or times < 1:

@@ -1,35 +1,4 @@
-"""The html profile's CAPTCHA: a token the browser's widget adds, checked by the provider.
-
-A public form that Onefold answers with an email is a spam relay unless something
-proves a person filled it in. A source may require one of three CAPTCHAs; the
-widget on the page puts its token in a form field, and the hook asks the provider's
-siteverify API whether the token is good, before anything is stored.
-
-Each provider documents the same exchange: a POST, form-encoded, of `secret` (the
-site's secret key), `response` (the token) and optionally `remoteip` (the visitor's
-address), answered with JSON holding `success` (a boolean), `error-codes` (a list)
-and, on success, `hostname` and `challenge_ts`:
-
-- Cloudflare Turnstile, field `cf-turnstile-response`:
-  https://developers.cloudflare.com/turnstile/get-started/server-side-validation/
-  (tokens are single-use and valid 300 s; `internal-error` may be retried);
-- hCaptcha, field `h-captcha-response`:
-  https://docs.hcaptcha.com/#verify-the-user-response-server-side
-  (form-encoded only: a JSON body is refused);
-- Google reCAPTCHA, field `g-recaptcha-response`:
-  https://developers.google.com/recaptcha/docs/verify (tokens valid two minutes,
-  verified once).
-
-Three verdicts. PASSED: the provider said `success: true`. FAILED: the token is
-missing, or the provider refused it (invalid, expired, used before): the person
-(or the bot) must solve the CAPTCHA again, and nothing is stored. UNCHECKED: the
-provider could not say, through no fault of the sender: no answer in time, a 5xx or
-429, an answer that is not its JSON, or an error code that names Onefold's own
-request (a wrong secret, `internal-error`). An unchecked submission is not refused:
-refusing would turn a provider's outage, or our own misconfiguration, into lost
-enquiries. It is processed, and its confirmation is held for a person
-(execution/confirmations.py), so no email goes to an unproven address.
-"""
+"""The html profile's CAPTCHA: a token the browser's widget adds, checked by the provider."""
 
 from __future__ import annotations
 

@@ -1,24 +1,4 @@
-"""The contact found by the structure of a delivery and the form's own labels.
-
-A preset cannot know each form's field names: a Jotform question is keyed
-`q<id>_<label in camel case>` (`q3_studentsName`, `q4_email4`), a Tally or
-Typeform field is whatever its author typed, a Gravity Forms entry has numeric
-ids. What a delivery does carry is structure:
-
-- the provider's own field type, where it sends one (Tally's `INPUT_EMAIL`,
-  Typeform's `email` and `phone_number` answers, Google Forms' `PARAGRAPH_TEXT`);
-- a widget's shape: a name is `{first, last}` (Jotform's full name, a Gravity
-  Forms Name field's inputs `N.3` and `N.6`), a phone `{area, phone}` or
-  `{full}`, an address `{addr_line1, ..., postal, country}`;
-- the form's labels, where the delivery sends them (Jotform's `pretty` field,
-  "Student's Name:Ada Lovelace, E-mail:ada@example.com"; Tally's and Google
-  Forms' labels; Typeform's question titles), else the label a key was made from;
-- the value itself: an email address is recognisable wherever it is.
-
-`answers_labelled`, `find` and `readable` work on `Answer`s that `mapping`
-builds from a delivery (see its `detect` and `answers` expressions). Everything
-is pure and bounded by the size of the delivery.
-"""
+"""The contact found by the structure of a delivery and the form's own labels."""
 
 from __future__ import annotations
 

@@ -1,28 +1,4 @@
-"""Raw body to document: JSON, form-encoded, multipart, multipart with a JSON field.
-
-A document is a plain dict of what the sender posted. Form fields that repeat
-become lists; a single value stays a string. Multipart file parts are kept as
-their file name only (Onefold forwards no attachments).
-
-A body is read as what its Content-Type says it is, where that is JSON, a form or
-multipart, else as the profile expects: a sender set to another format than its
-usual one (Gravity Forms' "form" format, a website form with
-`enctype="multipart/form-data"` or posted by `fetch` as JSON) is read, not refused
-(docs/senders.md: only a body that does not parse is 400 on a hook); one that does not
-parse as the type it declares is malformed. A JSON body that is not an object (a
-batch of events, a bare value) is the document `{"body": <it>}`; a profile's JSON
-field (Jotform's `rawRequest`) is merged in where the body carries it as a JSON
-object, and the body is read without it otherwise.
-
-Every reader is linear in the body and bounded before it builds anything: the
-body is at most ONEFOLD_MAX_BODY_BYTES (the hook checks it first); form and
-form bodies take at most DATA_UPLOAD_MAX_NUMBER_FIELDS fields (Django's limit,
-1,000 by default); multipart bodies at most MAX_MULTIPART_PARTS parts, counted
-before they are read, then Django's own parser reads them with its limits (fields,
-files, memory), one level deep (a part that is itself multipart is one opaque
-field, never parsed again); JSON goes to the strict reader, 32 levels deep. A body
-over a limit is malformed (400), like one that does not parse.
-"""
+"""Raw body to document: JSON, form-encoded, multipart, multipart with a JSON field."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Presets: how each provider's deliveries are read, verified and mapped.
-
-Each preset cites where its facts come from (the provider's documentation; the
-notes beside the samples in tests/fixtures/senders/).
-A preset names the fields a provider always sends where it can; the contact
-itself (name, email, phone, message) is found by the delivery's structure (the
-provider's field types, a widget's shape, the form's own labels, an address by
-its value: `finding`), since each form's field names are its author's.
-A source's `profile_overrides` (JSON) may replace any part of its preset: a form
-with other field names, a proxy that changes the public URL, another tolerance.
-"""
+"""Presets: how each provider's deliveries are read, verified and mapped."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""Is this delivery from the sender? HMAC over the raw body, each provider's own way.
-
-A `SignatureRecipe` says how a provider signs: which header, what message is
-signed (the raw body alone, or with a timestamp, a method and the URL), how the
-digest is written (hex or base64, with a prefix), where the timestamp comes
-from, in which unit, and how old it may be. Several secrets may be configured
-at once (rotation): a delivery signed with any of them verifies. Comparisons
-are constant-time; the raw body is used exactly as received.
-
-Senders that cannot sign are authenticated by a token instead: in the hook's
-path (`/hooks/NAME/t/<token>/`) or in a header the sender can set.
-"""
+"""Is this delivery from the sender? HMAC over the raw body, each provider's own way."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""`manage.py check_destinations`: each declared capability, checked against the live destination.
-
-One line per destination and capability: name, capability, `verified` or
-`refused`, and how it was verified (what was asked, what the destination
-answered). Exit status 0 only when every declared capability of every
-destination holds; otherwise non-zero, naming the refused destinations on
-stderr. A destination that cannot be reached or built (no adapter installed,
-missing credentials) is refused with the reason, as capability "reachable".
-A destination that declares nothing (plain SMTP) prints one "-" line.
-
-For a CRM, the names the current business configuration uses there follow, one line
-each: `enquiry.fields[<property>]`, `contact.fields[<property>]` and
-`task.assignee[<assignee>]`, verified against the CRM's schema and owners
-(`destination_name_checks`); an unknown property or owner is refused, naming it.
-"""
+"""`manage.py check_destinations`: each declared capability, checked against the destination."""
 
 from __future__ import annotations
 

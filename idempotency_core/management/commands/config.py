@@ -1,13 +1,4 @@
-"""`manage.py config export [--source NAME]` and `manage.py config apply FILE [--dry-run]`.
-
-The business configuration as a YAML file, for people who keep it in git
-(docs/configuration.md). `export` prints the current version's document, or one
-source's block. `apply` reads the whole file, validates all of it (every unknown
-key, bad template, bad assignee and unknown source, each with its line), and exits 1
-naming each problem with nothing applied; otherwise it applies the file as one new
-version, audited as `config_applied` (configuration/versions.py). `--dry-run`
-validates and says what would change.
-"""
+"""`manage.py config export [--source NAME]` and `manage.py config apply FILE [--dry-run]`."""
 
 from __future__ import annotations
 

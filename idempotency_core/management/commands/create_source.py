@@ -1,18 +1,4 @@
-"""`manage.py create_source NAME`: creates the source and prints how to send.
-
-A source that exists is refused (exit 1) and left as it is: a new API key for it
-is `rotate_key`'s job, which also ends the old one.
-
-With the default profile `api`, the last line is a new API key. With a sender's
-profile (docs/senders.md), the last line is the hook's path, alone; the
-signing secret (or the token inside the path) is printed once, before it.
-
-`--duplicates hold` makes a suspected duplicate wait, unwritten, for a reviewer
-(intake/duplicate_hold.py); the default `flag` writes both and opens a case.
-
-`--captcha turnstile|hcaptcha|recaptcha --captcha-secret S` (html profile only) makes
-the hook refuse a submission without a token the provider's siteverify accepts.
-"""
+"""`manage.py create_source NAME`: creates the source and prints how to send."""
 
 from __future__ import annotations
 

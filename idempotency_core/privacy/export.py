@@ -1,0 +1,137 @@
+"""`person export`: everything Onefold holds about one email address, as one document
+(GDPR article 15): the submissions with their payloads and raw deliveries, what each
+effect sent and where it went, the cases about them, and the audit entries naming them.
+The export is audited by a keyed digest of the address, never the address."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from idempotency_core.audit.entries import audit_record
+from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
+from idempotency_core.privacy.person import EXPORTED_ACTION, Person, person_find
+
+
+def person_export(
+    *, address: str, actor: User | None = None, system: str = ""
+) -> dict[str, Any] | None:
+    """The document, or None when Onefold holds nothing about the address."""
+    person = person_find(address)
+    if not person.event_ids:
+        return None
+    events = (
+        Event.objects.filter(pk__in=person.event_ids)
+        .select_related("source")
+        .order_by("received_at")
+    )
+    document = {
+        "address": person.address,
+        "exported_at": timezone.now().isoformat(),
+        "submissions": [_submission(event) for event in events],
+        "audit_entries": [_entry(entry) for entry in person_audit_entries(person)],
+    }
+    audit_record(
+        action=EXPORTED_ACTION,
+        actor=actor,
+        system=system,
+        reason="personal data request: export",
+        details={"digest": person.digest, "events": [str(pk) for pk in person.event_ids]},
+    )
+    return document
+
+
+def person_audit_entries(person: Person) -> QuerySet[AuditEntry]:
+    """Entries about the person's events, cases and operations, their earlier requests,
+    and any other entry that quotes what they sent."""
+    ids = person.event_ids
+    return AuditEntry.objects.filter(
+        Q(event_id__in=ids)
+        | Q(case__event_id__in=ids)
+        | Q(operation__event_id__in=ids)
+        | Q(details__digest=person.digest)
+        | person.anywhere.mentions(["reason", "details"])
+    ).order_by("at", "pk")
+
+
+def _submission(event: Event) -> dict[str, Any]:
+    return {
+        "event_id": str(event.pk),
+        "source": event.source.name,
+        "key": event.key,
+        "form": event.form,
+        "received_at": event.received_at,
+        "submitted_at": event.submitted_at,
+        "payload": event.payload,
+        "payload_purged_at": event.payload_purged_at,
+        "deliveries": [
+            {
+                "received_at": d.received_at,
+                "outcome": d.outcome,
+                "status_code": d.status_code,
+                "raw_body": bytes(d.raw_body).decode("utf-8", errors="replace")
+                if d.raw_body is not None
+                else None,
+            }
+            for d in event.deliveries.order_by("received_at")
+        ],
+        "operations": [_operation(o) for o in event.operations.order_by("position", "pk")],
+        "cases": [
+            _case(c)
+            for c in ReviewCase.objects.filter(Q(event=event) | Q(operation__event=event)).order_by(
+                "created_at"
+            )
+        ],
+    }
+
+
+def _operation(operation: Operation) -> dict[str, Any]:
+    return {
+        "step": operation.step,
+        "status": operation.status,
+        "destination": operation.destination.name,
+        "destination_ref": operation.destination_ref,
+        "key": operation.key,
+        "content": operation.content,
+        "last_error": operation.last_error,
+        "attempts": [
+            {
+                "number": a.number,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "outcome": a.outcome,
+                "reply": a.reply,
+                "error_message": a.error_message,
+            }
+            for a in operation.attempts.order_by("number")
+        ],
+    }
+
+
+def _case(case: ReviewCase) -> dict[str, Any]:
+    return {
+        "id": case.pk,
+        "kind": case.kind,
+        "status": case.status,
+        "summary": case.summary,
+        "evidence": case.evidence,
+        "resolution_code": case.resolution_code,
+        "resolution_note": case.resolution_note,
+        "created_at": case.created_at,
+        "resolved_at": case.resolved_at,
+    }
+
+
+def _entry(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "at": entry.at,
+        "actor": entry.actor_label,
+        "action": entry.action,
+        "reason": entry.reason,
+        "details": entry.details,
+        "event_id": str(entry.event_id) if entry.event_id else None,
+        "case_id": entry.case_id,
+    }
