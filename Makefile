@@ -62,7 +62,7 @@ run: install
 # Start over: removes var/ (ONEFOLD_DATA_DIR if set): the embedded database, the
 # sandbox's data. Refuses while a `make run` uses it; stops a server a killed run left.
 reset:
-	@if test -x $(PY); then $(PY) -m config.embedded_postgres reset; else rm -rf $(or $(ONEFOLD_DATA_DIR),var); fi
+	@if test -x $(PY); then $(PY) -m idempotency_core.platform.embedded_postgres reset; else rm -rf $(or $(ONEFOLD_DATA_DIR),var); fi
 
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
@@ -106,7 +106,7 @@ drill: install
 ifdef DATABASE_URL
 	$(DRILL_STEPS)
 else
-	$(PY) -m config.embedded_postgres exec sh -c '$(DRILL_STEPS)'
+	$(PY) -m idempotency_core.platform.embedded_postgres exec sh -c '$(DRILL_STEPS)'
 endif
 
 clean: reset

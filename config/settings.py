@@ -16,7 +16,7 @@ from typing import TypedDict
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import (
+from idempotency_core.platform.env import (
     database_from_url,
     database_url_default,
     env_bool,
@@ -133,8 +133,8 @@ TEMPLATES = [
 # background threads, and one created before django-q2 forks would be shared with the
 # children (docs/operations.md, "Database connections").
 # Without DATABASE_URL, the quick start's embedded PostgreSQL server (`make run`), on the
-# Unix socket in its data directory (config/env.py: `embedded_database_dir`). Any other
-# engine is refused here, before anything runs.
+# Unix socket in its data directory (`embedded_database_dir` in
+# idempotency_core/platform/env.py). Any other engine is refused here, before anything runs.
 DATABASES = {
     "default": database_from_url(
         env_str("DATABASE_URL", "") or database_url_default(BASE_DIR),

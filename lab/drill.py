@@ -55,7 +55,6 @@ from django.db.models import Q
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from config.env import database_url_of
 from idempotency_core.execution.destinations import adapter_for, crm_adapter_for
 from idempotency_core.execution.engine import (
     operation_claim,
@@ -68,6 +67,7 @@ from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Event, Operation, ReviewCase, Source
+from idempotency_core.platform.env import database_url_of
 from idempotency_core.review.refusals import ReplayRefusedError
 from idempotency_core.review.replay import operation_replay
 from integrations.base import Capabilities

@@ -1,5 +1,5 @@
-"""The quick start's embedded PostgreSQL (config/embedded_postgres.py): started, adopted
-after its owner was killed, stopped without a trace, and reset.
+"""The quick start's embedded PostgreSQL (idempotency_core/platform/embedded_postgres.py):
+started, adopted after its owner was killed, stopped without a trace, and reset.
 
 Real servers from the wheel, each on a data directory of its own under tmp_path;
 the owner that gets killed is a real process (kill -9 is the point).
@@ -15,15 +15,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from config import embedded_postgres
-from config.embedded_postgres import EmbeddedPostgresError
+from idempotency_core.platform import embedded_postgres
+from idempotency_core.platform.embedded_postgres import EmbeddedPostgresError
 from tests.support.leftovers import left_behind
 from tests.support.processes import REPO, wait_for
 
 OWNER = """
 import sys, time
 from pathlib import Path
-from config import embedded_postgres
+from idempotency_core.platform import embedded_postgres
 pgdata = Path(sys.argv[1])
 server = embedded_postgres.server_start(pgdata)
 embedded_postgres.database_ensure(pgdata)
@@ -100,7 +100,8 @@ def test_a_run_that_adopted_an_orphan_stops_it_even_when_it_exits_without_stoppi
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from config import embedded_postgres; "
+            "import sys; from pathlib import Path; "
+            "from idempotency_core.platform import embedded_postgres; "
             "print(embedded_postgres.server_start(Path(sys.argv[1])).adopted)",
             str(pgdata),
         ],
@@ -176,7 +177,7 @@ def test_exec_runs_a_command_with_the_server_up_and_stops_it_after(pgdata, monke
         [
             sys.executable,
             "-m",
-            "config.embedded_postgres",
+            "idempotency_core.platform.embedded_postgres",
             "exec",
             sys.executable,
             "-c",

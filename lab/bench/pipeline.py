@@ -57,10 +57,10 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from config.env import database_url_of
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Destination, Operation, ReviewCase
+from idempotency_core.platform.env import database_url_of
 from idempotency_core.tasks import operation_run
 from lab.bench.cpu import BackendsWatch, cpu_seconds, own_backend, tree_cpu
 from lab.bench.tables import bench_tables_empty

@@ -1,6 +1,7 @@
 """DATABASE_URL names a PostgreSQL database, or is absent and the quick start's embedded
 server is meant; any other engine stops the process before it starts
-(config/env.py: `database_from_url`, `database_url_default`, `database_url_of`)."""
+(`database_from_url`, `database_url_default`, `database_url_of` in
+idempotency_core/platform/env.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import database_from_url, database_url_default, database_url_of
+from idempotency_core.platform.env import database_from_url, database_url_default, database_url_of
 
 
 @pytest.mark.parametrize("url", ["sqlite:///x", "mysql://root@127.0.0.1/onefold"])

@@ -138,7 +138,7 @@ def test_a_bad_hardening_value_stops_the_process_naming_the_variable(
     # Read the way settings.py reads them, without starting a process per case.
     from django.core.exceptions import ImproperlyConfigured
 
-    from config import env
+    from idempotency_core.platform import env
 
     readers = {
         "SECURE_SSL_REDIRECT": lambda: env.env_bool(name, False),
@@ -160,7 +160,7 @@ def test_a_bad_hardening_value_stops_the_process_naming_the_variable(
 def test_the_proxy_header_may_be_written_as_sent_or_as_djangos_meta_key(
     monkeypatch: pytest.MonkeyPatch, written: str
 ) -> None:
-    from config.env import env_header_pair
+    from idempotency_core.platform.env import env_header_pair
 
     monkeypatch.setenv("SECURE_PROXY_SSL_HEADER", written)
     assert env_header_pair("SECURE_PROXY_SSL_HEADER") == ("HTTP_X_FORWARDED_PROTO", "https")

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from config.env import database_url_of
+from idempotency_core.platform.env import database_url_of
 
 REPO = Path(__file__).resolve().parents[2]
 

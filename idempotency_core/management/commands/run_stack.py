@@ -1,12 +1,12 @@
 """`manage.py run_stack`: the quick start's whole system in the foreground (`make run`).
 
 Without DATABASE_URL it first starts the embedded PostgreSQL server
-(config/embedded_postgres.py; data under ONEFOLD_DATA_DIR, default var/). Then it
-migrates and starts as child processes the sandbox destination, the web app, a
-django-q2 worker cluster and the sweeper loop. Once each answers (the web's
-/readyz, the sandbox's HTTP and SMTP ports, a probe task run by the cluster) it
-creates the demo source and staff user if absent and prints their credentials,
-last.
+(idempotency_core/platform/embedded_postgres.py; data under ONEFOLD_DATA_DIR,
+default var/). Then it migrates and starts as child processes the sandbox
+destination, the web app, a django-q2 worker cluster and the sweeper loop. Once
+each answers (the web's /readyz, the sandbox's HTTP and SMTP ports, a probe task
+run by the cluster) it creates the demo source and staff user if absent and
+prints their credentials, last.
 
 Ctrl-C, SIGTERM, SIGHUP or any child dying stops the children, then the database
 server: nothing is left running. Each child leads its own process group, so a
@@ -41,8 +41,8 @@ from django.db import DatabaseError, connections
 from django_q.models import Task
 from django_q.tasks import async_task
 
-from config import embedded_postgres
 from idempotency_core.demo import DemoCredentials, demo_setup
+from idempotency_core.platform import embedded_postgres
 
 READY_TIMEOUT_SECONDS = 120
 STOP_TIMEOUT_SECONDS = 15
