@@ -112,12 +112,9 @@ class SourceApiKey(models.Model):
 
 
 class Destination(models.Model):
-    """A configured adapter: which CRM or mail service, and where it answers.
-
-    What the destination can recognise of a repeat (its `Capabilities`) is not
-    stored here: the adapter derives it from its configuration and verifies it
-    against the live destination (execution/destinations.py), so nobody can type
-    a capability the destination does not honour.
+    """A configured adapter: which CRM or mail service, and where it answers. Its
+    capabilities are not stored: the adapter derives and verifies them
+    (execution/destinations.py), so nobody can type one the destination does not honour.
     """
 
     class Kind(models.TextChoices):
@@ -177,13 +174,9 @@ class DestinationPause(models.TextChoices):
 
 
 class DestinationBudget(models.Model):
-    """A destination's request budget and pause, shared by every worker on every machine
-    (execution/budget.py). One row per destination, made on first use.
-
-    The budget is a generic cell rate: each request moves `next_free_at` on by
-    `spacing_seconds`, and a request may go when `next_free_at` is no more than
-    `tolerance_seconds` ahead of now. A destination without a request budget (the
-    sandbox, SMTP) has a row only once it is paused.
+    """A destination's request budget and pause, shared by every worker (execution/budget.py):
+    a generic cell rate, each request moving `next_free_at` on by `spacing_seconds`,
+    allowed while it is at most `tolerance_seconds` ahead of now.
     """
 
     Pause = DestinationPause

@@ -28,10 +28,8 @@ def review_case_open(
 ) -> tuple[ReviewCase, bool]:
     """Opens a case, or returns the open one for this subject and kind.
 
-    The partial unique constraint decides between concurrent openers; the loser
-    reads the winner's case instead of failing. The INSERT skips a conflict rather
-    than failing on it, so the database never logs a failed statement carrying the
-    case's summary and evidence (which can quote a destination's words).
+    A partial unique constraint decides between concurrent openers; the INSERT skips a
+    conflict, so no failed statement logs the case's evidence.
     """
     if event is None and operation is not None:
         event = operation.event

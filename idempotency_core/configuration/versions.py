@@ -259,13 +259,9 @@ def config_section_apply(
     based_on: int | None = None,
     marks: Marks | None = None,
 ) -> ApplyResult:
-    """One section of one form's block set to `values` (the console's edit page), the
-    rest of the configuration kept as it is now: a new version, audited as
-    `config_applied`, through `config_apply`. Raises ConfigInvalidError (nothing
-    written) when the source's blocks would not validate, and ConfigConflictError when
-    this section differs between version `based_on` (the one the editor was opened on)
-    and the current one: someone else saved it meanwhile, and saving would undo that
-    unseen. A change elsewhere (another section, another form) is kept, not refused."""
+    """One section of one form's block set to `values`, as a new version (`config_apply`).
+    ConfigConflictError when the section changed since version `based_on` (saving would
+    undo someone's change unseen); a change elsewhere is kept."""
     with transaction.atomic():
         _apply_lock()  # before the read: no apply lands between it and the write
         current = _newest()
@@ -292,13 +288,9 @@ def config_section_apply(
 
 
 def config_restore(*, number: int, actor: User, reason: str, dry_run: bool = False) -> ApplyResult:
-    """Version `number`'s document applied as a new version (the versions are never
-    changed: a restore is one more), audited as `config_restored` with the version
-    restored. The whole document comes back: a source configured since then, and
-    still existing, goes back to having no configuration. Raises
-    ConfigVersionMissingError, or ConfigInvalidError when the old document does not
-    hold any more (it names a source since removed). With `dry_run`, says what
-    restoring would change, writing nothing."""
+    """Version `number`'s whole document applied as a new version, audited as
+    `config_restored`; with `dry_run`, what restoring would change. Raises
+    ConfigVersionMissingError, or ConfigInvalidError when it no longer holds."""
     with transaction.atomic():
         if not dry_run:
             _apply_lock()  # the sources to empty are read from the current version

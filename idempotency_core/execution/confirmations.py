@@ -42,17 +42,8 @@ _ALLOW = (
 def greeting_name(name: object, *, markup: bool = False) -> str:
     """The submitted name as a greeting may show it, or "" when it may not.
 
-    Only short plain text: letters, spaces, hyphens, apostrophes and dots, at most
-    GREETING_NAME_MAX characters, with at least one letter and nothing that reads as
-    a link: no "www", and no dot followed by two letters ("evil.com", "bit.ly"), so
-    an initial ("J. Smith", "J.R.R.") passes and a domain does not. Digits, "@", "/",
-    ":", markup, line breaks and invisible or direction-changing characters are
-    refused by the character rule itself.
-
-    `markup` (a configured template's values, execution/rendering.py) also lets through
-    the characters HTML escaping neutralises, `<`, `>`, `&`, `"` and `/` ("Smith &
-    Sons"): the HTML part is autoescaped and the text part is plain text, so they show
-    as typed. Everything else of the rule holds: still no digits, "@", ":" or domain."""
+    Short plain text only, nothing that reads as a link ("evil.com"; an initial such as
+    "J. Smith" passes). With `markup` (autoescaped templates), `<>&"/` pass too."""
     if not isinstance(name, str):
         return ""
     # Runs of plain spaces collapse; any other space (a line break, a tab) is refused.
@@ -184,25 +175,12 @@ def confirmation_allow(
     decided: Allowance | None = None,
 ) -> bool:
     """Records that this confirmation may go out now, or raises ConfirmationHeldError.
-    Returns whether it was recorded now (False: an earlier attempt of the operation
-    was allowed, and a retry is not counted again).
+    Returns whether it was recorded now (False: an earlier attempt was allowed).
 
-    Call before the send, outside any transaction: the allowance commits before the
-    mail service is called. One call, `onefold_confirmation_allow` (migration 0029),
-    which takes the recipient's advisory lock and then, in a statement of its own, makes
-    the decision, so that workers deciding for one address at the same moment decide
-    one after the other, each counting what the one before it committed: six concurrent
-    confirmations to one address send exactly three. (The lock must come before the
-    statement that counts: a statement reads the snapshot taken when it started, before
-    a lock taken inside it was granted.)
-
-    `decided` is the same decision made ahead, for this operation and address, by the
-    statement that claimed it (a worker's chain: statements.outcome_write), committed
-    with that claim: it is not asked again.
-
-    The source's count is not under a lock: at the same moment, a source may pass its
-    limit by the confirmations being decided for other addresses, a few at most, and
-    its confirmations are not made to wait for one another."""
+    Call before the send, outside any transaction. `onefold_confirmation_allow` takes the
+    recipient's advisory lock before the statement that counts (a statement's snapshot
+    predates a lock taken inside it), so decisions for one address take turns; the
+    source's count is not locked. `decided`: made already by the claiming statement."""
     ask = AllowanceAsk.of(recipient, now=now)
     if decided is None or decided.ask.digest != ask.digest:
         decided = _allowance_decide(operation, ask)

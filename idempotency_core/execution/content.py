@@ -151,13 +151,9 @@ def _store_sql() -> str:
 def content_preview(
     *, event: Event, step: str, version: ConfigVersion, refs: Mapping[str, str] | None = None
 ) -> dict[str, Any] | None:
-    """What `step` ("send_confirmation", "assign_task"...) of `event` would send if first
-    attempted now under `version` (the current one, or a change not yet applied),
-    stored nowhere and taking no turn: a round robin shows the name its next turn would
-    give. `refs` default to the event's succeeded steps' references. For the console's
-    preview from a kept submission (masking what the viewer may not see is the
-    console's); None for a step that renders nothing. Raises DestinationError when the
-    payload was purged or a template cannot be rendered."""
+    """What `step` of `event` would send if attempted now under `version`, stored nowhere
+    and taking no round-robin turn (the console's preview). None for a step that renders
+    nothing; DestinationError when the payload is purged or a template fails."""
     render = STEPS[step.partition(":")[0]].render
     if render is None:
         return None

@@ -364,11 +364,8 @@ def destination_ready(
 ) -> None:
     """Raises `DestinationRefusedError` unless the destination's declaration holds.
 
-    Verified on first use in this process, then again after ONEFOLD_VERIFY_TTL_SECONDS,
-    or at once when its configuration changed (another URL, another variable), or when
-    `fresh` (recovery is about to rely on it). A refusal is remembered for
-    ONEFOLD_VERIFY_RETRY_SECONDS (the pause of the destination's work), a failure to
-    reach it not at all. A verification that holds ends a refusal's pause.
+    Verified on first use, after ONEFOLD_VERIFY_TTL_SECONDS, on a configuration change,
+    or when `fresh`; a refusal is remembered for ONEFOLD_VERIFY_RETRY_SECONDS.
     """
     now = time.monotonic() if now is None else now
     key = _configuration_key(destination)

@@ -95,12 +95,10 @@ class AttemptReport:
 
 
 def recovery_for(*, state: OperationState, capabilities: Capabilities, retry_at: datetime) -> str:
-    """Chooses the recovery rule from what the destination offers (docs/architecture.md, Flow, 4).
+    """Chooses the recovery rule from what the destination offers (docs/architecture.md).
 
-    A native idempotency key only helps while the destination still remembers
-    it, so it counts only when the retry lands inside the retention window. A
-    unique external reference makes a repeat safe at any age (409 names the
-    existing record). Lookup alone is safe when done before creating.
+    An idempotency key counts only inside its retention window; a unique external
+    reference at any age; a lookup alone only before creating.
     """
     if state.at_most_once:
         # A send is repeated only while the mail service still recognises its key

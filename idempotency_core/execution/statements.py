@@ -47,13 +47,9 @@ def claim_take(
     lease_until: datetime,
     unless: tuple[str, list[object]] | None = None,
 ) -> Taken | Literal["screened"] | None:
-    """Claims the operation, if due and unowned, and records its attempt; returns the
-    operation (with its event, source and destination), the attempt's id and the
-    references of the event's earlier succeeded steps, or None when it was not
-    claimable.
-
-    `unless` is (a boolean SQL expression, its parameters before the operation's id):
-    where it is true, nothing is claimed and the answer is `SCREENED`."""
+    """Claims the operation if due and unowned and records its attempt; returns the operation
+    (with event, source, destination), the attempt's id and the earlier steps' references;
+    None when not claimable, `SCREENED` where `unless` holds."""
     params: list[object] = [*unless[1], operation_id] if unless else []
     params += [token, lease_until, now, now, operation_id, _CLAIMABLE, now]
     params += _attempt_params(token, now)
@@ -107,19 +103,11 @@ def outcome_write(
     event: Event | None = None,
     now: datetime,
 ) -> Written:
-    """The outcome under the claim token, and the attempt's if it matched. `sets` and
-    `attempt_sets` name fields; `destination_ref` is kept when the new one is empty.
+    """The outcome under the claim token, and the attempt's if it matched.
 
-    With `release_next` (a success whose follow-up is only the next step), the same
-    statement releases the step after it (`_released`), and it writes nothing at all
-    when a case waits: settling it belongs in the outcome's transaction. With
-    `claim_next` too, (token, lease end), that step is claimed for the caller, and
-    returned with its attempt's id and the references of the steps before it, this
-    one's new reference included. `next_content` (JSON `{step: content}`) is stored on
-    the step claimed, if still without content (execution/content.py). `allowance`,
-    (a step, the decision's parameters: confirmations.AllowanceAsk.params), asks the
-    confirmation's decision for the step claimed if it is that step, in this statement
-    (`_allowance_join`): committed with the claim, and one statement fewer."""
+    `release_next`: the same statement releases the next step (writing nothing when a
+    case waits); `claim_next` also claims it for the caller, storing `next_content` and
+    asking the confirmation's `allowance` with the claim."""
     names = tuple(sets)
     attempt_names = tuple(attempt_sets)
     waiting = [operation_id, settles_case_ids, _OPEN_STATUSES]
@@ -294,18 +282,10 @@ def _attempt_insert(source: str) -> str:
 
 
 def _claimed_select(refs_also: str = "", *, event_known: bool = False) -> str:
-    """The columns `_taken` reads of claimed operation `c`, attempt `a`, event `e`,
-    source `s` and destination `d`; with `event_known`, not the event's and the
-    source's (the caller has them: it claimed the next step of an event whose step it
-    ran, and rendered that step's content from them). The references are the event's
-    succeeded steps before `c`, as this statement's snapshot holds them, and
-    `refs_also` (rows of step, reference and status: one a CTE of this statement has
-    just written).
-
-    The steps are found by event and the status is tested in the aggregate's FILTER,
-    where no index can serve it: as a WHERE condition the planner could reach them by
-    the status index, which, with statistics from before a burst (or none, on a new
-    table), it judged selective, and read every succeeded step of every event."""
+    """The columns `_taken` reads of claimed operation `c`, attempt `a`, event `e`, source
+    `s` and destination `d` (not `e` and `s` with `event_known`), and the references of
+    the event's earlier succeeded steps plus `refs_also`. The status is tested in the
+    aggregate's FILTER, so the planner cannot pick the status index on stale statistics."""
     earlier = (
         f'SELECT o."step", o."destination_ref", o."status" FROM {table_of(Operation)} o '
         'WHERE o."event_id" = c."event_id" AND o."position" < c."position"'
@@ -360,13 +340,8 @@ _ALLOWANCE_COLUMNS = (
 
 
 def _allowance_join() -> str:
-    """The confirmation's decision (confirmations.py) for the operation claimed, `c`,
-    if it is the step named: the function's own parameters but the operation's, which
-    are `c`'s (its id, its event and source, whether a person asked for it). The step's
-    test gates the call (a condition on `c` alone: PostgreSQL tests it before calling),
-    so a claim of any other step, or none, decides nothing. The function takes the
-    recipient's lock and makes the decision in statements of its own, each with a fresh
-    snapshot, as when it is called alone; its allowance commits with this statement."""
+    """The confirmation's decision (confirmations.py) for the claimed operation `c` if it
+    is the step named, gated by a condition on `c` alone; it commits with this statement."""
     return (
         "LEFT JOIN LATERAL (SELECT * FROM onefold_confirmation_allow(%s::bigint, "
         'c."id", e."source_id", c."event_id", %s::varchar, %s::timestamptz, '

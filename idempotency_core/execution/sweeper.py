@@ -57,13 +57,8 @@ def requeue_grace() -> timedelta:
 
 
 def _queue_is_drained() -> bool:
-    """True when no task is waiting in the broker for a worker.
-
-    A task is only presumed lost when the workers have caught up: under a
-    backlog every waiting task looks "late", and queueing copies of them would
-    grow the backlog it is waiting behind (seen in the chaos test: 5,000 copies
-    for 500 events). Claims make copies harmless, but not free.
-    """
+    """True when no task is waiting in the broker for a worker: only then is a late task
+    presumed lost (under a backlog every task looks late, and copies grow the backlog)."""
     return bool(get_broker().queue_size() == 0)
 
 

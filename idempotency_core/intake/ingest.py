@@ -134,13 +134,8 @@ def event_ingest_unreadable(
     """Keeps a verified delivery that maps to no valid submission (docs/senders.md,
     "Unreadable deliveries"), or answers its repeat.
 
-    New: in one transaction, its event under `key` with what the map made of it
-    (`payload`) and no operation yet (nothing can run without a contact), its delivery
-    with the raw body, and an `unreadable_submission` case. A corrected map applied to
-    it (`remap.events_remap`) gives it its operations, under this same key. A repeat is
-    answered from the stored event like any repeat (KeyReusedError when its content
-    differs); the unique constraint on (source, key) decides between racing first
-    receipts, the INSERT skipping a conflict as `event_ingest`'s does."""
+    New: its event (no operation), its delivery and an `unreadable_submission` case, in
+    one transaction; a corrected map (`remap.events_remap`) later gives it operations."""
     fingerprint = payload_fingerprint(payload)
     contact = payload.get("contact") or {}
     event = Event(
@@ -322,21 +317,10 @@ def _repeat_delivery(
 def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:
     """Opens a case when the same person sent the same message again under a new key.
 
-    Both events are kept and processed (two genuine submissions must both count); a
-    person decides whether to merge the records (never automatic). Under the source's
-    `hold` policy the later one waits unwritten instead (duplicate_hold.py); the points
-    below hold for it too, its hold racing a worker's claim safely. Run by the first
-    step's task (tasks.operation_run) before its first attempt, not by ingest:
-
-    * the answer never depended on it: the case changes no effect and holds no step,
-      so opening it a moment after the commit changes nothing a sender or a step sees;
-    * it cannot be lost: the task is queued in the event's own transaction and the
-      sweeper queues it again if it goes missing; a crash before the first claim runs
-      the search again, and the open case's unique subject makes a second run a no-op;
-    * it sees more than ingest did: committed events only, on both sides of this one,
-      so two such submissions racing each other (each transaction blind to the other)
-      are flagged too. The pair's subject orders the two events, so whichever task
-      finds the pair first opens the one case, on the later event.
+    Both events are kept and processed; a person decides about merging (under `hold`,
+    duplicate_hold.py, the later one waits). Run by the first step's task, not by ingest:
+    it cannot be lost (queued with the event, swept if missing), and it sees committed
+    events on both sides, so racing pairs are flagged too, in one case.
     """
     event = _first_event_with_twin(operation_id)
     if event is None:

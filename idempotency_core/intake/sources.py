@@ -576,13 +576,9 @@ FIELD_MAP_TARGETS = ("name", "email", "phone", "message", "extras")
 def source_field_map_set(
     *, source: Source, actor: User, field_map: dict[str, Any], reason: str
 ) -> int:
-    """Saves the source's field map: the targets in `field_map` replace the preset's
-    (`profile_overrides["field_map"]`, the whole of it), as a new version, audited
-    `field_map_saved` with its number and the map before and after (settings, never a
-    delivery's values). Refused when the profile cannot apply it. Returns the version.
-
-    Saving changes how the next deliveries are read; the ones kept so far change only
-    when the map is applied to them (`remap.events_remap`)."""
+    """Saves the source's field map (`profile_overrides["field_map"]`) as a new, audited
+    version, refused when the profile cannot apply it. Kept deliveries change only when
+    the map is applied to them (`remap.events_remap`). Returns the version."""
     if source.profile not in PRESETS:
         raise InvalidProfileError(f"{source.name} posts the JSON API: it has no field map.")
     unknown = set(field_map) - set(FIELD_MAP_TARGETS)

@@ -112,15 +112,10 @@ def case_take_ownership(
 def case_mark_resolved(
     *, case_id: int, actor: User, destination_ref: str, reason: str, from_lookup: int | None = None
 ) -> ReviewCase:
-    """Resolves a case with the destination reference the reviewer verified
-    (`from_lookup`: the audit entry of the lookup that found it, when the reviewer
-    resolved with the record found rather than typing the reference).
-
-    When the case holds an operation waiting for review, the reference proves
-    its effect exists: the operation becomes succeeded with that reference and
-    the next step of the pipeline is released, exactly as after a successful
-    attempt. A CRM record reference is checked against the CRM first, so a typo
-    cannot mark an absent effect as done.
+    """Resolves a case with the destination reference the reviewer verified (`from_lookup`:
+    the audit entry of the lookup that found it). A held operation becomes succeeded with
+    it and releases the next step; a CRM reference is checked against the CRM first, so
+    a typo cannot mark an absent effect done.
     """
     reason = _require_reason(reason)
     destination_ref = destination_ref.strip()
@@ -204,12 +199,8 @@ def _operation_complete(
 
 
 def case_close(*, case_id: int, actor: User, resolution_code: str, reason: str) -> ReviewCase:
-    """Closes a case without the effect: the reviewer decided it will not happen.
-
-    An operation still waiting for review is cancelled, and so are the later
-    steps of its event that have not run, including those it held (a task or a
-    confirmation cannot follow an enquiry that was given up). Nothing already
-    done is undone.
+    """Closes a case without the effect: the reviewer decided it will not happen. A held
+    operation and its event's later steps not yet run are cancelled; nothing is undone.
     """
     reason = _require_reason(reason)
     if resolution_code not in RESOLUTION_CODES:
@@ -286,11 +277,8 @@ _NEXT_BATCH = 20
 def case_take_next(*, actor: User, candidates: QuerySet[ReviewCase]) -> ReviewCase | None:
     """Takes the oldest open case nobody owns among `candidates` for `actor`, or None.
 
-    The take is a conditional UPDATE (`WHERE owner IS NULL AND status = 'open'`) whose
-    row count decides: two reviewers pressing "Next case" at once read the same oldest
-    case, and PostgreSQL lets only one UPDATE match it (the second re-reads the row
-    after the first commits and finds an owner); the loser moves on to the next one.
-    The take is audited (`case_taken`) in the same transaction.
+    A conditional UPDATE (`WHERE owner IS NULL`) lets one of two racing reviewers win;
+    the loser moves on to the next case. Audited as `case_taken`.
     """
     Status = ReviewCase.Status
     waiting = candidates.filter(status=Status.OPEN, owner__isnull=True).order_by("created_at", "id")

@@ -46,12 +46,9 @@ class LookupResult:
 def operation_destination_lookup(
     *, operation_id: int, actor: User, case: ReviewCase | None = None
 ) -> LookupResult:
-    """Asks the destination whether the operation's effect exists, and audits the answer.
-
-    Uses the destination's lookup by external reference where it has one. A CRM
-    without lookup still exports its records, so for an enquiry the listing is
-    scanned from just before the key was first presented. Email cannot be
-    looked up: the result says what to check by hand.
+    """Asks the destination whether the operation's effect exists, and audits the answer:
+    by external reference where it can, else (a CRM's enquiry) from its listing since
+    just before the key was first presented; for email, what to check by hand.
     """
     operation = Operation.objects.select_related("event__source", "destination").get(
         pk=operation_id
@@ -194,14 +191,10 @@ _ECHO_MAX = 60
 def reference_verify(operation: Operation | None, destination_ref: str) -> str:
     """Checks that a reference a reviewer typed names this operation's CRM record.
 
-    For an enquiry in a CRM, the reference must have the CRM's id format (checked
-    before any call, so a typed path never reaches the destination), name a record
-    that exists and was not merged away, and that record must carry this
-    operation's key as its external reference: "exists" alone would let another
-    customer's record settle this one. For a follow-up task, it must be the task
-    this operation made: the one the CRM finds under this submission's enquiry by
-    this operation's key (`_task_of_this_enquiry`). Other references are the
-    reviewer's word.
+    An enquiry's reference must have the CRM's id format (checked before any call), exist,
+    not be merged away and carry this operation's key: "exists" alone would let another
+    customer's record settle this one. A task must be the one found under this enquiry
+    by this operation's key. Other references are the reviewer's word.
     """
     if operation is None or operation.step not in ("create_enquiry", "assign_task"):
         return "reviewer"

@@ -193,12 +193,8 @@ def _pair_guard(case: ReviewCase, event: Event, *, survivor_ref: str, duplicate_
     """One unsettled merge per pair of records, in either direction, and none of a
     record already merged away; or MergeRefusedError.
 
-    A merge is stored on the event of the record it removes, so every merge of this
-    pair (either direction) lives on the events of its two records: those rows are
-    locked, in one order, before the merges on them are read. Two requests for the
-    pair, from one case or two, from one page or two, therefore take turns, and the
-    second sees the first's merge (READ COMMITTED: each statement sees what
-    committed before it began).
+    The pair's two events, which hold its merges, are locked in one order before the
+    merges are read: two requests for a pair take turns, the second seeing the first's.
     """
     events = {event.pk, case.event_id, *(_event_ids_of_records([survivor_ref, duplicate_ref]))}
     event_ids = sorted(str(pk) for pk in events if pk is not None)

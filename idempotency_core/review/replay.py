@@ -231,14 +231,9 @@ class PlannedStep:
 
 
 def replay_plan(replayed: StepState, steps: list[StepState]) -> list[PlannedStep]:
-    """The steps a replay of `replayed` runs, in pipeline order. Pure.
-
-    The engine's rule (execution/engine.py): the replay makes `replayed` due and
-    puts the steps held behind it back to waiting (`operation_unhold_later`: held
-    by it, in review); each success then releases the step at the next position
-    if it is waiting (`operation_release_next`: pending, not due). So the steps
-    that run are `replayed` and the unbroken run of waiting steps after it; a step
-    that already succeeded is skipped; anything else stops the run.
+    """The steps a replay of `replayed` runs, in pipeline order. Pure: `replayed` and the
+    unbroken run of waiting steps after it, as the engine releases them; a step already
+    succeeded is skipped, anything else stops the run.
     """
     Status = Operation.Status
     plan: list[PlannedStep] = []

@@ -172,17 +172,9 @@ def fold_composites(entries: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]
 
 
 def answers_labelled(answers: Sequence[Answer], labels: str) -> list[Answer]:
-    """Each answer with the label a "Label:value, Label:value" text gives it.
-
-    Jotform's `pretty` field lists the non-empty answers in form order, each as
-    its label, a colon and its value as Jotform writes it (a full name "Niloth P",
-    a checkbox list or file names joined by spaces), with ", " between them
-    (zulip/zulip zerver/webhooks/jotform/fixtures/*.multipart, captured
-    deliveries). A label or a value may itself contain ": " or ", ", so the text is
-    not split: each answer's value is looked for in turn after the previous one,
-    and the label is what lies between. An answer whose written form cannot be
-    predicted (an appointment widget) keeps its key's words; the label after it
-    is then cut at its last ", ".
+    """Each answer with the label a "Label:value, Label:value" text gives it (Jotform's
+    `pretty`). Labels and values may contain ": " or ", ", so the text is not split: each
+    answer's value is found in turn after the previous one, its label what lies between.
     """
     if not labels or len(answers) * len(labels) > _LABEL_WORK_LIMIT:
         return list(answers)
