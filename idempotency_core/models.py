@@ -20,9 +20,8 @@ class Source(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     is_active = models.BooleanField(default=True)
-    # Random per-source secret mixed into operation keys so that a key cannot be
-    # recomputed from a guessed event key. It never changes: operation keys must
-    # stay stable for the life of the event (docs/architecture.md, "Operation keys never change").
+    # Mixed into operation keys so none can be recomputed from a guessed event key;
+    # never changed, or the keys would (docs/architecture.md).
     key_salt = models.CharField(max_length=64, editable=False)
     rate_per_minute = models.PositiveIntegerField(null=True, blank=True)
     task_assignee = models.CharField(max_length=100, default="sales")
@@ -52,10 +51,8 @@ class Source(models.Model):
     # A near-identical submission under another key: "flag" (both processed, a
     # case offers a merge) or "hold" (waits for a person before its CRM write).
     duplicates = models.CharField(max_length=10, default="flag")
-    # The html profile's CAPTCHA (intake/senders/captcha.py): "" (none), "turnstile",
-    # "hcaptcha" or "recaptcha". A delivery without a token the provider's siteverify
-    # accepts is refused. The secret is kept in clear (siteverify needs it), as a
-    # signing secret is: shown only by its first characters, never logged.
+    # The html profile's CAPTCHA (intake/senders/captcha.py). The secret is kept in clear
+    # (siteverify needs it), shown only by its first characters, never logged.
     captcha_provider = models.CharField(max_length=20, blank=True, default="")
     captcha_secret = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -399,11 +396,8 @@ class Operation(models.Model):
     # What a step needs beyond the event (a merge: which records); null for
     # pipeline steps, which read the event.
     arguments = models.JSONField(null=True, blank=True)
-    # What this effect sends (properties, task title and assignee, the email's subject
-    # and text...), rendered from the business configuration when the operation is first
-    # attempted and stored before the destination is called: every retry, recovery and
-    # replay sends exactly this (configuration/content.py). Null until then; purged with
-    # the event's payload (it holds the same contact details).
+    # What this effect sends, rendered once before the first call so that every retry
+    # and replay sends exactly this (execution/content.py); purged with the payload.
     content = models.JSONField(null=True, blank=True)
     # Who or what scheduled the next attempt; the claim copies it onto the attempt.
     # (db_default too: rows that bulk loads insert with SQL start as the worker's.)
@@ -751,10 +745,8 @@ class ConfirmationAllowance(models.Model):
 
 
 # --- Reconciliation ------------------------------------------------
-# Runs compare the events and operations of a period with the records a CRM
-# destination actually holds. The destination's listing is staged in
-# ReconciliationRecord, the comparison is a handful of set-based queries
-# (idempotency_core/reconciliation.py), and each finding becomes a review case.
+# A period's events compared with the records a CRM holds, its listing staged in
+# ReconciliationRecord (idempotency_core/reconciliation/); findings become cases.
 
 
 class ReconciliationStatus(models.TextChoices):
@@ -899,10 +891,8 @@ class ReconciliationFinding(models.Model):
 
 
 # --- Business configuration -------------------------------------------------
-# What the effects contain: per source and form, the enquiry's and the contact's CRM
-# properties, the task's title, assignee and due date, the confirmation's subject, text,
-# HTML and Reply-To (idempotency_core/configuration/). One document, versioned: the
-# newest version is the configuration; a change is a new version.
+# What the effects contain (idempotency_core/configuration/): one document, versioned;
+# the newest version is the configuration.
 
 
 class BusinessConfigVersion(models.Model):
