@@ -48,8 +48,7 @@ _conformance: dict[tuple[type, type], bool] = {}
 def _conforms(adapter: object, protocol: type) -> bool:
     """`isinstance(adapter, protocol)`, decided once per adapter class and process.
     Python 3.11's check of a runtime protocol calls `hasattr` on every member, which
-    evaluates properties, and the sandbox adapter's `capabilities` is a network read:
-    once per step, it was a twentieth of a worker's time."""
+    evaluates properties, and the sandbox adapter's `capabilities` is a network read."""
     key = (type(adapter), protocol)
     if key not in _conformance:
         _conformance[key] = isinstance(adapter, protocol)

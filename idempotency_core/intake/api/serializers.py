@@ -370,8 +370,8 @@ def stored_payload(serializer: SubmissionSerializer) -> dict[str, Any]:
 
     A text field's representation of a validated string is that string, and the extra
     fields' is their object, so only the other fields (the date-time, written back as
-    ISO 8601) are asked for theirs: `serializer.data` asked every field, at a tenth of
-    the submission's validation (tests/core/test_stored_payload.py holds the two to one)."""
+    ISO 8601) are asked for theirs, not every field as `serializer.data` asks
+    (tests/core/test_stored_payload.py holds the two to one)."""
     return _represented(serializer, serializer.validated_data)
 
 
