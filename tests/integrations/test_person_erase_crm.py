@@ -1,0 +1,148 @@
+"""`person erase --crm` against the HubSpot and Pipedrive emulators: the person is gone
+there, deleted once, even when the deletion's answer is lost and the attempt repeated.
+
+Real parts: PostgreSQL, the engine's attempts (the command runs them as a worker does),
+each emulator over loopback as the default CRM, the sandbox's SMTP sink for email."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.core.management import call_command
+
+from idempotency_core.execution.destinations import verification_forget
+from idempotency_core.models import Event, Operation
+from lab.emulators.hubspot import HubSpotEmulator
+from lab.emulators.pipedrive import PipedriveEmulator
+from tests.factories import ingest, run_pipeline
+from tests.support.vendors import configure, emulator_as_default, fault, stats
+
+pytestmark = pytest.mark.django_db
+
+ADA = {"name": "Ada Quillfeather", "email": "ada.quill@example.org", "phone": "+44 20 7946 0123"}
+BOB = {"name": "Bob Marchetti", "email": "bob.marchetti@example.net", "phone": "+1 415 555 0199"}
+
+
+@pytest.fixture
+def hubspot(sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    with HubSpotEmulator() as emulator:
+        settings.ONEFOLD_CRM = "hubspot"
+        for variable, value in emulator.adapter_env().items():
+            monkeypatch.setenv(variable, value)
+        verification_forget()
+        yield emulator
+        verification_forget()
+
+
+@pytest.fixture
+def pipedrive(sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    with (
+        PipedriveEmulator() as emulator,
+        emulator_as_default(
+            emulator,
+            setting="ONEFOLD_CRM",
+            kind="pipedrive",
+            settings=settings,
+            monkeypatch=monkeypatch,
+        ) as control,
+    ):
+        configure(control, search_lag_seconds=0)
+        yield control
+
+
+def two_people() -> tuple[Event, Event]:
+    ada = ingest("ada-1", contact=ADA, message="Ada's walnut kitchen at Orchard Lane")
+    bob = ingest("bob-1", contact=BOB, message="Bob's garden shed estimate")
+    run_pipeline(ada)
+    run_pipeline(bob)
+    return ada, bob
+
+
+def erase_at_crm() -> str:
+    out = io.StringIO()
+    call_command(
+        "person",
+        "erase",
+        "--email",
+        ADA["email"],
+        "--reason",
+        "Asked by email",
+        "--crm",
+        stdout=out,
+    )
+    return out.getvalue()
+
+
+def erasure_of(event: Event) -> Operation:
+    erasure = event.operations.get(step="erase_person")
+    assert erasure.status == "succeeded"
+    outcomes = list(erasure.attempts.order_by("number").values_list("outcome", flat=True))
+    assert outcomes == ["ambiguous", "succeeded"]  # the lost answer, then its repeat
+    return erasure
+
+
+def test_hubspot_deletes_the_contact_once_through_a_lost_answer(hubspot: Any) -> None:
+    ada, _ = two_people()
+    before = hubspot.hubspot.stats()
+    assert (before["contacts"], before["records"], before["tasks"]) == (2, 2, 2)
+    hubspot.hubspot.add_fault(action="delete_contact", mode="drop_response_after_commit")
+
+    summary = erase_at_crm()
+
+    assert "succeeded" in summary
+    erasure = erasure_of(ada)
+    assert (
+        erasure.key.startswith("opk_")
+        and erasure.key != ada.operations.get(step="create_enquiry").key
+    )
+    after = hubspot.hubspot.stats()
+    assert after["contacts_by_email"] == {BOB["email"]: 1}
+    assert (after["contacts"], after["records"], after["tasks"]) == (1, 1, 1)
+    # One GDPR delete, applied once: the repeat read the deal, which names no contact now.
+    assert (after["calls"]["gdpr_delete"], after["contacts_gdpr_deleted"]) == (1, 1)
+    # A second request finds the same operation, done: nothing is called again.
+    erase_at_crm()
+    assert hubspot.hubspot.stats()["calls"]["gdpr_delete"] == 1
+    assert Operation.objects.filter(step="erase_person").count() == 1
+
+
+def test_pipedrive_deletes_the_person_once_through_a_lost_answer(pipedrive: httpx.Client) -> None:
+    ada, _ = two_people()
+    before = stats(pipedrive)
+    assert (before["persons"], before["records"], before["tasks"]) == (2, 2, 2)
+    fault(pipedrive, "delete_person", "drop_response_after_commit")
+
+    summary = erase_at_crm()
+
+    assert "succeeded" in summary
+    erasure_of(ada)
+    after = stats(pipedrive)
+    assert (after["persons"], after["persons_deleted"]) == (1, 1)
+    assert (after["records"], after["tasks"]) == (1, 1)
+    # Deleted once; the repeat's call was answered 404, "already deleted".
+    assert after["calls"]["delete_person"] == 2
+    search = pipedrive.get(
+        "/api/v2/persons/search",
+        params={"term": ADA["email"], "fields": "email", "exact_match": "true"},
+        headers={"x-api-token": pipedrive_token(pipedrive)},
+    )
+    assert search.json()["data"]["items"] == []
+
+
+def pipedrive_token(control: httpx.Client) -> str:
+    return str(control.get("/_sandbox/config").json()["api_token"])
+
+
+def test_the_sandbox_deletes_the_record_and_its_tasks(sandbox: Any) -> None:
+    ada, bob = two_people()
+    assert sandbox.stats()["records"] == 2
+
+    assert "succeeded" in erase_at_crm()
+
+    refs = [r["external_ref"] for r in sandbox.records()]
+    assert refs == [bob.operations.get(step="create_enquiry").key]
+    assert ada.operations.get(step="erase_person").attempts.count() == 1
