@@ -38,7 +38,7 @@ _cache = _ThreadCache()
 
 def config_cached(key: Hashable, read: Callable[[], T]) -> T:
     """`read()`'s value for `key`, from this thread's cache when it may be trusted (see
-    the module's docstring), else read now and kept when nothing changed meanwhile."""
+    docs/internals.md), else read now and kept when nothing changed meanwhile."""
     if not _usable():
         return read()
     now = time.monotonic()

@@ -106,7 +106,7 @@ def is_crm(destination: Destination) -> bool:
 
 
 def adapter_for(destination: Destination, *, timeout: float | None = None) -> Adapter:
-    """The adapter for `destination`. No network call (see the module's docstring).
+    """The adapter for `destination`. No network call (docs/internals.md).
 
     `timeout` (seconds) overrides ONEFOLD_HTTP_TIMEOUT_SECONDS, e.g. for long listings.
     Raises `AdapterUnavailableError` for a kind whose adapter is not installed.
@@ -171,7 +171,7 @@ def email_adapter_for(destination: Destination) -> EmailAdapter:
 def capabilities_of(destination: Destination) -> Capabilities:
     """The destination's capabilities, as its adapter reports them now.
 
-    A network read only for the sandbox (bounded; see the module's docstring).
+    A network read only for the sandbox (bounded; docs/internals.md).
     An adapter that cannot be built offers nothing: recovery then goes to review.
     """
     try:

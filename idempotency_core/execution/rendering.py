@@ -62,7 +62,7 @@ def _block(inp: RenderInput, version: ConfigVersion, section: str) -> Mapping[st
 
 
 def submission_values(inp: RenderInput, *, confirmation: bool = False) -> dict[str, Any]:
-    """The template context of the module docstring (mutable: `template_values` freezes)."""
+    """The template context (docs/internals.md; mutable: `template_values` freezes)."""
     payload = inp.payload
     contact = payload.get("contact") or {}
     shown: Callable[[Any], Any] = _shown if confirmation else (lambda value: value)

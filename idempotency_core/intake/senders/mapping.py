@@ -11,7 +11,7 @@ from typing import Any
 
 from idempotency_core.intake.senders import finding
 
-Expression = Any  # str | list[str | int] | dict[str, Any]: plain data, see above
+Expression = Any  # str | list[str | int] | dict[str, Any]: plain data (docs/internals.md)
 
 
 class MappingError(ValueError):
@@ -271,7 +271,7 @@ def _readable_answers(expression: dict[str, Any], document: Any) -> Any:
 
 
 def _answers_in(expression: dict[str, Any], document: Any) -> list[finding.Answer]:
-    """The answers `expression` says where to find (see the module's docstring)."""
+    """The answers `expression` says where to find (docs/internals.md)."""
     views = _ANSWER_VIEWS.get()
     if views is None:
         return _answers_read(expression, document)
