@@ -1,6 +1,6 @@
 """Onefold settings, read from the environment (12-factor).
 
-Every value an operator may change is named in README.md. The same module serves
+Every value an operator may change is named in docs/operations.md. The same module serves
 the web processes, the django-q2 workers and the management commands.
 """
 

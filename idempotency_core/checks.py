@@ -103,7 +103,7 @@ def check_secret_key(
                 "SECRET_KEY is the built-in development key, and ALLOWED_HOSTS names "
                 f"{', '.join(public)} beyond loopback: anyone could forge session and "
                 "messages cookies.",
-                hint="Set SECRET_KEY in the environment (README, Production).",
+                hint="Set SECRET_KEY in the environment (docs/operations.md, Security).",
                 id="onefold.E008",
             )
         ]

@@ -27,7 +27,7 @@ def check_metrics_protected(
     return [
         Warning(
             f"/metrics is served to anyone who reaches {', '.join(public)}.",
-            hint="Set ONEFOLD_METRICS_TOKEN or ONEFOLD_METRICS_ALLOW_IPS (README, Operations).",
+            hint="Set ONEFOLD_METRICS_TOKEN or ONEFOLD_METRICS_ALLOW_IPS (docs/operations.md).",
             id="onefold.W002",
         )
     ]
