@@ -214,10 +214,8 @@ def _attempt_defaults() -> tuple[object, ...]:
 
 def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseWrapper) -> object:
     """`value` as field `name` of `model` sends it. `db` is the connection itself, taken
-    once per statement: not the proxy `connection`, which a field's preparation asks
-    for its operations several times, nor `connections[...]` per value, each a lookup
-    through asgiref's thread-local. A
-    value the preparation would give back as it is skips it (sql.unchanged_types)."""
+    once per statement (each `connection` lookup goes through asgiref's thread-local);
+    a value the preparation would give back as it is skips it (sql.unchanged_types)."""
     field, unchanged = _field(model, name)
     if type(value) in unchanged:
         return value
