@@ -1,10 +1,4 @@
-"""System checks that refuse settings under which Onefold would be unsafe to run.
-
-Timings under which a task could run twice unseen (docs/task-queue.md, rule 7:
-the broker's `retry` must outlast a task's longest wait plus run, and a claim's
-lease must outlast the task timeout), and the public development SECRET_KEY on
-a server that answers beyond loopback.
-"""
+"""System checks that refuse settings under which Onefold would be unsafe to run."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The quick start's demo source and staff user (`demo_setup`, `run_stack`).
-
-Their secrets are stored only as digests (the API key) and hashes (the password),
-so they are shown once, when made; `--new-credentials` makes new ones instead of
-keeping a copy on disk.
-"""
+"""The quick start's demo source and staff user (`demo_setup`, `run_stack`)."""
 
 from __future__ import annotations
 

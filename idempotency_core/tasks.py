@@ -1,9 +1,4 @@
-"""django-q2 entry points: the dotted paths queued tasks and schedules name.
-
-These paths are stored in queue rows and `Schedule.func`, so they are a wire
-format: they stay here, whatever moves behind them. Each one is thin: it takes
-an id (or nothing), calls a service and is safe to run twice.
-"""
+"""django-q2 entry points: the dotted paths queued tasks and schedules name."""
 
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ CHANGE_SOURCE = "idempotency_core.change_source"
 # The Settings admins group (migration 0028): the business configuration's pages.
 CHANGE_CONFIG = "idempotency_core.change_businessconfig"
 VIEW_CONFIG_VERSIONS = "idempotency_core.view_businessconfigversion"
+# A person's export and erasure (granted to no group by default: a privacy officer's).
+ERASE_PERSONAL_DATA = "idempotency_core.erase_personal_data"
 
 
 def console_allows(user: Any, perm: str) -> bool:

@@ -11,6 +11,7 @@ from review_console import (
     views_field_map,
     views_hold,
     views_journey,
+    views_privacy,
     views_settings,
     views_sources,
     views_submissions,
@@ -164,6 +165,9 @@ urlpatterns = [
         views_settings.settings_test_send,
         name="settings-test-send",
     ),
+    path("privacy/", views_privacy.privacy, name="privacy"),
+    path("privacy/export/", views_privacy.privacy_export, name="privacy-export"),
+    path("privacy/erase/", views_privacy.privacy_erase, name="privacy-erase"),
     path("api/", include(api.router.urls)),
     path(
         "reconciliation/",

@@ -1,9 +1,4 @@
-"""What a review case is about, as the `subject` string invariant 5 is keyed on.
-
-At most one open case per (subject, kind) holds only while every opener builds
-the same subject for the same thing, so each kind of subject is built here
-once, for Python and for SQL alike (reconciliation opens cases set-based).
-"""
+"""What a review case is about, as the `subject` string invariant 5 is keyed on."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The steps of a pipeline: what each business effect calls, and how it is looked up.
-
-Each step has its own boundary: it reads the references earlier steps left on
-their operations and never repeats them. A failed task assignment therefore never
-recreates the enquiry, and a resent confirmation can never come from a retried
-enquiry step.
-"""
+"""The steps of a pipeline: what each business effect calls, and how it is looked up."""
 
 from __future__ import annotations
 

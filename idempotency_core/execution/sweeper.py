@@ -1,10 +1,4 @@
-"""The sweeper: recovers what crashed and re-enqueues what was lost (Flow 6).
-
-Safe to run in several processes at once: expired leases are taken over with
-the same conditional update the workers use, and due operations are picked with
-`SELECT ... FOR UPDATE SKIP LOCKED`, so two sweepers never enqueue the same row
-in the same pass (and a duplicate task would be refused by the claim anyway).
-"""
+"""The sweeper: recovers what crashed and re-enqueues what was lost (Flow 6)."""
 
 from __future__ import annotations
 

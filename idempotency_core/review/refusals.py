@@ -1,10 +1,4 @@
-"""Why a reviewer's action is refused: one family, mapped to an answer once per UI.
-
-Every review service raises a subclass of `ActionRefusedError` with a message
-written for a person. The staff API turns the family into 409 Conflict in one
-place, and the console's confirm-action helper turns it into a form error in
-one place, so no view has to know which service refuses what.
-"""
+"""Why a reviewer's action is refused: one family, mapped to an answer once per UI."""
 
 from __future__ import annotations
 

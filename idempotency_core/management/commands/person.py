@@ -18,7 +18,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
 
 from idempotency_core.privacy.crm import crm_erasures_run
 from idempotency_core.privacy.erasure import (
@@ -26,13 +25,9 @@ from idempotency_core.privacy.erasure import (
     PersonBusyError,
     PersonNotFoundError,
     person_erase,
+    person_erase_preview,
 )
 from idempotency_core.privacy.export import person_export
-
-
-class _DryRun(Exception):
-    def __init__(self, report: ErasureReport) -> None:
-        self.report = report
 
 
 class Command(BaseCommand):
@@ -68,13 +63,11 @@ class Command(BaseCommand):
         self, email: str, *, system: str, reason: str, crm: bool, dry_run: bool, **_: Any
     ) -> None:
         try:
-            with transaction.atomic():
-                report = person_erase(address=email, reason=reason, system=system, crm=crm)
-                if dry_run:
-                    raise _DryRun(report)
-        except _DryRun as rolled_back:
-            self._summary(rolled_back.report, verb="would remove")
-            return
+            if dry_run:
+                preview = person_erase_preview(address=email, reason=reason, crm=crm)
+                self._summary(preview, verb="would remove")
+                return
+            report = person_erase(address=email, reason=reason, system=system, crm=crm)
         except PersonNotFoundError as exc:
             raise CommandError(str(exc)) from exc
         except PersonBusyError as exc:
@@ -89,4 +82,5 @@ class Command(BaseCommand):
         self.stdout.write(f"{report.events} submissions of the person (digest {report.digest})")
         for what, count in report.removed.items():
             self.stdout.write(f"{verb} {count} {what}")
-        self.stdout.write(f"audit entry person_erased: {report.entry_id}")
+        if verb == "removed":
+            self.stdout.write(f"audit entry person_erased: {report.entry_id}")

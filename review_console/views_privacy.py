@@ -1,0 +1,126 @@
+"""A person's requests on the console (GDPR articles 15 and 17), for users with the
+`erase_personal_data` permission: the export as a download, and the erasure behind a
+confirmation page that shows what would go, with a reason. Both are the services of
+idempotency_core/privacy/, audited as the person's digest, never the address.
+
+Every request carries the address in a POST body: never in a URL (access logs) nor in a
+message (the session table), so the console itself keeps no copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+
+from idempotency_core.privacy.crm import crm_erasures_enqueue
+from idempotency_core.privacy.erasure import (
+    PersonBusyError,
+    PersonNotFoundError,
+    person_erase,
+    person_erase_preview,
+)
+from idempotency_core.privacy.export import person_export
+from idempotency_core.privacy.person import person_digest
+from review_console.http import require_GET, require_POST
+from review_console.permissions import ERASE_PERSONAL_DATA, acting_user, console_permission
+
+NO_DATA = "Onefold holds nothing about that address."
+TEMPLATE = "review_console/privacy.html"
+
+
+class PersonForm(forms.Form):
+    email = forms.EmailField(label="The person's email address", max_length=254)
+
+
+class ErasureForm(PersonForm):
+    confirm = forms.CharField(widget=forms.HiddenInput, required=False)
+    reason = forms.CharField(
+        label="Reason (the request: when and how it was made)",
+        widget=forms.TextInput(attrs={"class": "reason", "autocomplete": "off"}),
+        strip=True,
+    )
+    crm = forms.BooleanField(label="Also delete the person at the CRM", required=False)
+
+
+@require_GET
+@console_permission(ERASE_PERSONAL_DATA)
+def privacy(request: HttpRequest) -> HttpResponse:
+    return render(request, TEMPLATE, {"export_form": PersonForm(), "erase_form": ErasureForm()})
+
+
+@require_POST
+@console_permission(ERASE_PERSONAL_DATA)
+def privacy_export(request: HttpRequest) -> HttpResponse:
+    form = PersonForm(request.POST)
+    if not form.is_valid():
+        return _page(request, export_form=form)
+    address = form.cleaned_data["email"]
+    document = person_export(address=address, actor=acting_user(request))
+    if document is None:
+        form.add_error(None, NO_DATA)
+        return _page(request, export_form=form)
+    name = f"personal-data-{person_digest(address)[:12]}.json"
+    response = HttpResponse(
+        json.dumps(document, cls=DjangoJSONEncoder, indent=2),
+        content_type="application/json; charset=utf-8",
+    )
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@console_permission(ERASE_PERSONAL_DATA)
+def privacy_erase(request: HttpRequest) -> HttpResponse:
+    """First post: the confirmation page with what would go. Confirmed: erased, the
+    CRM's deletions queued for the workers, and back to the page with what was removed."""
+    form = ErasureForm(request.POST)
+    if not form.is_valid():
+        return _page(request, erase_form=form)
+    data = form.cleaned_data
+    try:
+        if data["confirm"] != "yes":
+            preview = person_erase_preview(
+                address=data["email"], reason=data["reason"], crm=data["crm"]
+            )
+            confirm = ErasureForm(initial={**data, "confirm": "yes"})
+            return render(
+                request, "review_console/privacy_confirm.html", {"form": confirm, "report": preview}
+            )
+        report = person_erase(
+            address=data["email"],
+            reason=data["reason"],
+            actor=acting_user(request),
+            crm=data["crm"],
+        )
+    except (PersonNotFoundError, PersonBusyError) as exc:
+        form.add_error(None, NO_DATA if isinstance(exc, PersonNotFoundError) else str(exc))
+        return _page(request, erase_form=form)
+    crm_erasures_enqueue(list(report.crm_operations))
+    removed = ", ".join(f"{count} {what}" for what, count in report.removed.items() if count)
+    crm = f"; {len(report.crm_operations)} CRM deletions queued" if report.crm_operations else ""
+    messages.success(
+        request,
+        f"Erased the personal data of {report.events} submissions ({removed or 'nothing left'})"
+        f"{crm}. Audit entry {report.entry_id}.",
+    )
+    return HttpResponseRedirect(reverse("console:privacy"))
+
+
+def _page(
+    request: HttpRequest,
+    *,
+    export_form: PersonForm | None = None,
+    erase_form: ErasureForm | None = None,
+) -> HttpResponse:
+    context = {
+        "export_form": export_form or PersonForm(),
+        "erase_form": erase_form or ErasureForm(),
+    }
+    return render(request, TEMPLATE, context, status=200)
