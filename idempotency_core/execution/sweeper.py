@@ -1,4 +1,4 @@
-"""The sweeper: recovers what crashed and re-enqueues what was lost (Flow 6)."""
+"""The sweeper: recovers what crashed and re-enqueues what was lost (docs/architecture.md)."""
 
 from __future__ import annotations
 
