@@ -513,7 +513,7 @@ Q_CLUSTER: QClusterOptions = {
     "poll": env_float("ONEFOLD_Q_POLL", 0.05, minimum=0.01),
     "label": "Task queue",
     # django-q2's ORM broker, its dequeue one statement with SKIP LOCKED on PostgreSQL
-    # (idempotency_core/broker.py): clusters no longer race for the same row.
+    # (idempotency_core/broker.py): clusters never race for the same row.
     "broker_class": "idempotency_core.broker.SkipLockedORM",
     # Clusters started with Q_CLUSTER_NAME=<queue> serve that queue instead (the
     # drill's workers); they share the name above, which signs every task, and
