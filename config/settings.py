@@ -246,7 +246,7 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # Logging policy: log lines name ids (event, operation, delivery) and exception
-# classes, never a payload or a contact. config/logfilters.py scrubs what other
+# classes, never a payload or a contact. idempotency_core/platform/logfilters.py scrubs what other
 # code writes; `configure` applies this dict, then puts that filter on every
 # handler it did not create (gunicorn's error log in a worker, for one).
 #
@@ -259,7 +259,7 @@ LOG_FORMAT = env_str("LOG_FORMAT", "") or (
 )
 if LOG_FORMAT not in {"json", "plain"}:
     raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} is neither json nor plain")
-LOGGING_CONFIG = "config.logfilters.configure"
+LOGGING_CONFIG = "idempotency_core.platform.logfilters.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -270,11 +270,11 @@ LOGGING = {
             "format": "[{server_time}] {message}",
             "style": "{",
         },
-        "json": {"()": "config.logfilters.JsonFormatter"},
+        "json": {"()": "idempotency_core.platform.logfilters.JsonFormatter"},
     },
     "filters": {
-        "redact": {"()": "config.logfilters.RedactSecrets"},
-        "quiet_task_lines": {"()": "config.logfilters.QuietTaskLines"},
+        "redact": {"()": "idempotency_core.platform.logfilters.RedactSecrets"},
+        "quiet_task_lines": {"()": "idempotency_core.platform.logfilters.QuietTaskLines"},
     },
     "handlers": {
         "console": {

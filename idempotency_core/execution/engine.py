@@ -28,7 +28,6 @@ from django_q.signals import pre_enqueue
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from config.logfilters import log_ids_bound
 from idempotency_core.audit.cases import (
     review_case_open,
     review_case_requeue,
@@ -79,6 +78,7 @@ from idempotency_core.execution.steps import (
     step_of,
 )
 from idempotency_core.models import Attempt, Destination, DestinationBudget, Operation
+from idempotency_core.platform.logfilters import log_ids_bound
 from integrations.base import Adapter, DestinationError, RateLimit, Reply
 from integrations.http import request_gate
 

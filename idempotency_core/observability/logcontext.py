@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.logfilters import log_ids
 from idempotency_core.execution.engine import TASK as OPERATION_TASK
+from idempotency_core.platform.logfilters import log_ids
 
 # A task's dotted path (a wire format: idempotency_core/tasks.py) -> what its one
 # argument is.

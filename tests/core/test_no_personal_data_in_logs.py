@@ -43,7 +43,6 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config.logfilters import RedactSecrets, redact
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import (
@@ -52,6 +51,7 @@ from idempotency_core.intake.sources import (
     source_hook_configure,
 )
 from idempotency_core.models import Operation, ReviewCase, Source
+from idempotency_core.platform.logfilters import RedactSecrets, redact
 from idempotency_core.review.replay import operation_replay
 from integrations.sandbox.adapter import SandboxCrm
 from tests.factories import make_user

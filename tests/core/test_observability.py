@@ -31,11 +31,16 @@ from django_q.models import OrmQ
 from django_q.signals import post_execute_in_worker, pre_execute
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.logfilters import JsonFormatter, QuietTaskLines, RedactSecrets, log_ids_bound
 from idempotency_core.execution.engine import TASK
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Event, Operation
+from idempotency_core.platform.logfilters import (
+    JsonFormatter,
+    QuietTaskLines,
+    RedactSecrets,
+    log_ids_bound,
+)
 from tests.factories import submission
 from tests.support.processes import REPO, WebServer, start_web, wait_for
 
@@ -247,8 +252,9 @@ def test_a_worker_binds_the_operation_of_the_task_it_runs(json_log):
 def test_django_q2s_three_lines_a_task_are_dropped_unless_asked_for(
     sandbox, qcluster_factory, caplog
 ):
-    """config.logfilters.QuietTaskLines on real parts: this process queues the task,
-    a real cluster runs it; then a cluster started with ONEFOLD_Q_TASK_LINES=true."""
+    """QuietTaskLines (idempotency_core/platform/logfilters.py) on real parts: this
+    process queues the task, a real cluster runs it; then a cluster started with
+    ONEFOLD_Q_TASK_LINES=true."""
     source, _, _ = source_create_with_key(name="website")
     caplog.set_level(logging.INFO)
     quiet = qcluster_factory("quiet")

@@ -266,7 +266,7 @@ def test_the_hook_token_is_not_kept_in_the_raw_delivery():
 
 
 def test_a_refused_token_path_is_logged_without_the_token(caplog):
-    from config.logfilters import RedactSecrets
+    from idempotency_core.platform.logfilters import RedactSecrets
 
     _, path = hook_source("jotform")
     token = path.rstrip("/").rsplit("/", 1)[1]

@@ -27,7 +27,6 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from config.logfilters import RedactSecrets
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import (
     InvalidProfileError,
@@ -36,6 +35,7 @@ from idempotency_core.intake.sources import (
     source_secret_add,
 )
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
+from idempotency_core.platform.logfilters import RedactSecrets
 from idempotency_core.review.cases import case_mark_resolved
 from idempotency_core.review.refusals import CaseActionRefusedError
 from integrations.sandbox.adapter import SandboxCrm
