@@ -270,7 +270,7 @@ def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse
             actor=acting_user(request),
             reason=form.cleaned_data["reason"],
         ):
-            if change.admitted:
+            if change.admitted or change.repeat_of:
                 processed += 1
             elif change.error:
                 still += 1

@@ -81,6 +81,10 @@ class HookAnswer:
     page: str = ""
 
 
+# The key of a delivery without a sender id: a fingerprint of the delivery itself.
+FINGERPRINT_PREFIX = "fp:"
+
+
 def hook_refused() -> HookAnswer:
     """The one answer to a delivery that did not verify, and to one for a source that
     does not exist or has no hook: the same status and body, so that no one learns
@@ -151,10 +155,13 @@ def _captcha_required(
     if not source.captcha_provider:
         return False
     key, payload, errors = submission_from(source, profile, document, request.headers)
-    if errors:
-        return True
-    fingerprint = payload_fingerprint(payload)
-    return not Event.objects.filter(source=source, key=key, fingerprint=fingerprint).exists()
+    known = Event.objects.filter(source=source, key=key)
+    if not key.startswith(FINGERPRINT_PREFIX):
+        # The sender's id: its content must match too, or this is another submission.
+        if errors:
+            return True
+        known = known.filter(fingerprint=payload_fingerprint(payload))
+    return not known.exists()
 
 
 def _captcha_refused(
@@ -182,8 +189,10 @@ def submission_from(
     source: Source, profile: Profile, document: Mapping[str, Any], headers: Mapping[str, str]
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(event key, submission payload, field errors): what `remap` re-runs too. With
-    errors, the payload is what the map found, and the key is still the delivery's own
-    (`_event_key`), under which the unreadable delivery is kept."""
+    errors, the payload is what the map found. The key is the delivery's own
+    (`_event_key`) in every state: it never depends on the map, so a delivery kept as
+    unreadable and the same delivery read by a corrected map are one event."""
+    key = _delivery_key(profile, document, headers)
     try:
         mapped = document_map(profile.field_map, document)
     except MappingError as exc:
@@ -195,12 +204,24 @@ def submission_from(
     payload = _payload(source, profile, mapped)
     serializer = SenderSubmissionSerializer(data=payload)
     if errors or not serializer.is_valid():
-        # No content fingerprint of a payload the map could not fill: two different
-        # unreadable submissions may map to the same blanks. The document's is theirs.
-        content = {k: v for k, v in document.items() if k not in TOKEN_FIELDS}
-        key = _event_key(profile, document, headers, {"document": content})
         return key, payload, errors or dict(serializer.errors)
-    return _event_key(profile, document, headers, {"payload": payload}), payload, {}
+    return key, payload, {}
+
+
+def _delivery_key(profile: Profile, document: Mapping[str, Any], headers: Mapping[str, str]) -> str:
+    """The sender's own id; else a fingerprint of the delivery as sent (its CAPTCHA
+    token aside, which a browser's re-post renews)."""
+    content = {k: v for k, v in document.items() if k not in TOKEN_FIELDS}
+    return _event_key(profile, document, headers, {"document": content})
+
+
+def mapped_key_before_020(
+    profile: Profile, document: Mapping[str, Any], payload: dict[str, Any]
+) -> str:
+    """The key a readable delivery without a sender id had before 0.2.0: a fingerprint
+    of what the map made of it. Such events are still in databases that upgraded, and a
+    repeat of their delivery must find them."""
+    return _event_key(profile, document, {}, {"payload": payload})
 
 
 def _ingest(
@@ -211,6 +232,8 @@ def _ingest(
     verification: Verification,
 ) -> HookAnswer:
     key, payload, errors = submission_from(source, profile, document, request.headers)
+    if not errors and key.startswith(FINGERPRINT_PREFIX):
+        key = _known_key(source, key, mapped_key_before_020(profile, document, payload))
     raw = RawDelivery(
         body=_redacted(request.body, request.path_token),
         content_type=request.content_type,
@@ -236,6 +259,16 @@ def _ingest(
             },
         )
     return _accepted(source, profile, request, event_id=str(result.event.pk))
+
+
+def _known_key(source: Source, key: str, earlier: str) -> str:
+    """`key`, unless only the key the same delivery had before 0.2.0 names an event:
+    then that one, so that its repeat is recognised (one read, for senders without an
+    id only)."""
+    found = set(
+        Event.objects.filter(source=source, key__in=(key, earlier)).values_list("key", flat=True)
+    )
+    return earlier if earlier in found and key not in found else key
 
 
 def _unreadable(
@@ -414,8 +447,10 @@ def _event_key(
         if value:
             return _bounded(f"{profile.name}:{form_id or '-'}:{value}")
     stamp = text(evaluate(profile.sender_timestamp, document)) if profile.sender_timestamp else ""
-    fingerprinted = canonical_json({**content, "sender_timestamp": stamp})
-    return f"fp:{hashlib.sha256(fingerprinted.encode('utf-8', 'surrogatepass')).hexdigest()}"
+    fingerprinted = canonical_json({**content, "sender_timestamp": stamp}).encode(
+        "utf-8", "surrogatepass"
+    )
+    return f"{FINGERPRINT_PREFIX}{hashlib.sha256(fingerprinted).hexdigest()}"
 
 
 def _redacted(body: bytes, token: str) -> bytes:

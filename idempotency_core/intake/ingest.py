@@ -297,7 +297,9 @@ def _repeat_delivery(
         .order_by("position")
     )
     event = operations[0].event if operations else Event.objects.get(source=source, key=key)
-    matched = event.fingerprint == fingerprint
+    matched = event.fingerprint == fingerprint or (
+        raw is not None and _same_delivery(event, kept_unreadable=not operations, raw=raw)
+    )
     delivery = Delivery.objects.create(
         source_id=event.source_id,
         event=event,
@@ -312,6 +314,22 @@ def _repeat_delivery(
         async_task(LATE_REPEAT_TASK, delivery.pk, task_name=f"late-repeat-{delivery.pk}")
     statuses = [operation.status for operation in operations]
     return IngestResult(event=event, created=False, statuses=statuses), matched
+
+
+def _same_delivery(event: Event, *, kept_unreadable: bool, raw: RawDelivery) -> bool:
+    """A hook's repeat whose mapped content differs from its event's because the field
+    map changed between them, not the delivery: the event was kept unreadable (what a
+    broken map made of it is no content to compare), or its first delivery is this
+    one byte for byte. Either way it is the same submission, never a reused key."""
+    if kept_unreadable:
+        return True
+    first = (
+        event.deliveries.filter(raw_body__isnull=False)
+        .order_by("received_at", "pk")
+        .values_list("raw_body", flat=True)
+        .first()
+    )
+    return first is not None and bytes(first) == raw.body
 
 
 def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:

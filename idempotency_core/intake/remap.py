@@ -15,7 +15,12 @@ from django.utils.dateparse import parse_datetime
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_enqueue
-from idempotency_core.intake.hooks import missing_lines, submission_from
+from idempotency_core.intake.hooks import (
+    FINGERPRINT_PREFIX,
+    mapped_key_before_020,
+    missing_lines,
+    submission_from,
+)
 from idempotency_core.intake.ingest import event_operations_create
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
 from idempotency_core.intake.senders.profiles import Profile, profile_resolve
@@ -39,6 +44,8 @@ class RemapChange:
     # An unreadable submission the map now reads: given its pipeline, first step queued
     # (with dry_run: would be).
     admitted: bool = False
+    # ...or settled as a repeat of this event, made from the same delivery.
+    repeat_of: str = ""
 
 
 def unreadable_waiting() -> Exists:
@@ -104,6 +111,14 @@ def _event_remap(
         )
     changed = _changed(event.payload or {}, payload)
     if waiting:
+        twin = delivery_twin(event, profile, document, payload)
+        if twin is not None:
+            settled = dry_run or _settle_as_repeat(event, twin, actor=actor, reason=reason)
+            return (
+                RemapChange(str(event.pk), event.key, (), repeat_of=str(twin.pk))
+                if settled
+                else None
+            )
         admitted = dry_run or _admit(event, payload, changed, actor=actor, reason=reason)
         return (
             RemapChange(str(event.pk), event.key, changed, admitted=admitted) if admitted else None
@@ -129,6 +144,51 @@ def kept_document(event: Event, profile: Profile) -> dict[str, object] | str:
         )
     except MalformedDeliveryError as exc:
         return str(exc)
+
+
+def delivery_twin(
+    event: Event, profile: Profile, document: dict[str, object], payload: dict[str, object]
+) -> Event | None:
+    """Another event of the source made from the same delivery as `event`: the same
+    delivery, readable on arrival, kept under the key such a delivery had before 0.2.0
+    (a fingerprint of its mapped content). A key that is the sender's own id has no
+    such twin: the unique constraint on the key already makes it one event."""
+    if not event.key.startswith(FINGERPRINT_PREFIX):
+        return None
+    earlier_key = mapped_key_before_020(profile, document, payload)
+    if earlier_key == event.key:
+        return None
+    return Event.objects.filter(source_id=event.source_id, key=earlier_key).first()
+
+
+def _settle_as_repeat(event: Event, twin: Event, *, actor: User | None, reason: str) -> bool:
+    """The unreadable case settled as a repeat of `twin`, linked and audited; nothing is
+    created. False when its case was settled meanwhile (checked under the lock)."""
+    with transaction.atomic():
+        locked = Event.objects.select_for_update().get(pk=event.pk)
+        case = (
+            ReviewCase.objects.select_for_update()
+            .filter(event=locked, kind=ReviewCase.Kind.UNREADABLE)
+            .filter(status__in=ReviewCase.OPEN_STATUSES)
+            .first()
+        )
+        if case is None or locked.operations.exists():
+            return False
+        review_case_settle(
+            case,
+            status=ReviewCase.Status.RESOLVED,
+            code="repeat",
+            note=(
+                "The same delivery was already processed as another submission; "
+                "nothing was created for this one."
+            ),
+            action="settled_as_repeat",
+            actor=actor,
+            system="remap",
+            reason=reason,
+            details={"repeat_of": str(twin.pk), "repeat_of_key": twin.key},
+        )
+    return True
 
 
 def _changed(before: dict[str, object], after: dict[str, object]) -> tuple[str, ...]:

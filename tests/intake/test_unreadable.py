@@ -19,6 +19,7 @@ cluster and the sandbox.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from io import StringIO
@@ -32,9 +33,11 @@ from django_q.models import OrmQ
 
 from idempotency_core.execution.confirmations import NO_ADDRESS
 from idempotency_core.execution.engine import operation_execute
-from idempotency_core.intake.remap import events_remap
+from idempotency_core.intake.hooks import mapped_key_before_020, submission_from
+from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.remap import events_remap, kept_document
 from idempotency_core.intake.senders.mapping import document_map
-from idempotency_core.intake.senders.profiles import PRESETS
+from idempotency_core.intake.senders.profiles import PRESETS, profile_resolve
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.keys import operation_key
 from idempotency_core.models import (
@@ -402,3 +405,75 @@ def test_every_published_provider_sample_is_never_a_4xx(name):
         assert event.operations.exists() != unreadable.exists()
         if number == 2:
             assert response.status_code == 202 and unreadable.exists()
+
+
+# -- the key of a delivery without an id does not depend on the map ------------------
+
+
+def html_without_id() -> Sample:
+    body, _, _ = SAMPLES["html"].body.partition(b"&submission_id=")
+    return dataclasses.replace(SAMPLES["html"], body=body)
+
+
+def test_without_an_id_the_same_delivery_has_one_key_whatever_its_map_reads():
+    """Kept unreadable under a wrong map, then posted again once the map reads it: a
+    repeat of the kept event (its answer, no second event), never a new submission."""
+    sample = html_without_id()
+    source, path = hook_source("html", overrides=ANOTHER_FORMS_MAP)
+    event = assert_kept_unreadable(source, deliver(Client(), path, sample), sample)
+    source.profile_overrides = {}
+    source.save(update_fields=["profile_overrides"])
+    again = deliver(Client(), path, sample)
+    assert (again.status_code, again.json()) == (200, {"event_id": str(event.pk)})
+    assert Event.objects.filter(source=source).count() == 1
+    assert not event.operations.exists()  # the case still waits for the map's apply
+    (change,) = events_remap(source=source, since=None, dry_run=False, unreadable_only=True)
+    assert change.admitted and change.event_id == str(event.pk)
+    third = deliver(Client(), path, sample)
+    assert (third.status_code, third.json()) == (200, {"event_id": str(event.pk)})
+    assert Event.objects.filter(source=source).count() == 1
+
+
+def test_a_map_changed_after_processing_leaves_a_repeat_a_repeat():
+    """The same bytes again after the map changed what it reads: the same submission
+    (200, its event), not a reused key (422)."""
+    sample = html_without_id()
+    source, path = hook_source("html")
+    first = deliver(Client(), path, sample)
+    assert first.status_code == 200, first.content
+    source.profile_overrides = {"field_map": {"message": "comments", "name": "name"}}
+    source.save(update_fields=["profile_overrides"])
+    again = deliver(Client(), path, sample)
+    assert (again.status_code, again.json()) == (200, first.json())
+    assert Event.objects.filter(source=source).count() == 1
+
+
+def test_admission_finds_the_same_delivery_kept_under_its_earlier_key():
+    """A database from before 0.2.0 may hold the re-post of an unreadable delivery as
+    an event of its own, keyed by its mapped content. Applying the map then settles
+    the unreadable case as a repeat of it, linked and audited, and creates nothing."""
+    sample = html_without_id()
+    source, path = hook_source("html", overrides=ANOTHER_FORMS_MAP)
+    event = assert_kept_unreadable(source, deliver(Client(), path, sample), sample)
+    source.profile_overrides = {}
+    source.save(update_fields=["profile_overrides"])
+    profile = profile_resolve(source.profile, source.profile_overrides)
+    document = kept_document(event, profile)
+    assert isinstance(document, dict)
+    _, payload, errors = submission_from(source, profile, document, {})
+    assert not errors
+    earlier = event_ingest(
+        source=source, key=mapped_key_before_020(profile, document, payload), payload=payload
+    ).event
+    (change,) = events_remap(source=source, since=None, dry_run=False, unreadable_only=True)
+    assert (change.admitted, change.repeat_of) == (False, str(earlier.pk))
+    assert not event.operations.exists()
+    case = ReviewCase.objects.get(event=event)
+    assert (case.status, case.resolution_code) == ("resolved", "repeat")
+    entry = AuditEntry.objects.get(action="settled_as_repeat")
+    assert entry.details["repeat_of"] == str(earlier.pk)
+    assert list(events_remap(source=source, since=None, dry_run=False, unreadable_only=True)) == []
+    # Its re-post is a repeat of the earlier event, not a third one.
+    again = deliver(Client(), path, sample)
+    assert again.status_code == 200, again.content
+    assert Event.objects.filter(source=source).count() == 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import replace
 from datetime import timedelta
 from io import StringIO
 
@@ -166,4 +167,51 @@ def test_the_captured_jotform_delivery_over_real_parts(sandbox, web_server, qclu
     (record,) = sandbox.client.get("/crm/records").json()["results"]
     assert (record["name"], record["email"]) == ("Niloth P", "")
     assert not ReviewCase.objects.filter(event_id=event_id).exists()
+    cluster.stop(signal.SIGINT, timeout=20)
+
+
+def html_without_id() -> Sample:
+    """A plain website form posted without form.js: no `submission_id`, so its key is
+    a fingerprint of the delivery."""
+    sample = SAMPLES["html"]
+    body, _, _ = sample.body.partition(b"&submission_id=")
+    return replace(sample, body=body)
+
+
+def test_an_unreadable_delivery_without_an_id_is_one_submission_once_its_map_is_fixed(
+    sandbox, web_server, qcluster_factory
+):
+    """Kept unreadable under a wrong map, then the map corrected, in both orders: the
+    byte-identical delivery posted again, then the map applied; and the map applied,
+    then the delivery posted again. Either way one record, one task, one email, and
+    the repeat answered with the event it repeats."""
+    cluster = qcluster_factory()
+    sample = html_without_id()
+    with httpx.Client(timeout=30) as client:
+        for number, repost_first in enumerate((True, False)):
+            source, path = hook_source("html", f"e2e-html-no-id-{number}", ANOTHER_FORMS_MAP)
+            first = post(client, web_server.url, path, sample)
+            assert first.status_code == 202, first.text
+            event_id = first.json()["event_id"]
+            source.profile_overrides = {}
+            source.save(update_fields=["profile_overrides"])
+            if repost_first:
+                again = post(client, web_server.url, path, sample)
+                assert (again.status_code, again.json()) == (200, {"event_id": event_id})
+            assert "processed, first step queued" in remap(source)
+            wait_done(event_id)
+            if not repost_first:
+                again = post(client, web_server.url, path, sample)
+                assert (again.status_code, again.json()) == (200, {"event_id": event_id})
+            time.sleep(STRAY_WORK_SECONDS)
+            assert counts(sandbox) == (number + 1, number + 1, number + 1)
+            assert Event.objects.filter(source=source).count() == 1
+            assert not ReviewCase.objects.filter(
+                event_id=event_id, status__in=ReviewCase.OPEN_STATUSES
+            ).exists()
+    stats = sandbox.stats()
+    assert (
+        set(stats["messages_by_recipient"].values()) == {2}
+        and len(stats["messages_by_recipient"]) == 1
+    )
     cluster.stop(signal.SIGINT, timeout=20)

@@ -47,6 +47,13 @@ class Command(BaseCommand):
                 self.stdout.write(f"{change.key}: cannot re-map ({change.error})")
                 continue
             changes += 1
+            if change.repeat_of:
+                verb = "would be settled" if dry_run else "settled"
+                self.stdout.write(
+                    f"{change.key}: the same delivery as event {change.repeat_of}, {verb} "
+                    "as a repeat of it"
+                )
+                continue
             if change.admitted:
                 verb = "would be processed" if dry_run else "processed, first step queued"
                 self.stdout.write(f"{change.key}: unreadable until now, {verb}")
