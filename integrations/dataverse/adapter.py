@@ -383,23 +383,18 @@ class DataverseCrm:
         return Effect(ref=survivor, reply=http_reply(response.status_code))
 
     def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
-        """The tasks, then the lead, which is the person in Dataverse (DELETE
-        /api/data/v9.2/tasks({guid}) and leads({guid}):
-        https://learn.microsoft.com/power-apps/developer/data-platform/webapi/update-delete-entities-using-web-api#basic-delete).
-        A 404 is that part already gone (a repeat after a lost answer)."""
-        for task_id in task_ids:
-            self._deleted(self._request("DELETE", f"/tasks({_guid(task_id)})"))
+        """The lead, which is the person in Dataverse, and with it the tasks regarding it
+        (the Lead_Tasks relationship cascades Delete): DELETE /api/data/v9.2/leads({guid})
+        (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/update-delete-entities-using-web-api#basic-delete).
+        A 404 is the lead already gone (a repeat after a lost answer)."""
         response = self._request("DELETE", f"/leads({_guid(record_id)})")
-        self._deleted(response)
+        if response.status_code != 404:
+            self._raise_for_status(response)
         return Effect(
             ref=record_id,
             reply=http_reply(response.status_code),
             adopted=response.status_code == 404,
         )
-
-    def _deleted(self, response: httpx.Response) -> None:
-        if response.status_code != 404:
-            self._raise_for_status(response)
 
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000

@@ -16,8 +16,10 @@ from django.core.management import call_command
 
 from idempotency_core.execution.destinations import verification_forget
 from idempotency_core.models import Event, Operation
+from lab.emulators.dataverse import DataverseEmulator
 from lab.emulators.hubspot import HubSpotEmulator
 from lab.emulators.pipedrive import PipedriveEmulator
+from lab.emulators.salesforce import SalesforceEmulator
 from tests.factories import ingest, run_pipeline
 from tests.support.vendors import configure, emulator_as_default, fault, stats
 
@@ -146,3 +148,28 @@ def test_the_sandbox_deletes_the_record_and_its_tasks(sandbox: Any) -> None:
     refs = [r["external_ref"] for r in sandbox.records()]
     assert refs == [bob.operations.get(step="create_enquiry").key]
     assert ada.operations.get(step="erase_person").attempts.count() == 1
+
+
+@pytest.mark.parametrize("vendor", ["dataverse", "salesforce"])
+def test_dataverse_and_salesforce_delete_the_record_and_its_tasks(
+    vendor: str, sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator = {"dataverse": DataverseEmulator, "salesforce": SalesforceEmulator}[vendor]()
+    with (
+        emulator,
+        emulator_as_default(
+            emulator, setting="ONEFOLD_CRM", kind=vendor, settings=settings, monkeypatch=monkeypatch
+        ) as control,
+    ):
+        ada, bob = two_people()
+        assert (stats(control)["records"], stats(control)["tasks"]) == (2, 2)
+
+        assert "succeeded" in erase_at_crm()
+
+        after = stats(control)
+        bob_keys = {
+            step: bob.operations.get(step=step).key for step in ("create_enquiry", "assign_task")
+        }
+        assert after["records_by_external_ref"] == {bob_keys["create_enquiry"]: 1}
+        assert after["tasks_by_external_ref"] == {bob_keys["assign_task"]: 1}
+        assert ada.operations.get(step="erase_person").status == "succeeded"
