@@ -383,6 +383,14 @@ ONEFOLD_MAX_ATTEMPTS = env_int("ONEFOLD_MAX_ATTEMPTS", 6, minimum=1)
 ONEFOLD_SWEEP_SECONDS = env_float("ONEFOLD_SWEEP_SECONDS", 10, minimum=0.1)
 # An operation not finished this long after its event arrived is "stuck".
 ONEFOLD_STUCK_AFTER_SECONDS = env_int("ONEFOLD_STUCK_AFTER_SECONDS", 3600, minimum=1)
+# Who receives a case (the configuration's `review` block, review/notifications.py):
+# the console's address in the notifications' links, the length of a "minute" in the
+# block's digest and escalation times (tests shorten it), and whether a webhook may
+# reach a loopback or private address (tests only: a Settings admin must not reach the
+# internal network through it).
+ONEFOLD_CONSOLE_URL = env_str("ONEFOLD_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
+ONEFOLD_REVIEW_MINUTE_SECONDS = env_float("ONEFOLD_REVIEW_MINUTE_SECONDS", 60, minimum=0.1)
+ONEFOLD_WEBHOOK_ALLOW_PRIVATE = env_bool("ONEFOLD_WEBHOOK_ALLOW_PRIVATE", False)
 # Same contact (contact digest), same form, same message once case and whitespace
 # are set aside, new key, within this many seconds (default 600: ten minutes, a
 # double click or a resubmission after a slow page, not a customer writing again

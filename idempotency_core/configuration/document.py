@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from idempotency_core.configuration.review_block import review_check
 from idempotency_core.configuration.templates import template_problem
 
 Path = tuple[str | int, ...]
@@ -138,10 +139,12 @@ def document_problems(
     top = check.mapping(document, ())
     if top is None:
         return check.problems
-    check.known_keys(top, (), ("sources",))
+    check.known_keys(top, (), ("sources", "review"))
     blocks = check.mapping(top.get("sources"), ("sources",))
     for name, block in (blocks or {}).items():
         _source_check(check, name, block)
+    if "review" in top:
+        review_check(check, top["review"])
     return check.problems
 
 

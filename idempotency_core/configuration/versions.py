@@ -20,6 +20,7 @@ from idempotency_core.configuration.document import (
     Problem,
     document_problems,
 )
+from idempotency_core.configuration.review_block import REVIEW_ORDER, review_target_problems
 from idempotency_core.models import BusinessConfigVersion, Source
 from idempotency_core.sql import prepared_cursor
 
@@ -74,7 +75,8 @@ def _newest() -> ConfigVersion:
 def config_problems(document: object, *, marks: Marks | None = None) -> list[Problem]:
     """Every problem of `document` against the sources that exist now."""
     sources = set(Source.objects.values_list("name", flat=True))
-    return document_problems(document, sources=sources, marks=marks)
+    problems = document_problems(document, sources=sources, marks=marks)
+    return problems + review_target_problems(document, marks=marks)
 
 
 def config_apply(
@@ -145,7 +147,13 @@ def _merged(current: Mapping[str, Any], applied: Mapping[str, Any]) -> dict[str,
             sources[name] = copy.deepcopy(dict(block))
         else:
             sources.pop(name, None)
-    return {"sources": dict(sorted(sources.items()))}
+    merged: dict[str, Any] = {"sources": dict(sorted(sources.items()))}
+    # The review block is replaced whole when the document names it (`review: {}`
+    # removes it), and kept when it does not, as a source not named is.
+    review = applied.get("review", current.get("review"))
+    if review:
+        merged["review"] = copy.deepcopy(dict(review))
+    return merged
 
 
 def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> Iterator[str]:
@@ -175,14 +183,17 @@ def config_export(*, source: str | None = None) -> dict[str, Any]:
     document = config_current().document
     sources = dict(document.get("sources") or {})
     if source is not None:
-        sources = {source: sources.get(source) or {}}
-    return document_ordered({"sources": sources})
+        return document_ordered({"sources": {source: sources.get(source) or {}}})
+    return document_ordered({**document, "sources": sources})
 
 
 def document_ordered(document: Mapping[str, Any]) -> dict[str, Any]:
     """`document` in the order the documentation writes it, for a person to read."""
     sources = dict(document.get("sources") or {})
-    return {"sources": {name: _source_ordered(block) for name, block in sorted(sources.items())}}
+    ordered = {"sources": {name: _source_ordered(b) for name, b in sorted(sources.items())}}
+    if document.get("review"):
+        ordered["review"] = _in_order(document["review"], REVIEW_ORDER)
+    return ordered
 
 
 def _source_ordered(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -311,7 +322,7 @@ def config_restore(*, number: int, actor: User, reason: str, dry_run: bool = Fal
             if name not in restored and name in existing
         }
         return config_apply(
-            document={"sources": {**emptied, **restored}},
+            document={"sources": {**emptied, **restored}, "review": old.get("review") or {}},
             actor=actor,
             reason=reason,
             dry_run=dry_run,
