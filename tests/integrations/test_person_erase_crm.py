@@ -14,13 +14,14 @@ import httpx
 import pytest
 from django.core.management import call_command
 
-from idempotency_core.execution.destinations import verification_forget
-from idempotency_core.models import Event, Operation
+from idempotency_core.execution.destinations import adapter_for, verification_forget
+from idempotency_core.models import Destination, Event, Operation
 from lab.emulators.dataverse import DataverseEmulator
 from lab.emulators.hubspot import HubSpotEmulator
 from lab.emulators.pipedrive import PipedriveEmulator
 from lab.emulators.salesforce import SalesforceEmulator
 from tests.factories import ingest, run_pipeline
+from tests.support.vendor_specs import hubspot_contract, recording
 from tests.support.vendors import configure, emulator_as_default, fault, stats
 
 pytestmark = pytest.mark.django_db
@@ -110,6 +111,30 @@ def test_hubspot_deletes_the_contact_once_through_a_lost_answer(hubspot: Any) ->
     erase_at_crm()
     assert hubspot.hubspot.stats()["calls"]["gdpr_delete"] == 1
     assert Operation.objects.filter(step="erase_person").count() == 1
+
+
+def test_hubspot_erasure_calls_as_hubspots_client_models_them(hubspot: Any) -> None:
+    """The adapter's own calls (the engine puts its budget gate around them), recorded and
+    judged by hubspot-api-client's models; the repeat reads the deal and finds it gone."""
+    ada, _ = two_people()
+    enquiry, task = (ada.operations.get(step=s) for s in ("create_enquiry", "assign_task"))
+    adapter = adapter_for(Destination.objects.get(name="crm"))
+    with recording() as traffic:
+        first = adapter.erase_person(
+            record_id=enquiry.destination_ref, task_ids=(task.destination_ref,)
+        )
+        again = adapter.erase_person(
+            record_id=enquiry.destination_ref, task_ids=(task.destination_ref,)
+        )
+    hubspot_contract().assert_kept(traffic)
+    assert (first.adopted, again.adopted) == (False, True)
+    assert [f"{r.request.method} {r.status_code}" for r in traffic] == [
+        "GET 200",
+        "POST 204",
+        "DELETE 204",
+        "DELETE 204",
+        "GET 404",
+    ]
 
 
 def test_pipedrive_deletes_the_person_once_through_a_lost_answer(pipedrive: httpx.Client) -> None:
