@@ -13,6 +13,8 @@ from idempotency_core.intake.ingest import SUSPECTED_DUPLICATE_SCREEN
 from idempotency_core.reconciliation.compare import reconcile_daily as _reconcile_daily
 from idempotency_core.reconciliation.late_repeats import late_repeat_check as _late_repeat_check
 from idempotency_core.reconciliation.retention import payloads_purge
+from idempotency_core.review.notifications import case_notify as _case_notify
+from idempotency_core.review.notifications import notices_digest_send, notifications_sweep
 
 
 def operation_run(operation_id: int) -> str | None:
@@ -30,7 +32,17 @@ def operation_run(operation_id: int) -> str | None:
 
 
 def sweep() -> dict[str, int]:
-    return asdict(operations_sweep())
+    return {**asdict(operations_sweep()), **notifications_sweep()}
+
+
+def case_notify(case_id: int) -> int:
+    """A case opened, escalated or handed on: route it once, send what is due for it."""
+    return _case_notify(case_id=case_id)
+
+
+def notices_digest(user_id: int) -> int:
+    """One person's due digest."""
+    return notices_digest_send(user_id=user_id)
 
 
 def late_repeat_check(delivery_id: int) -> int | None:

@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
+from idempotency_core.audit.notice_queue import case_notify_enqueue
 from idempotency_core.models import Event, Operation, ReviewCase
 
 
@@ -55,6 +56,7 @@ def review_case_open(
         reason=summary,
         details={"kind": kind, "subject": subject},
     )
+    case_notify_enqueue(case.pk)
     return case, True
 
 

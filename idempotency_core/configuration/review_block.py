@@ -157,7 +157,7 @@ def webhook_problem(url: str) -> str | None:
     if parts.username or parts.password:
         return "must not carry a user name or password"
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, port)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(parts.hostname, port)}
     except (OSError, UnicodeError):
         return f"its host {parts.hostname!r} cannot be resolved"
     if settings.ONEFOLD_WEBHOOK_ALLOW_PRIVATE:

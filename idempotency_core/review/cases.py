@@ -281,7 +281,9 @@ def case_take_next(*, actor: User, candidates: QuerySet[ReviewCase]) -> ReviewCa
     the loser moves on to the next case. Audited as `case_taken`.
     """
     Status = ReviewCase.Status
-    waiting = candidates.filter(status=Status.OPEN, owner__isnull=True).order_by("created_at", "id")
+    waiting = candidates.filter(status=Status.OPEN, owner__isnull=True)
+    if not waiting.ordered:  # the caller's order (its routed cases first), else the oldest
+        waiting = waiting.order_by("created_at", "id")
     for _round in range(5):
         ids = list(waiting.values_list("pk", flat=True)[:_NEXT_BATCH])
         for pk in ids:

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from idempotency_core.execution.sweeper import operations_sweep
+from idempotency_core.review.notifications import notifications_sweep
 
 
 class Command(BaseCommand):
@@ -30,7 +31,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, loop: bool, every: float | None, **options: Any) -> None:
         if not loop:
             report = operations_sweep()
+            notices = notifications_sweep()
             self.stdout.write(f"interrupted={report.interrupted} requeued={report.requeued}")
+            if any(notices.values()):
+                self.stdout.write(" ".join(f"notices_{k}={v}" for k, v in notices.items()))
             return
         interval = every if every is not None else settings.ONEFOLD_SWEEP_SECONDS
         stop = threading.Event()
@@ -41,6 +45,9 @@ class Command(BaseCommand):
         while not stop.is_set():
             close_old_connections()
             report = operations_sweep()
+            notices = notifications_sweep()
+            if any(notices.values()):
+                self.stdout.write(" ".join(f"notices_{k}={v}" for k, v in notices.items()))
             if report.interrupted or report.requeued:
                 self.stdout.write(f"interrupted={report.interrupted} requeued={report.requeued}")
                 self.stdout.flush()
