@@ -412,6 +412,18 @@ ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY = env_int(
 # empty: the provider's own documented URL), and waits this long for an answer.
 ONEFOLD_CAPTCHA_VERIFY_URL = env_str("ONEFOLD_CAPTCHA_VERIFY_URL", "")
 ONEFOLD_CAPTCHA_TIMEOUT_SECONDS = env_float("ONEFOLD_CAPTCHA_TIMEOUT_SECONDS", 5, minimum=0.1)
+# When the verifier does not answer: "closed" refuses the submission (nothing kept; the
+# visitor sends it again), "open" takes it and holds its confirmation for a person.
+ONEFOLD_CAPTCHA_FAILURE = env_str("ONEFOLD_CAPTCHA_FAILURE", "closed").strip().lower()
+if ONEFOLD_CAPTCHA_FAILURE not in ("open", "closed"):
+    raise ImproperlyConfigured(
+        f"ONEFOLD_CAPTCHA_FAILURE must be open or closed, not {ONEFOLD_CAPTCHA_FAILURE!r}"
+    )
+# The domains (and their subdomains) a confirmation's Reply-To may be in; empty: any.
+# A Reply-To anywhere would let a configuration send customers' answers elsewhere.
+ONEFOLD_REPLY_TO_DOMAINS = [
+    domain.lower().strip(".") for domain in env_list("ONEFOLD_REPLY_TO_DOMAINS", []) if domain
+]
 # Default requests per minute per source (each source may override).
 ONEFOLD_DEFAULT_RATE_PER_MINUTE = env_int("ONEFOLD_DEFAULT_RATE_PER_MINUTE", 6000, minimum=1)
 # Hook posts per client address per minute, counted before anything is verified (429

@@ -7,6 +7,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from django.conf import settings as project_settings
+
 from idempotency_core.configuration.review_block import review_check
 from idempotency_core.configuration.templates import template_problem
 
@@ -105,6 +107,7 @@ class Problem:
 class _Check:
     marks: Marks
     sources: Collection[str]
+    reply_to_domains: Collection[str] = ()
     problems: list[Problem] = field(default_factory=list)
 
     def add(self, path: Path, message: str, *, key: bool = False, line: int | None = None) -> None:
@@ -131,11 +134,18 @@ class _Check:
 
 
 def document_problems(
-    document: object, *, sources: Collection[str], marks: Marks | None = None
+    document: object,
+    *,
+    sources: Collection[str],
+    marks: Marks | None = None,
+    reply_to_domains: Collection[str] | None = None,
 ) -> list[Problem]:
     """Every problem of `document`, in document order; empty when it may be applied.
-    `sources` are the names of the sources that exist."""
-    check = _Check(marks or NoMarks(), sources)
+    `sources` are the names of the sources that exist; `reply_to_domains` those a
+    Reply-To must be in (default ONEFOLD_REPLY_TO_DOMAINS; none: any)."""
+    if reply_to_domains is None:
+        reply_to_domains = allowed_reply_to_domains()
+    check = _Check(marks or NoMarks(), sources, reply_to_domains)
     top = check.mapping(document, ())
     if top is None:
         return check.problems
@@ -187,7 +197,8 @@ def _template_check(check: _Check, path: Path, value: object) -> None:
     if not isinstance(value, str):
         check.add(path, f"must be a template (text; quote a number), not {_kind(value)}")
         return
-    problem = template_problem(value)
+    # The HTML email's, and each language's: a value where it would be loaded is refused.
+    problem = template_problem(value, html=path[-1] == "html")
     if problem is not None:
         line = check.marks.template_line(path, problem.line)
         check.add(path, f"template line {problem.line}: {problem.message}", line=line)
@@ -265,8 +276,17 @@ def _bool_check(check: _Check, path: Path, value: object) -> None:
 
 def _address_check(check: _Check, path: Path, value: object) -> None:
     _template_check(check, path, value)
-    if isinstance(value, str) and "{" not in value and not is_address(value):
+    if not isinstance(value, str):
+        return
+    if "{" not in value and not is_address(value):
         check.add(path, f"{value!r} is not one email address")
+    elif check.reply_to_domains and not in_domains(value, check.reply_to_domains):
+        # A template's value is known only when rendered: its domain must be written.
+        check.add(
+            path,
+            f"must be an address in {', '.join(check.reply_to_domains)} "
+            "(ONEFOLD_REPLY_TO_DOMAINS), its domain written out",
+        )
 
 
 def _languages_check(check: _Check, path: Path, value: object) -> None:
@@ -293,6 +313,21 @@ _VALUE_CHECKS: dict[str, Callable[[_Check, Path, object], None]] = {
     "languages": _languages_check,
     "value_path": _value_path_check,
 }
+
+
+def allowed_reply_to_domains() -> tuple[str, ...]:
+    """ONEFOLD_REPLY_TO_DOMAINS, lower case; empty: any domain."""
+    domains = getattr(project_settings, "ONEFOLD_REPLY_TO_DOMAINS", None) or ()
+    return tuple(str(domain).strip().lower().strip(".") for domain in domains if domain)
+
+
+def in_domains(address: str, domains: Collection[str]) -> bool:
+    """Whether `address` (or a template ending in `@domain`) is in one of `domains` or
+    a subdomain of one."""
+    domain = address.strip().rpartition("@")[2].lower().rstrip(".")
+    if not domain or "{" in domain or "}" in domain:
+        return False
+    return any(domain == allowed or domain.endswith(f".{allowed}") for allowed in domains)
 
 
 def is_address(value: str) -> bool:

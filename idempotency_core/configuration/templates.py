@@ -11,6 +11,14 @@ from typing import Any, ClassVar
 
 from django.template import Context, Engine, Template, TemplateSyntaxError
 
+from idempotency_core.configuration.template_limits import (
+    RenderLimitError,
+    bounded,
+    html_problem,
+    render_bounds,
+    tree_problem,
+)
+
 LIBRARY = "idempotency_core.configuration.template_library"
 # Longest template the configuration accepts: a confirmation's HTML fits easily.
 MAX_TEMPLATE_LENGTH = 50_000
@@ -55,16 +63,23 @@ class TemplateProblem:
     line: int
 
 
-def template_problem(source: str) -> TemplateProblem | None:
+def template_problem(source: str, *, html: bool = False) -> TemplateProblem | None:
     """What is wrong with `source` as a template, or None: a syntax error, an unknown
-    or forbidden tag or filter, with its line in the template."""
+    or forbidden tag or filter, work beyond the limits of template_limits.py, and in
+    the HTML email (`html`) a value where the mail client would fetch or follow it;
+    with its line in the template."""
     if len(source) > MAX_TEMPLATE_LENGTH:
         return TemplateProblem(f"longer than {MAX_TEMPLATE_LENGTH} characters", 1)
     try:
-        Template(source, engine=_CHECK)
+        template = Template(source, engine=_CHECK)
     except TemplateSyntaxError as exc:
         debug = getattr(exc, "template_debug", None) or {}
         return TemplateProblem(_said(exc), int(debug.get("line") or 1))
+    except RecursionError:
+        return TemplateProblem("tags nested too deeply", 1)
+    limit = tree_problem(template) or (html_problem(source) if html else None)
+    if limit is not None:
+        return TemplateProblem(limit.message, limit.line)
     return None
 
 
@@ -80,7 +95,16 @@ def _said(exc: TemplateSyntaxError) -> str:
 
 @lru_cache(maxsize=4096)
 def _compiled(source: str) -> Template:
-    return Template(source, engine=_RENDER)
+    """Compiled, checked (a version stored before a limit existed is held to it too)
+    and counted against the render's budget."""
+    try:
+        template = Template(source, engine=_RENDER)
+    except RecursionError as exc:
+        raise TemplateRenderError("tags nested too deeply") from exc
+    limit = tree_problem(template)
+    if limit is not None:
+        raise TemplateRenderError(f"template line {limit.line}: {limit.message}")
+    return bounded(template)
 
 
 def template_values(values: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -100,11 +124,15 @@ def _frozen(value: Any) -> Any:
 def template_render(source: str, values: Mapping[str, Any], *, html: bool = False) -> str:
     """`source` rendered over `values` (from `template_values`); autoescaped when `html`.
     Raises TemplateSyntaxError for a template that does not compile (the configuration's
-    validation refuses those first) and TemplateRenderError when rendering fails."""
+    validation refuses those first) and TemplateRenderError when rendering fails or
+    goes past its bounds (inside `render_bounds`, the budget of the whole content)."""
     if not source:
         return ""
     template = _compiled(source)
     try:
-        return str(template.render(Context(dict(values), autoescape=html)))
+        with render_bounds():
+            return str(template.render(Context(dict(values), autoescape=html)))
+    except RenderLimitError as exc:
+        raise TemplateRenderError(str(exc)) from exc
     except Exception as exc:
         raise TemplateRenderError(f"{type(exc).__name__}: {exc}") from exc

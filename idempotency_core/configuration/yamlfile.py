@@ -12,6 +12,11 @@ import yaml
 
 from idempotency_core.configuration.document import Path, Problem
 
+MAX_BYTES = 1024 * 1024
+MAX_DEPTH = 32
+# libyaml's parser and composer when built in (a file read in a fraction of the time).
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 @dataclass
 class FileMarks:
@@ -51,31 +56,72 @@ class YamlFileError(Exception):
 
 def yaml_load(text: str) -> tuple[Any, FileMarks, list[Problem]]:
     """The document in `text`, where its values are, and what reading it found wrong
-    (a key given twice). Raises YamlFileError when `text` is not YAML."""
-    loader = yaml.SafeLoader(text)
+    (a key given twice). Raises YamlFileError when `text` is not YAML, or is YAML this
+    file does not take (module docstring)."""
+    if len(text) > MAX_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise YamlFileError(Problem((), "larger than 1 MiB: split it, or remove what is unused"))
     try:
-        node = loader.get_single_node()
+        shape = _shape_problem(text)
+        if shape is not None:
+            raise YamlFileError(shape)
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            marks = FileMarks()
+            problems: list[Problem] = []
+            if node is None:
+                return None, marks, problems
+            return _built(node, (), loader, marks, problems), marks, problems
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = int(mark.line) + 1 if mark is not None else None
-        raise YamlFileError(Problem((), f"not YAML: {exc.problem or exc}", line)) from exc
-    except yaml.YAMLError as exc:
+        said = str(exc.problem or exc)
+        if "nesting depth" in said:  # libyaml's own limit, met before MAX_DEPTH is counted
+            said = f"nested too deep (more than {MAX_DEPTH} levels)"
+        raise YamlFileError(Problem((), f"not YAML: {said}", line)) from exc
+    except (yaml.YAMLError, ValueError) as exc:
         raise YamlFileError(Problem((), f"not YAML: {exc}")) from exc
-    finally:
-        loader.dispose()
-    marks = FileMarks()
-    problems: list[Problem] = []
-    if node is None:
-        return None, marks, problems
-    return _built(node, (), loader, marks, problems), marks, problems
+
+
+_NO_ALIASES = "anchors and aliases are not accepted (write each value out)"
+_OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def _shape_problem(text: str) -> Problem | None:
+    """An anchor, an alias, a tag or nesting deeper than MAX_DEPTH, with its line."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        line = int(event.start_mark.line) + 1 if event.start_mark is not None else None
+        anchor, tag = getattr(event, "anchor", None), getattr(event, "tag", None)
+        if isinstance(event, yaml.AliasEvent):
+            return Problem((), f"an alias (*{anchor}): {_NO_ALIASES}", line)
+        if anchor:
+            return Problem((), f"an anchor (&{anchor}): {_NO_ALIASES}", line)
+        if tag and not _implicit(event):
+            return Problem((), f"a tag ({tag}): tags are not accepted", line)
+        if isinstance(event, _OPENS):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return Problem((), f"nested too deep (more than {MAX_DEPTH} levels)", line)
+        elif isinstance(event, _CLOSES):
+            depth -= 1
+    return None
+
+
+def _implicit(event: yaml.Event) -> bool:
+    """A tag YAML gives by itself (a plain scalar's), not one written in the file."""
+    implicit = getattr(event, "implicit", False)
+    return bool(implicit[0] if isinstance(implicit, tuple) else implicit)
 
 
 def _built(
-    node: yaml.Node, path: Path, loader: yaml.SafeLoader, marks: FileMarks, problems: list[Problem]
+    node: yaml.Node, path: Path, loader: Any, marks: FileMarks, problems: list[Problem]
 ) -> Any:
     marks.values[path] = node
     if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)  # merge keys (`<<: *defaults`)
         built: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None

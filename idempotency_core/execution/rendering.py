@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.utils.dateparse import parse_datetime
 
-from idempotency_core.configuration.document import form_block, is_address
+from idempotency_core.configuration.document import (
+    allowed_reply_to_domains,
+    form_block,
+    in_domains,
+    is_address,
+)
+from idempotency_core.configuration.template_limits import render_bounds
 from idempotency_core.configuration.templates import (
     TemplateRenderError,
     template_render,
@@ -32,6 +39,21 @@ _LINE_BREAKS = re.compile(r"[\r\n]+")
 # A round robin's turn: its counter for this scope advanced by one, in the transaction
 # that stores the content (execution/content.py). Raises when no turn can be taken.
 Turn = Callable[[str], int]
+
+
+_Render = TypeVar("_Render", bound=Callable[..., dict[str, Any]])
+
+
+def _one_budget(render: _Render) -> _Render:
+    """One operation's content, all its templates, rendered within one budget of
+    output and time (template_limits.py): past it, the step is refused, not stalled."""
+
+    @functools.wraps(render)
+    def bounded(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        with render_bounds():
+            return render(*args, **kwargs)
+
+    return bounded  # type: ignore[return-value]
 
 
 class TurnUnavailableError(Exception):
@@ -120,6 +142,7 @@ def _render(
         ) from exc
 
 
+@_one_budget
 def enquiry_render(inp: RenderInput, version: ConfigVersion, turn: Turn) -> dict[str, Any]:
     """An enquiry's content: its core fields, properties, contact's, pipeline, stage."""
     raw = submission_values(inp)
@@ -157,6 +180,7 @@ def enquiry_fields(inp: RenderInput) -> dict[str, Any]:
     }
 
 
+@_one_budget
 def task_render(inp: RenderInput, version: ConfigVersion, turn: Turn) -> dict[str, Any]:
     """A task's content: its title, assignee (and the rule that chose it), due date."""
     raw = submission_values(inp)
@@ -213,6 +237,7 @@ def assignee_choose(
     return default, "source"
 
 
+@_one_budget
 def confirmation_render(inp: RenderInput, version: ConfigVersion, turn: Turn) -> dict[str, Any]:
     """A confirmation's content: whether it is sent, to whom, and what it says."""
     block = _block(inp, version, "confirmation")
@@ -226,6 +251,13 @@ def confirmation_render(inp: RenderInput, version: ConfigVersion, turn: Turn) ->
     if reply_to and not is_address(reply_to):
         raise DestinationError(
             f"the configuration's reply_to renders to {reply_to!r}, not one email address",
+            classification=Classification.PERMANENT,
+        )
+    domains = allowed_reply_to_domains()
+    if reply_to and domains and not in_domains(reply_to, domains):
+        raise DestinationError(
+            f"the configuration's reply_to is not in {', '.join(domains)} "
+            "(ONEFOLD_REPLY_TO_DOMAINS); correct it (manage.py config apply), then replay",
             classification=Classification.PERMANENT,
         )
     contact = inp.payload.get("contact") or {}

