@@ -57,6 +57,7 @@ from integrations.base import (
     enquiry_property_check,
     http_reply,
 )
+from integrations.env import AdapterSettings
 from integrations.http import json_object, send, status_error, timeout_of
 from integrations.oauth import ClientCredentials, shared_credentials
 from integrations.owners import Owner, assignee_checks, owner_id_of
@@ -96,28 +97,27 @@ def adapter_from_env(
     DATAVERSE_REF_COLUMN (default onefold_ref: the lead column under the alternate
     key) and DATAVERSE_TASK_REF_COLUMN (default: the same name on the task table;
     empty: tasks carry no reference column)."""
-    org_url = base_url or env.get("DATAVERSE_URL", "")
-    names = ("DATAVERSE_CLIENT_ID", "DATAVERSE_CLIENT_SECRET", "DATAVERSE_TOKEN_URL")
-    missing = [name for name in names if not env.get(name)]
-    if not org_url:
-        missing.insert(0, "DATAVERSE_URL")
+    read = AdapterSettings(env, base_url=base_url, url_variable="DATAVERSE_URL")
+    missing = read.missing(
+        ["DATAVERSE_URL", "DATAVERSE_CLIENT_ID", "DATAVERSE_CLIENT_SECRET", "DATAVERSE_TOKEN_URL"]
+    )
     if missing:
         raise DestinationError(
             f"{', '.join(missing)} not set", classification=Classification.PERMANENT
         )
-    ref_column = env.get("DATAVERSE_REF_COLUMN") or DEFAULT_REF_COLUMN
-    task_ref_column = env.get("DATAVERSE_TASK_REF_COLUMN", ref_column)
+    ref_column = read.get("DATAVERSE_REF_COLUMN", DEFAULT_REF_COLUMN)
+    task_ref_column = read.get("DATAVERSE_TASK_REF_COLUMN", ref_column, keep_empty=True)
     for column in {ref_column, task_ref_column} - {""}:
         if _COLUMN.fullmatch(column) is None:
             raise DestinationError(
                 f"{column!r} is not a Dataverse column logical name",
                 classification=Classification.PERMANENT,
             )
-    org_url = org_url.rstrip("/")
+    org_url = read.url("DATAVERSE_URL")
     credentials = shared_credentials(
-        token_url=env["DATAVERSE_TOKEN_URL"],
-        client_id=env["DATAVERSE_CLIENT_ID"],
-        client_secret=env["DATAVERSE_CLIENT_SECRET"],
+        token_url=read.get("DATAVERSE_TOKEN_URL"),
+        client_id=read.get("DATAVERSE_CLIENT_ID"),
+        client_secret=read.get("DATAVERSE_CLIENT_SECRET"),
         scope=f"{org_url}/.default",
     )
     return DataverseCrm(

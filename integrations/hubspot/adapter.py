@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import httpx
 
@@ -47,6 +47,7 @@ from integrations.base import (
     enquiry_property_check,
     http_reply,
 )
+from integrations.env import AdapterSettings, SettingError
 from integrations.http import RETRY_LATER, header_delay, json_object, send, status_error, timeout_of
 from integrations.owners import Owner, assignee_checks, owner_id_of
 
@@ -138,34 +139,27 @@ def adapter_from_env(*, base_url: str | None, timeout: float, env: Mapping[str, 
     type ids, enquiry→contact and task→enquiry; default HubSpot's for the object).
     A missing token is not an error here: every call then refuses, saying so.
     """
-    enquiry_object = env.get("HUBSPOT_ENQUIRY_OBJECT", "deals").strip() or "deals"
-    if enquiry_object not in _ENQUIRY_OBJECTS:
-        raise ValueError(f"HUBSPOT_ENQUIRY_OBJECT must be deals or tickets, not {enquiry_object!r}")
-    zone = env.get("HUBSPOT_ACCOUNT_TIMEZONE", "UTC").strip() or "UTC"
-    try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"HUBSPOT_ACCOUNT_TIMEZONE is not a time zone: {zone!r}") from None
+    read = AdapterSettings(env, base_url=base_url, url_variable="HUBSPOT_BASE_URL")
     config = HubSpotConfig(
-        base_url=(base_url or env.get("HUBSPOT_BASE_URL") or DEFAULT_BASE_URL).rstrip("/"),
-        token=env.get("HUBSPOT_TOKEN", "").strip(),
-        enquiry_object=enquiry_object,
-        reference_property=env.get("HUBSPOT_REFERENCE_PROPERTY", "").strip() or "onefold_ref",
-        pipeline=env.get("HUBSPOT_PIPELINE", "").strip(),
-        stage=env.get("HUBSPOT_STAGE", "").strip(),
-        account_timezone=zone,
-        contact_association_type=_type_id(env, "HUBSPOT_CONTACT_ASSOCIATION_TYPE"),
-        task_association_type=_type_id(env, "HUBSPOT_TASK_ASSOCIATION_TYPE"),
+        base_url=read.url("HUBSPOT_BASE_URL", DEFAULT_BASE_URL),
+        token=read.get("HUBSPOT_TOKEN"),
+        enquiry_object=read.choice("HUBSPOT_ENQUIRY_OBJECT", _ENQUIRY_OBJECTS, "deals"),
+        reference_property=read.get("HUBSPOT_REFERENCE_PROPERTY", "onefold_ref"),
+        pipeline=read.get("HUBSPOT_PIPELINE"),
+        stage=read.get("HUBSPOT_STAGE"),
+        account_timezone=read.time_zone("HUBSPOT_ACCOUNT_TIMEZONE"),
+        contact_association_type=_type_id(read, "HUBSPOT_CONTACT_ASSOCIATION_TYPE"),
+        task_association_type=_type_id(read, "HUBSPOT_TASK_ASSOCIATION_TYPE"),
     )
     return HubSpotCrm(config, timeout=timeout)
 
 
-def _type_id(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name, "").strip()
+def _type_id(read: AdapterSettings, name: str) -> int | None:
+    raw = read.get(name)
     if not raw:
         return None
     if not raw.isdigit():
-        raise ValueError(f"{name} must be an association type id (a number), not {raw!r}")
+        raise SettingError(f"{name} must be an association type id (a number)")
     return int(raw)
 
 

@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import httpx
 
@@ -63,6 +63,7 @@ from integrations.base import (
     read_before_write,
     unknown_property_error,
 )
+from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
     header_delay,
     json_object,
@@ -546,39 +547,32 @@ def adapter_from_env(
     PIPEDRIVE_BASE_URL. A missing token or a malformed setting is a RETRYABLE
     `DestinationError` naming the variable (never its value): nothing is sent until
     the configuration is corrected."""
-    token = env.get("PIPEDRIVE_API_TOKEN", "")
-    if not token:
+    read = AdapterSettings(env, base_url=base_url, url_variable="PIPEDRIVE_BASE_URL")
+    if read.missing(["PIPEDRIVE_API_TOKEN"]):
         raise _misconfigured("PIPEDRIVE_API_TOKEN is not set")
-    field = env.get("PIPEDRIVE_REFERENCE_FIELD", "")
+    field = read.get("PIPEDRIVE_REFERENCE_FIELD")
     if CUSTOM_FIELD_KEY.fullmatch(field) is None:
         raise _misconfigured(
             "PIPEDRIVE_REFERENCE_FIELD must be the 40-hex key of the lead (deal) custom "
             "field that holds Onefold's reference"
         )
-    message_field = env.get("PIPEDRIVE_MESSAGE_FIELD", "") or None
+    message_field = read.get("PIPEDRIVE_MESSAGE_FIELD") or None
     if message_field is not None and CUSTOM_FIELD_KEY.fullmatch(message_field) is None:
         raise _misconfigured(
             "PIPEDRIVE_MESSAGE_FIELD, when set, must be the 40-hex key of a text lead field"
         )
-    zone = env.get("PIPEDRIVE_BUDGET_TIMEZONE", "").strip() or "UTC"
     try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise _misconfigured("PIPEDRIVE_BUDGET_TIMEZONE must be an IANA time zone") from None
-    raw_settle = env.get("PIPEDRIVE_SETTLE_SECONDS", "")
-    try:
-        settle = float(raw_settle) if raw_settle else DEFAULT_SETTLE_SECONDS
-    except ValueError:
-        settle = -1.0
-    if not 0 <= settle < float("inf"):
-        raise _misconfigured("PIPEDRIVE_SETTLE_SECONDS must be a number of seconds, 0 or more")
+        zone = read.time_zone("PIPEDRIVE_BUDGET_TIMEZONE")
+        settle = read.seconds("PIPEDRIVE_SETTLE_SECONDS", DEFAULT_SETTLE_SECONDS, minimum=0)
+    except SettingError as exc:
+        raise _misconfigured(str(exc)) from None
     return PipedriveCrm(
-        base_url or env.get("PIPEDRIVE_BASE_URL") or DEFAULT_BASE_URL,
-        api_token=token,
+        read.url("PIPEDRIVE_BASE_URL", DEFAULT_BASE_URL),
+        api_token=read.get("PIPEDRIVE_API_TOKEN"),
         reference_field=field,
         timeout=timeout,
         settle_seconds=settle,
-        activity_type=env.get("PIPEDRIVE_ACTIVITY_TYPE") or "task",
+        activity_type=read.get("PIPEDRIVE_ACTIVITY_TYPE", "task"),
         message_field=message_field,
         budget_timezone=zone,
     )

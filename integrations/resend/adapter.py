@@ -39,6 +39,7 @@ from integrations.base import (
     RequestBudget,
     http_reply,
 )
+from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
     budget_hint,
     header_delay,
@@ -75,25 +76,20 @@ def adapter_from_env(
 ) -> ResendSender:
     """RESEND_API_KEY (required), RESEND_BASE_URL, RESEND_FROM (else Django's
     DEFAULT_FROM_EMAIL), RESEND_KEY_RETENTION_SECONDS (only shortens the 24 h)."""
-    api_key = env.get("RESEND_API_KEY", "")
-    if not api_key:
+    read = AdapterSettings(env, base_url=base_url, url_variable="RESEND_BASE_URL")
+    if read.missing(["RESEND_API_KEY"]):
         raise DestinationError("RESEND_API_KEY is not set", classification=Classification.PERMANENT)
-    retention = KEY_WINDOW
-    if env.get("RESEND_KEY_RETENTION_SECONDS"):
-        try:
-            seconds = float(env["RESEND_KEY_RETENTION_SECONDS"])
-        except ValueError:
-            raise DestinationError(
-                "RESEND_KEY_RETENTION_SECONDS is not a number",
-                classification=Classification.PERMANENT,
-            ) from None
-        retention = min(KEY_WINDOW, timedelta(seconds=max(0.0, seconds)))
+    window = KEY_WINDOW.total_seconds()
+    try:
+        seconds = read.seconds("RESEND_KEY_RETENTION_SECONDS", window)
+    except SettingError as exc:
+        raise DestinationError(str(exc), classification=Classification.PERMANENT) from None
     return ResendSender(
-        base_url or env.get("RESEND_BASE_URL") or DEFAULT_BASE_URL,
-        api_key=api_key,
-        sender=env.get("RESEND_FROM") or settings.DEFAULT_FROM_EMAIL,
+        read.url("RESEND_BASE_URL", DEFAULT_BASE_URL),
+        api_key=read.get("RESEND_API_KEY"),
+        sender=read.get("RESEND_FROM", settings.DEFAULT_FROM_EMAIL),
         timeout=timeout,
-        key_retention=retention,
+        key_retention=timedelta(seconds=min(window, max(0.0, seconds))),
     )
 
 

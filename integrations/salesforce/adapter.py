@@ -76,6 +76,7 @@ from integrations.base import (
     enquiry_property_check,
     http_reply,
 )
+from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
     budget_hint,
     header_delay,
@@ -165,33 +166,27 @@ def adapter_from_env(
     No network call, and no error: a setting it cannot use (named, never its value) is a RETRYABLE
     refusal of every call, so nothing is sent until the configuration is corrected.
     `base_url` (the destination's own) overrides SALESFORCE_INSTANCE_URL."""
-    problems = [
-        f"{name} is not set"
-        for name in ("SALESFORCE_CLIENT_ID", "SALESFORCE_CLIENT_SECRET")
-        if not env.get(name)
-    ]
-    if not (base_url or env.get("SALESFORCE_INSTANCE_URL")):
-        problems.insert(0, "SALESFORCE_INSTANCE_URL is not set")
-    sobject = env.get("SALESFORCE_OBJECT") or "Lead"
-    if sobject not in ("Lead", "Contact"):
-        problems.append("SALESFORCE_OBJECT must be Lead or Contact")
-        sobject = "Lead"
+    read = AdapterSettings(env, base_url=base_url, url_variable="SALESFORCE_INSTANCE_URL")
+    required = ("SALESFORCE_INSTANCE_URL", "SALESFORCE_CLIENT_ID", "SALESFORCE_CLIENT_SECRET")
+    problems = [f"{name} is not set" for name in read.missing(required)]
+    sobject, limit_retry = "Lead", DEFAULT_LIMIT_RETRY_SECONDS
     try:
-        limit_retry = float(
-            env.get("SALESFORCE_LIMIT_RETRY_SECONDS") or DEFAULT_LIMIT_RETRY_SECONDS
-        )
-    except ValueError:
-        problems.append("SALESFORCE_LIMIT_RETRY_SECONDS must be a number of seconds")
-        limit_retry = DEFAULT_LIMIT_RETRY_SECONDS
-    reference = env.get("SALESFORCE_REFERENCE_FIELD") or DEFAULT_REFERENCE_FIELD
+        sobject = read.choice("SALESFORCE_OBJECT", ("Lead", "Contact"), "Lead")
+    except SettingError as exc:
+        problems.append(str(exc))
+    try:
+        limit_retry = read.seconds("SALESFORCE_LIMIT_RETRY_SECONDS", limit_retry)
+    except SettingError as exc:
+        problems.append(str(exc))
+    reference = read.get("SALESFORCE_REFERENCE_FIELD", DEFAULT_REFERENCE_FIELD)
     config = SalesforceConfig(
-        instance_url=(base_url or env.get("SALESFORCE_INSTANCE_URL") or "").rstrip("/"),
-        client_id=env.get("SALESFORCE_CLIENT_ID", ""),
-        client_secret=env.get("SALESFORCE_CLIENT_SECRET", ""),
+        instance_url=read.url("SALESFORCE_INSTANCE_URL"),
+        client_id=read.get("SALESFORCE_CLIENT_ID"),
+        client_secret=read.get("SALESFORCE_CLIENT_SECRET"),
         sobject=sobject,
         reference_field=reference,
-        task_reference_field=env.get("SALESFORCE_TASK_REFERENCE_FIELD") or reference,
-        api_version=env.get("SALESFORCE_API_VERSION") or DEFAULT_API_VERSION,
+        task_reference_field=read.get("SALESFORCE_TASK_REFERENCE_FIELD", reference),
+        api_version=read.get("SALESFORCE_API_VERSION", DEFAULT_API_VERSION),
         limit_retry_seconds=limit_retry,
     )
     return SalesforceCrm(config, timeout=timeout, problems=problems)
