@@ -217,3 +217,36 @@ def test_the_audit_trail_refuses_every_change_but_an_erasures(source):
         )
     entry.refresh_from_db()
     assert (entry.reason, entry.action) == ("[erased] took it", "case_taken")
+
+
+@pytest.mark.django_db
+def test_a_delivery_naming_the_address_only_in_its_raw_body_is_theirs(source) -> None:
+    """No contact address (so no digest): the hook's raw body still names them."""
+    body = json.dumps(
+        {
+            "form": "contact",
+            "contact": {"name": ADA["name"]},
+            "message": ADA_SECOND,
+            "fields": {"reply_to": ADA["email"]},
+        }
+    ).encode()
+    sample = Sample(
+        "generic",
+        body,
+        "application/json",
+        ("", "", ""),
+        sign=sign_t_v1("Onefold-Signature"),
+        extra_headers=(("Idempotency-Key", "ada-no-contact"),),
+    )
+    _, path = hook_source("generic", name="website-hooks")
+    assert deliver(Client(), path, sample).status_code in (200, 202)
+    event = Event.objects.get(key__endswith=":ada-no-contact")
+    assert event.contact_digest == ""
+
+    document = json.loads(person("export", "--email", ADA["email"]))
+    assert [s["key"] for s in document["submissions"]] == [event.key]
+    person("erase", "--email", ADA["email"], "--reason", "Asked")
+
+    event.refresh_from_db()
+    assert event.payload is None
+    assert not Delivery.objects.filter(event=event, raw_body__isnull=False).exists()
