@@ -10,6 +10,7 @@ from django.conf import settings
 from idempotency_core.execution.engine import operation_execute_chain
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import SUSPECTED_DUPLICATE_SCREEN
+from idempotency_core.reconciliation.cases import reconciliation_cases_settle
 from idempotency_core.reconciliation.compare import reconcile_daily as _reconcile_daily
 from idempotency_core.reconciliation.late_repeats import late_repeat_check as _late_repeat_check
 from idempotency_core.reconciliation.retention import payloads_purge
@@ -32,7 +33,12 @@ def operation_run(operation_id: int) -> str | None:
 
 
 def sweep() -> dict[str, int]:
-    return {**asdict(operations_sweep()), **notifications_sweep()}
+    settled = reconciliation_cases_settle()
+    return {
+        **asdict(operations_sweep()),
+        **notifications_sweep(),
+        "reconciliation_cases_settled": len(settled),
+    }
 
 
 def case_notify(case_id: int) -> int:

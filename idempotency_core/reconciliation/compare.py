@@ -36,6 +36,11 @@ from idempotency_core.models import (
     ReviewCase,
     Source,
 )
+from idempotency_core.reconciliation.cases import (
+    case_in_review,
+    finding_evidence_add,
+    reconciliation_cases_settle,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -373,14 +378,17 @@ def _compare(run: ReconciliationRun) -> None:
             cursor.execute(count_events, params)
             events_count = cursor.fetchone()[0]
             if run.dry_run:
-                # What a real run would open: no open case of this subject and kind.
+                # What a real run would open: no open case of this subject and kind,
+                # nor any open case about its operation or event (`case_in_review`).
                 cursor.execute(
                     f"""
                     UPDATE {t["finding"]} SET is_new = NOT EXISTS (
                         SELECT 1 FROM {t["case"]} c
-                        WHERE c.subject = {t["finding"]}.subject
-                          AND c.kind = 'recon_' || {t["finding"]}.kind
-                          AND c.status IN ('open', 'in_progress'))
+                        WHERE c.status IN ('open', 'in_progress')
+                          AND ((c.subject = {t["finding"]}.subject
+                                AND c.kind = 'recon_' || {t["finding"]}.kind)
+                               OR c.operation_id = {t["finding"]}.operation_id
+                               OR c.event_id = {t["finding"]}.event_id))
                     WHERE run_id = %(run)s
                     """,
                     {"run": run.pk},
@@ -531,28 +539,33 @@ def _open_cases(run: ReconciliationRun) -> None:
         .order_by("id")
     )
     for number, finding in enumerate(pending.iterator(chunk_size=500)):
+        evidence = {
+            "reconciliation_run": run.pk,
+            "destination": run.destination.name,
+            "external_ref": finding.external_ref,
+            "record_ids": finding.record_id_list,
+            "operation_status": finding.operation.status if finding.operation else None,
+            "destination_ref": finding.operation.destination_ref if finding.operation else None,
+        }
         with transaction.atomic():
-            case, created = review_case_open(
-                kind=CASE_KIND[finding.kind],
-                subject=finding.subject,
-                summary=_summary(run, finding),
-                event=finding.event,
-                operation=finding.operation,
-                evidence={
-                    "reconciliation_run": run.pk,
-                    "destination": run.destination.name,
-                    "external_ref": finding.external_ref,
-                    "record_ids": finding.record_id_list,
-                    "operation_status": finding.operation.status if finding.operation else None,
-                    "destination_ref": finding.operation.destination_ref
-                    if finding.operation
-                    else None,
-                },
-                system=SYSTEM,
-            )
+            case = case_in_review(finding)
+            created = False
+            if case is not None:
+                finding_evidence_add(case, finding, evidence | {"summary": _summary(run, finding)})
+            else:
+                case, created = review_case_open(
+                    kind=CASE_KIND[finding.kind],
+                    subject=finding.subject,
+                    summary=_summary(run, finding),
+                    event=finding.event,
+                    operation=finding.operation,
+                    evidence=evidence,
+                    system=SYSTEM,
+                )
             ReconciliationFinding.objects.filter(pk=finding.pk).update(case=case, is_new=created)
         if number % 200 == 199:
             _renew(run)
+    reconciliation_cases_settle(run)
     _renew(run, status=ReconciliationRun.Status.COMPLETED)
 
 

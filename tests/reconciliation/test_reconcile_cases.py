@@ -1,0 +1,101 @@
+"""Reconciliation and the cases already in review: a finding about a submission that a
+person is already asked about is evidence on that case, never a second case; and a
+reconciliation case whose cause is settled is resolved by Onefold."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.intake.sources import source_duplicates_set
+from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase, Source
+from idempotency_core.reconciliation.compare import reconcile, run_summary
+from idempotency_core.review.cases import case_close
+from idempotency_core.review.held_duplicates import held_duplicate_link
+from idempotency_core.tasks import operation_run, sweep
+from tests.factories import ingest, make_user, op
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("unhurried_chain")]
+
+MESSAGE = "Please quote for a kitchen refit."
+
+
+def period() -> dict:
+    now = timezone.now()
+    return {"since": now - timedelta(days=1), "until": now + timedelta(minutes=1)}
+
+
+def refused(key: str, sandbox) -> Event:
+    event = ingest(key, message=f"Please call me about {key}.")
+    sandbox.fault("create_record", "http_400")
+    assert operation_execute(operation_id=op(event, "create_enquiry").pk) == "permanent"
+    return event
+
+
+def held_duplicate() -> Event:
+    source = Source.objects.get_or_create(name="website")[0]
+    source_duplicates_set(source=source, policy="hold")
+    first = ingest("held-first", message=MESSAGE)
+    assert operation_run(op(first, "create_enquiry").pk) == "succeeded"
+    second = ingest("held-second", message=MESSAGE)
+    assert operation_run(op(second, "create_enquiry").pk) is None  # held, unwritten
+    return second
+
+
+def open_cases() -> list[ReviewCase]:
+    return list(ReviewCase.objects.filter(status__in=ReviewCase.OPEN_STATUSES).order_by("pk"))
+
+
+def test_findings_about_cases_in_review_are_their_evidence_and_settled_with_them(sandbox):
+    events = [refused(f"refused-{n}", sandbox) for n in range(3)]
+    events.append(held_duplicate())
+    before = open_cases()
+    assert len(before) == 4
+    assert {case.event_id for case in before} == {event.pk for event in events}
+
+    run = reconcile(**period())
+
+    assert run_summary(run)["findings"]["missing"] == 0  # none new: all were in review
+    assert open_cases() == before
+    for case in open_cases():
+        (finding,) = case.evidence["reconciliation"]
+        assert (finding["kind"], finding["reconciliation_run"]) == ("missing", run.pk)
+        assert AuditEntry.objects.filter(case=case, action="reconciliation_evidence_added").exists()
+    # A second run adds no second entry and no case.
+    reconcile(**period())
+    assert [len(case.evidence["reconciliation"]) for case in open_cases()] == [1, 1, 1, 1]
+
+    reviewer = make_user("rita", groups=("Reviewers",))
+    for case in before[:3]:
+        case_close(case_id=case.pk, actor=reviewer, resolution_code="spam_or_test", reason="a test")
+    held_duplicate_link(case_id=before[3].pk, actor=reviewer, reason="double click")
+    reconcile(**period())
+    assert open_cases() == []
+    assert not ReviewCase.objects.filter(kind__startswith="recon_").exists()
+
+
+def test_a_reconciliation_case_whose_step_was_cancelled_since_is_resolved_by_onefold(sandbox):
+    """A finding opened as a case of its own (no case asked about its step then); the
+    step is later cancelled by a decision about its submission elsewhere (as a held
+    duplicate settled as "same enquiry" does): the sweeper resolves the case, saying
+    why. (A step that works since settles its cases itself, as it succeeds.)"""
+    event = ingest("later", message="Later.")
+    enquiry = op(event, "create_enquiry")
+    Operation.objects.filter(pk=enquiry.pk).update(status=Operation.Status.NEEDS_REVIEW)
+    reconcile(**period())
+    (case,) = ReviewCase.objects.filter(kind=ReviewCase.Kind.RECON_MISSING)
+    assert case.status == "open"
+
+    Operation.objects.filter(event=event).update(status=Operation.Status.CANCELLED)
+    assert sweep()["reconciliation_cases_settled"] == 1
+
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "cause_settled")
+    assert "cancelled" in case.resolution_note
+    entry = AuditEntry.objects.get(case=case, action="case_resolved")
+    assert entry.actor_label == "system:reconciliation" and entry.actor is None
+    assert sweep()["reconciliation_cases_settled"] == 0
+    assert reconcile(**period()).findings_total["missing"] == 0
