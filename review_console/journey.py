@@ -28,10 +28,14 @@ Each path is derived from the engine's own rules, not described by hand:
   retry at `RetryPolicy.ceiling(1)`; a replay follows the same rule
   (`review.replay.replay_refusal` asks a person to check first where it is "review").
 
-Contact details the viewer may not see (VIEW_CONTACT, or a reveal in force) are masked
-before rendering (masking.py's rule applied to the payload's contact), and any real
-value still in what is shown (a stored content, an extra field repeating the address)
-is replaced by its masked form.
+For a viewer who may not see contact details (VIEW_CONTACT, or a reveal in force),
+everything shown is rendered from masked values (config_edit.shown_payload: the
+contact by masking.py, every other value the visitor typed as the field map masks
+it), never the real values' text with them scrubbed out (a template may transform a
+value, `|urlencode`, `|upper`, past recognition). A step's stored content is then
+rendered again from the masked submission under the version it was stored with;
+only its choices that hold nothing of the customer (assignee, due date, language)
+are shown as stored.
 """
 
 from __future__ import annotations
@@ -47,7 +51,6 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django.utils.html import escape
 
 from idempotency_core.configuration.document import ANY_FORM, form_block
 from idempotency_core.configuration.versions import ConfigVersion, config_current
@@ -61,9 +64,9 @@ from idempotency_core.execution.steps import (
     pipeline_for,
 )
 from idempotency_core.intake.remap import unreadable_waiting
-from idempotency_core.models import Event, Operation, Source
+from idempotency_core.models import BusinessConfigVersion, Event, Operation, Source
 from integrations.base import Capabilities, DestinationError
-from review_console.masking import mask_email, mask_name, mask_phone
+from review_console.config_edit import shown_payload
 
 Recovery = Operation.Recovery
 
@@ -344,6 +347,11 @@ def _unconfigured_name(taken: set[str]) -> str:
 # -- rendering, masked for the viewer ---------------------------------------------------
 
 
+# What a stored content says that holds nothing of the customer: shown as stored to a
+# viewer who may not see contact details (the rest is rendered from masked values).
+STORED_CHOICES = ("kind", "version", "send", "assignee", "assignee_rule", "due_at", "language")
+
+
 class _Renderer:
     """Renders a step's content from a payload (content_preview), as the viewer may see it."""
 
@@ -360,57 +368,42 @@ class _Renderer:
         self.version = version
         self.refs = {ENQUIRY: REFERENCE_PLACEHOLDER, **refs}
         self.unmasked = unmasked
-        self.replacements = [] if unmasked else _replacements(real.get("contact") or {})
+        self.real = real
 
-    def preview(self, payload: Mapping[str, Any], step: str) -> dict[str, Any]:
+    def preview(
+        self, payload: Mapping[str, Any], step: str, version: ConfigVersion | None = None
+    ) -> dict[str, Any]:
         """Raises DestinationError when a template cannot be rendered."""
-        shown = dict(payload) if self.unmasked else _masked_payload(payload)
+        shown = shown_payload(payload, unmasked=self.unmasked)
         event = Event(source=self.source, payload=shown, form=str(shown.get("form") or ""))
-        content = content_preview(event=event, step=step, version=self.version, refs=self.refs)
-        return self.scrub(content or {})
+        content = content_preview(
+            event=event, step=step, version=version or self.version, refs=self.refs
+        )
+        return content or {}
 
-    def scrub(self, value: Any) -> Any:
-        """`value` with every real contact value left in it replaced by its masked form."""
-        if isinstance(value, str):
-            for pattern, masked in self.replacements:
-                value = pattern.sub(masked, value)
-            return value
-        if isinstance(value, Mapping):
-            return {key: self.scrub(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.scrub(item) for item in value]
-        return value
-
-
-def _masked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
-    masked = copy.deepcopy(dict(payload))
-    contact = dict(masked.get("contact") or {})
-    for key, mask in (("name", mask_name), ("email", mask_email), ("phone", mask_phone)):
-        if contact.get(key):
-            contact[key] = mask(str(contact[key]))
-    masked["contact"] = contact
-    return masked
+    def stored(self, step: str, content: Mapping[str, Any]) -> dict[str, Any]:
+        """What `step` stored, as the viewer may see it: as stored, or rendered again
+        from the masked submission under the version it was stored with, with the
+        choices that hold nothing of the customer as stored."""
+        if self.unmasked:
+            return dict(content)
+        try:
+            rendered = self.preview(self.real, step, _version(content.get("version")))
+        except DestinationError:
+            rendered = {}
+        return {**rendered, **{key: content[key] for key in STORED_CHOICES if key in content}}
 
 
-def _replacements(contact: Mapping[str, Any]) -> list[tuple[re.Pattern[str], str]]:
-    """(pattern, masked) for each contact value and name part, as typed and as escaped
-    in HTML; the longest first, so that a full name goes before its parts."""
-    pairs: dict[str, str] = {}
-    for key, mask in (("email", mask_email), ("phone", mask_phone), ("name", mask_name)):
-        value = str(contact.get(key) or "").strip()
-        if len(value) >= 2:
-            pairs[value] = mask(value)
-    for part in str(contact.get("name") or "").split():
-        if len(part) >= 2:
-            pairs.setdefault(part, mask_name(part))
-    for value, masked in list(pairs.items()):
-        pairs.setdefault(str(escape(value)), masked)
-    ordered = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
-    # Whole words only: a name part "Ann" leaves a template's "announcement" alone.
-    return [
-        (re.compile(rf"(?<!\w){re.escape(value)}(?!\w)", re.IGNORECASE), masked)
-        for value, masked in ordered
-    ]
+def _version(number: Any) -> ConfigVersion:
+    """Version `number` as rendering reads it (0, or one since lost: nothing configured)."""
+    document = (
+        BusinessConfigVersion.objects.filter(number=number)
+        .values_list("document", flat=True)
+        .first()
+        if isinstance(number, int) and number > 0
+        else None
+    )
+    return ConfigVersion(number if isinstance(number, int) else 0, document or {})
 
 
 # -- the paths --------------------------------------------------------------------------
@@ -694,7 +687,7 @@ def _replayed(facts: _Facts, step: str, what: str, was: Side) -> Side:
 
 
 def _stored_side(facts: _Facts, step: str, content: Mapping[str, Any]) -> Side:
-    shown = facts.renderer.scrub(content)
+    shown = facts.renderer.stored(step, content)
     if step == CONFIRMATION:
         return _message_of(shown, summary="", rule="stored content")
     if STEPS[step].creates_task:
