@@ -94,8 +94,11 @@ def person_erase(
     now = now or timezone.now()
     with transaction.atomic():
         list(Event.objects.select_for_update().filter(pk__in=person.event_ids))
+        # Locked too: a worker's claim waits for this commit, then finds its step cancelled;
+        # one that claimed before is running, and the erasure waits for it (refused).
         ops = Operation.objects.filter(event_id__in=person.event_ids)
-        if ops.filter(status=Operation.Status.RUNNING).exists():
+        statuses = list(ops.select_for_update().values_list("status", flat=True))
+        if Operation.Status.RUNNING in statuses:
             raise PersonBusyError(
                 "an operation of this person is being attempted now; try again in a minute"
             )

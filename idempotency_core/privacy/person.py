@@ -22,7 +22,7 @@ from django.db.models import Q
 
 from idempotency_core.keys import contact_digest
 from idempotency_core.models import AuditEntry, Delivery, Event
-from idempotency_core.privacy.scrub import Scrubber
+from idempotency_core.privacy.scrub import SEARCHABLE_LENGTH, Scrubber
 
 ERASED_ACTION = "person_erased"
 EXPORTED_ACTION = "person_exported"
@@ -61,7 +61,7 @@ class Person:
     @property
     def anywhere(self) -> Scrubber:
         """For everyone's rows: what they sent, by values long enough to be theirs."""
-        return Scrubber(self.values)
+        return Scrubber(v for v in self.values if len(v) >= SEARCHABLE_LENGTH)
 
 
 _RAW_MATCH = """

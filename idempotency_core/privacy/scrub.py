@@ -34,29 +34,40 @@ def variants(value: str) -> set[str]:
 
 
 class Scrubber:
-    """Replaces `values` anywhere in a text, and `words` (a name's parts) as whole words."""
+    """Replaces `values` anywhere in a text (those shorter than SEARCHABLE_LENGTH, and
+    `words`, a name's parts, only as whole words: "yes" is no part of "yesterday")."""
 
     def __init__(self, values: Iterable[str], words: Iterable[str] = ()) -> None:
         every = sorted({v for value in values for v in variants(value)}, key=len, reverse=True)
         self.values = tuple(every)
-        whole = sorted({w for w in words if w}, key=len, reverse=True)
-        parts = [re.escape(v) for v in every] + [rf"\b{re.escape(w)}\b" for w in whole]
-        self._pattern = re.compile("|".join(parts), re.IGNORECASE) if parts else None
+        long = [re.escape(v) for v in every if len(v) >= SEARCHABLE_LENGTH]
+        short = sorted(
+            {w for w in (*words, *(v for v in every if len(v) < SEARCHABLE_LENGTH)) if w},
+            key=len,
+            reverse=True,
+        )
+        whole = [rf"(?<!\w){re.escape(w)}(?!\w)" for w in short]
+        self._long = re.compile("|".join(long), re.IGNORECASE) if long else None
+        self._all = re.compile("|".join(long + whole), re.IGNORECASE) if long + whole else None
 
     def text(self, text: str) -> str:
-        if self._pattern is None or not text:
+        if self._all is None or not text:
             return text
-        return self._pattern.sub(ERASED, text)
+        return self._all.sub(ERASED, text)
 
     def value(self, value: Any) -> Any:
-        """A JSON value with every string (keys included) scrubbed."""
+        """A JSON value with every string scrubbed. Keys only by the long values (an
+        address counted by recipient): a short value may be a key's own name."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, list):
             return [self.value(item) for item in value]
         if isinstance(value, dict):
-            return {self.text(str(k)): self.value(v) for k, v in value.items()}
+            return {self._key(str(k)): self.value(v) for k, v in value.items()}
         return value
+
+    def _key(self, key: str) -> str:
+        return self._long.sub(ERASED, key) if self._long is not None and key else key
 
     def searchable(self) -> tuple[str, ...]:
         """The variants worth looking for in everyone's rows."""
