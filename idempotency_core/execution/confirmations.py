@@ -118,6 +118,29 @@ class ConfirmationHeldError(DestinationError):
         super().__init__(message, classification=Classification.PERMANENT)
 
 
+# Providers that deliver `first.last@` to `firstlast@`: dots are not part of the mailbox.
+DOTLESS_DOMAINS = {"gmail.com": "gmail.com", "googlemail.com": "gmail.com"}
+
+
+def mailbox_of(address: str) -> str:
+    """The mailbox `address` reaches, for counting confirmations: the same inbox however
+    written (case; a `+tag`, which most providers deliver to the untagged address; an
+    internationalised domain in Unicode or Punycode; Gmail's dots). Otherwise the
+    limit of a few a day to one inbox is a few a day per spelling."""
+    local, at, domain = address.strip().rpartition("@")
+    if not at:
+        return address.strip().casefold()
+    local = local.casefold().split("+", 1)[0] or local.casefold()
+    domain = domain.strip().rstrip(".")
+    try:
+        domain = domain.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        domain = domain.casefold()
+    if domain in DOTLESS_DOMAINS:
+        local, domain = local.replace(".", ""), DOTLESS_DOMAINS[domain]
+    return f"{local}@{domain}"
+
+
 @dataclass(frozen=True)
 class AllowanceAsk:
     """A confirmation's decision as asked of `onefold_confirmation_allow` for one
@@ -134,7 +157,7 @@ class AllowanceAsk:
             settings.ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY,
             settings.ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY,
         )
-        return cls(contact_digest(recipient), limits, now or timezone.now())
+        return cls(contact_digest(mailbox_of(recipient)), limits, now or timezone.now())
 
     def lock_key(self) -> int:
         """The recipient's advisory lock: a 64-bit key derived from its contact digest."""
