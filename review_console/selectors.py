@@ -56,6 +56,7 @@ from review_console.causes import holds_in_force, without_held
 from review_console.filters import AuditFilter, CaseFilter
 from review_console.glossary import kind_label
 from review_console.masking import contact_for, record_for
+from review_console.routing import failures_summary, routed_first
 
 PAGE_SIZE = 50
 COUNT_CAP = 10_000
@@ -197,10 +198,18 @@ def _chip(
     }
 
 
-def next_case_candidates() -> QuerySet[ReviewCase]:
+def next_case_candidates(user: Any = None) -> QuerySet[ReviewCase]:
     """The cases "Next case" may take (review/cases.py `case_take_next` keeps only the
-    open ones nobody owns): not those a held cause keeps in its group (causes.py)."""
-    return without_held(ReviewCase.objects.all(), holds_in_force())
+    open ones nobody owns): not those a held cause keeps in its group (causes.py); with
+    `user`, those routed to them first (routing.py)."""
+    cases = without_held(ReviewCase.objects.all(), holds_in_force())
+    return cases if user is None else routed_first(cases, user)
+
+
+def next_case_waiting() -> QuerySet[ReviewCase]:
+    """What "Next case" would give someone: the dashboard's "N cases wait" counts these."""
+    Status = ReviewCase.Status
+    return next_case_candidates().filter(status=Status.OPEN, owner__isnull=True)
 
 
 def case_filterset(params: QueryDict, *, request: Any = None) -> CaseFilter:
@@ -401,6 +410,9 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
         "ages_chart": age_chart(by_kind),
         "reconciliation": last_reconciliation(),
         "pauses": destination_pauses(now=now),
+        "waiting_total": next_case_waiting().count(),
+        "oldest_waiting": next_case_waiting().order_by("created_at", "id").first(),
+        **failures_summary(now=now),
     }
 
 

@@ -12,6 +12,7 @@ from review_console import (
     views_hold,
     views_journey,
     views_privacy,
+    views_routing,
     views_settings,
     views_sources,
     views_submissions,
@@ -32,6 +33,8 @@ urlpatterns = [
         name="cause-hold-stop",
     ),
     path("cases/<int:case_id>/reopen/", views_day.case_reopen_view, name="case-reopen"),
+    path("cases/<int:case_id>/hand-on/", views_routing.case_hand_on_view, name="case-hand-on"),
+    path("notifications/", views_routing.notifications_choice, name="notifications"),
     path("cases/<int:case_id>/reveal/", views_day.case_reveal, name="case-reveal"),
     path("cases/<int:case_id>/", views.case_detail, name="case-detail"),
     path("cases/<int:case_id>/lookup/", views.case_lookup, name="case-lookup"),
@@ -129,6 +132,7 @@ urlpatterns = [
     ),
     # The business configuration (views_settings.py): Settings admins.
     path("settings/", views_settings.settings_home, name="settings"),
+    path("settings/review/", views_routing.settings_review, name="settings-review"),
     path("settings/versions/", views_settings.settings_versions, name="settings-versions"),
     path(
         "settings/versions/<int:number>/",

@@ -37,7 +37,8 @@ from review_console.views import _case_decision, _case_url, _decision_data, _ope
 def case_next(request: HttpRequest) -> HttpResponse:
     """Takes the oldest open case nobody owns (review/cases.py, a conditional UPDATE:
     two reviewers never get the same one) and opens it."""
-    case = case_take_next(actor=acting_user(request), candidates=selectors.next_case_candidates())
+    actor = acting_user(request)
+    case = case_take_next(actor=actor, candidates=selectors.next_case_candidates(actor))
     if case is None:
         messages.info(request, "Nothing waits for a person: every open case has an owner.")
         return redirect(reverse("console:case-list") + "?owner=me")

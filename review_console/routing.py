@@ -1,0 +1,32 @@
+"""Reads of routing for the console: a routed case first in its people's *Next case*,
+and the notifications that could not be sent (the dashboard's warning)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from idempotency_core.models import CaseRoute, ReviewCase
+from idempotency_core.review.notifications import notification_failures
+
+FAILURES_SHOWN = 5
+FAILURES_SINCE = timedelta(days=7)
+
+
+def routed_first(cases: QuerySet[ReviewCase], user: Any) -> QuerySet[ReviewCase]:
+    """`cases` with those routed to `user`, or to a group of theirs, first; then the
+    oldest first, as *Next case* has always taken them."""
+    mine = CaseRoute.objects.filter(case=OuterRef("pk")).filter(
+        Q(user_id=user.pk) | Q(group__in=user.groups.all())
+    )
+    return cases.annotate(routed_to_me=Exists(mine)).order_by("-routed_to_me", "created_at", "id")
+
+
+def failures_summary(*, now: datetime) -> dict[str, Any]:
+    failures = notification_failures(since=now - FAILURES_SINCE)
+    return {
+        "notice_failures": list(failures[:FAILURES_SHOWN]),
+        "notice_failures_total": failures.count(),
+    }
