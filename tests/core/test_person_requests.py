@@ -152,6 +152,10 @@ def test_export_gives_both_submissions_and_erase_leaves_nothing_of_the_person(ap
     again = post(api, ada_first(), key="ada-first")
     assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
     assert again.json()["event_id"] == str(first.pk)
+    _, path = hook_source("generic", name="website-hooks")
+    assert deliver(Client(), path, ada_second_by_hook()).status_code == 200
+    changed = post(api, {**ada_first(), "message": "Something else"}, key="ada-first")
+    assert changed.status_code == 422  # the fingerprint still tells another payload apart
     assert (Event.objects.count(), Operation.objects.count()) == (events, operations)
     assert sandbox.stats()["records"] == records
     assert "ada.quill" not in pg_dump()
