@@ -11,6 +11,7 @@ import io
 import json
 import os
 import subprocess
+import uuid
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 from django.test import Client
+from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_execute
@@ -254,3 +256,17 @@ def test_a_delivery_naming_the_address_only_in_its_raw_body_is_theirs(source) ->
     event.refresh_from_db()
     assert event.payload is None
     assert not Delivery.objects.filter(event=event, raw_body__isnull=False).exists()
+
+
+@pytest.mark.django_db
+def test_an_erasure_waits_for_an_attempt_in_flight(api) -> None:
+    """A step being attempted now may still send what it read: refused, nothing changed."""
+    assert post(api, ada_first(), key="ada-first").status_code == 202
+    event = Event.objects.get(key="ada-first")
+    Operation.objects.filter(pk=op(event, "create_enquiry").pk).update(
+        status="running", claim_token=uuid.uuid4(), lease_expires_at=timezone.now()
+    )
+    with pytest.raises(CommandError, match="being attempted now"):
+        person("erase", "--email", ADA["email"], "--reason", "Asked")
+    assert Event.objects.get(pk=event.pk).payload is not None
+    assert not AuditEntry.objects.filter(action="person_erased").exists()
