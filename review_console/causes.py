@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -190,10 +190,30 @@ def cause_case_ids(
     return list(cases.order_by("created_at", "id").values_list("pk", flat=True)[:1000])
 
 
+# Moments a group's page can have been drawn at: anything else was not typed by the page.
+EARLIEST_MOMENT = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class MomentInvalidError(CaseActionRefusedError):
+    """A moment sent with a group's decision that is not a real one (a 400: the page
+    never sends it)."""
+
+
 def seen_moment(value: str) -> datetime:
-    moment = parse_datetime(value or "")
-    if moment is None or moment.tzinfo is None:
-        raise CaseActionRefusedError("That group is not valid; open the queue again.")
+    """The aware moment `value` names (never later than now), or MomentInvalidError:
+    checked here, not by the database, which would refuse it with an error (and the
+    statement in its log) only after the query was sent."""
+    try:
+        moment = parse_datetime(value or "")
+        if moment is not None and moment.tzinfo is not None:
+            moment.astimezone(UTC)  # a displacement past the calendar's ends overflows
+    except (ValueError, OverflowError):
+        moment = None
+    if moment is None or moment.tzinfo is None or moment < EARLIEST_MOMENT:
+        raise MomentInvalidError(
+            f"{str(value)[:40]!r} is not a valid moment (an ISO 8601 date and time with "
+            "its offset, after 2000); open the queue again."
+        )
     return min(moment, timezone.now())
 
 

@@ -9,7 +9,13 @@ which writes the audit entry.
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+)
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -22,7 +28,13 @@ from idempotency_core.review.cases import (
 from idempotency_core.review.contact import REVEAL_HOURS, contact_reveal
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console import selectors
-from review_console.causes import Cause, cause_close, cause_hold_stop, seen_moment
+from review_console.causes import (
+    Cause,
+    MomentInvalidError,
+    cause_close,
+    cause_hold_stop,
+    seen_moment,
+)
 from review_console.filters import CaseIdsField
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
@@ -167,6 +179,8 @@ def cause_settle(request: HttpRequest) -> HttpResponse:
             hold_hours=_hours(request.POST.get("hold_hours", "0")),
             since=seen_moment(since) if since else None,
         )
+    except MomentInvalidError as exc:
+        return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
     except ActionRefusedError as exc:
         messages.error(request, str(exc))
         return HttpResponseRedirect(target)
