@@ -196,14 +196,11 @@ def test_the_browsers_repost_of_a_stored_submission_is_a_repeat_not_a_refusal(si
     assert len(siteverify.requests) == 1
 
 
-# -- unchecked: kept and processed, the confirmation held for a person -----------------
+# -- unchecked: refused by default; with ONEFOLD_CAPTCHA_FAILURE=open, kept and
+# processed, the confirmation held for a person -----------------------------------------
 
 
-@pytest.mark.parametrize("trouble", ["down", "error", "slow", "wrong_secret"])
-def test_when_siteverify_cannot_answer_the_submission_is_kept_and_its_email_held(
-    siteverify, sandbox, trouble
-):
-    source, path = captcha_source()
+def trouble_make(siteverify, source: Source, trouble: str) -> None:
     if trouble == "down":
         siteverify.stop()
     elif trouble == "wrong_secret":
@@ -211,6 +208,30 @@ def test_when_siteverify_cannot_answer_the_submission_is_kept_and_its_email_held
     else:
         siteverify.mode = trouble
         siteverify.slow_seconds = 2.0  # beyond the 1-second timeout
+
+
+@pytest.mark.parametrize("trouble", ["down", "error", "slow", "wrong_secret"])
+def test_by_default_a_submission_siteverify_cannot_check_is_refused(siteverify, trouble):
+    source, path = captcha_source()
+    trouble_make(siteverify, source, trouble)
+
+    response = post(path, form_body("pass-outage"))
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "captcha_failed"
+    assert "CAPTCHA not checked" in response.json()["detail"]
+    assert not Event.objects.exists()
+    (delivery,) = Delivery.objects.all()
+    assert delivery.outcome == Delivery.Outcome.CAPTCHA_FAILED
+
+
+@pytest.mark.parametrize("trouble", ["down", "error", "slow", "wrong_secret"])
+def test_failing_open_a_submission_siteverify_cannot_check_is_kept_and_its_email_held(
+    siteverify, sandbox, settings, trouble
+):
+    settings.ONEFOLD_CAPTCHA_FAILURE = "open"
+    source, path = captcha_source()
+    trouble_make(siteverify, source, trouble)
 
     response = post(path, form_body("pass-outage"), Accept=BROWSER)
 

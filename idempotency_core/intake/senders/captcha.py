@@ -82,6 +82,12 @@ class CaptchaVerdict:
 
     @property
     def refused(self) -> bool:
+        """Turned away: a token refused or missing, or one nobody could check while
+        ONEFOLD_CAPTCHA_FAILURE is "closed" (the default: an outage of the provider,
+        or one provoked, must not open the form to bots). "open" keeps it and holds
+        its confirmation for a person (execution/confirmations.py)."""
+        if self.outcome == "unchecked":
+            return bool(settings.ONEFOLD_CAPTCHA_FAILURE != "open")
         return self.outcome == "failed"
 
 
