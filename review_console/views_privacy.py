@@ -10,6 +10,7 @@ message (the session table), so the console itself keeps no copy of it.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django import forms
 from django.contrib import messages
@@ -35,7 +36,18 @@ TEMPLATE = "review_console/privacy.html"
 
 
 class PersonForm(forms.Form):
-    email = forms.EmailField(label="The person's email address", max_length=254)
+    email = forms.EmailField(
+        label="The person's email address",
+        max_length=254,
+        widget=forms.TextInput(
+            attrs={"class": "reason", "autocomplete": "off", "inputmode": "email"}
+        ),
+    )
+
+
+def _export_form(data: Any = None) -> PersonForm:
+    # Its own ids: the erasure's form on the same page has an email field too.
+    return PersonForm(data, auto_id="export_%s")
 
 
 class ErasureForm(PersonForm):
@@ -51,13 +63,13 @@ class ErasureForm(PersonForm):
 @require_GET
 @console_permission(ERASE_PERSONAL_DATA)
 def privacy(request: HttpRequest) -> HttpResponse:
-    return render(request, TEMPLATE, {"export_form": PersonForm(), "erase_form": ErasureForm()})
+    return render(request, TEMPLATE, {"export_form": _export_form(), "erase_form": ErasureForm()})
 
 
 @require_POST
 @console_permission(ERASE_PERSONAL_DATA)
 def privacy_export(request: HttpRequest) -> HttpResponse:
-    form = PersonForm(request.POST)
+    form = _export_form(request.POST)
     if not form.is_valid():
         return _page(request, export_form=form)
     address = form.cleaned_data["email"]
@@ -90,8 +102,11 @@ def privacy_erase(request: HttpRequest) -> HttpResponse:
                 address=data["email"], reason=data["reason"], crm=data["crm"]
             )
             confirm = ErasureForm(initial={**data, "confirm": "yes"})
+            removed = {what: count for what, count in preview.removed.items() if count}
             return render(
-                request, "review_console/privacy_confirm.html", {"form": confirm, "report": preview}
+                request,
+                "review_console/privacy_confirm.html",
+                {"form": confirm, "report": preview, "removed": removed},
             )
         report = person_erase(
             address=data["email"],
@@ -107,7 +122,8 @@ def privacy_erase(request: HttpRequest) -> HttpResponse:
     crm = f"; {len(report.crm_operations)} CRM deletions queued" if report.crm_operations else ""
     messages.success(
         request,
-        f"Erased the personal data of {report.events} submissions ({removed or 'nothing left'})"
+        f"Erased the personal data of {report.events} submission{'' if report.events == 1 else 's'}"
+        f" ({removed or 'nothing was left'})"
         f"{crm}. Audit entry {report.entry_id}.",
     )
     return HttpResponseRedirect(reverse("console:privacy"))

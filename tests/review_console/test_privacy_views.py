@@ -87,7 +87,7 @@ def test_the_erasure_shows_what_would_go_then_erases_with_the_reason() -> None:
     entry = AuditEntry.objects.get(action="person_erased")
     assert (entry.actor_label, entry.reason) == ("user:olga", "Asked by phone on 7 December")
     message = client.get(reverse("console:privacy")).text
-    assert "Erased the personal data of 1 submissions" in message
+    assert "Erased the personal data of 1 submission " in message
     for session in Session.objects.all():
         assert ADA["email"] not in json.dumps(session.get_decoded())
 
