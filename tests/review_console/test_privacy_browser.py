@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from django.conf import settings
 from django.contrib.auth.models import Permission
 from playwright.sync_api import expect
@@ -30,6 +31,12 @@ pytestmark = [
 ADA = {"name": "Ada Quillfeather", "email": "ada.quill@example.org", "phone": "+44 20 7946 0123"}
 
 
+def blocking(page) -> list[str]:  # noqa: F811
+    """axe's serious and critical violations, as the console's accessibility test counts."""
+    found = Axe().run(page).response["violations"]
+    return [v["id"] for v in found if v["impact"] in ("serious", "critical")]
+
+
 @pytest.mark.parametrize("width", [1366, 390])
 def test_an_officer_erases_a_person_through_the_confirmation(page, width) -> None:  # noqa: F811
     officer = make_user("olga", groups=("Reviewers",))
@@ -46,12 +53,14 @@ def test_an_officer_erases_a_person_through_the_confirmation(page, width) -> Non
     expect(page.locator("h1")).to_have_text("Erase a person's data")
     expect(page.locator("main")).to_contain_text("1 payloads")
     assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert blocking(page) == []
     page.screenshot(path=str(SCREENSHOTS / f"privacy-confirm-{width}.png"), full_page=True)
     page.click("button:has-text('Erase')")
 
     page.wait_for_url("**/console/privacy/")
     expect(page.locator(".messages")).to_contain_text("Erased the personal data of 1 submission ")
     assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert blocking(page) == []
     page.screenshot(path=str(SCREENSHOTS / f"privacy-{width}.png"), full_page=True)
     assert Event.objects.get(pk=event.pk).payload is None
     assert AuditEntry.objects.get(action="person_erased").actor_label == "user:olga"
