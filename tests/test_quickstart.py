@@ -15,12 +15,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
+from django.conf import settings
 
 from tests.support.leftovers import left_behind
 from tests.support.processes import REPO, free_port, wait_for
@@ -30,11 +34,14 @@ pytestmark = pytest.mark.slow
 # initdb, the migrations of a new database, then four processes: on a loaded 2-core
 # machine this takes far longer than on an idle one.
 BOX_TIMEOUT = 300
+# The machine's PostgreSQL, for a stack given a database of its own there.
+MAINTENANCE_URL = "postgres://{USER}@{HOST}:{PORT}/postgres".format(**settings.DATABASES["default"])
 
 
-def quickstart_env(data_dir: Path) -> dict[str, str]:
+def quickstart_env(data_dir: Path, database: str = "") -> dict[str, str]:
     """The environment of a newcomer's shell: none of the suite's database or timings
-    (config/test_settings.py puts them in this process's environment)."""
+    (config/test_settings.py puts them in this process's environment); `database`, a
+    URL, instead of the embedded server."""
     env = {
         name: value
         for name, value in os.environ.items()
@@ -42,6 +49,7 @@ def quickstart_env(data_dir: Path) -> dict[str, str]:
         and name not in {"DJANGO_SETTINGS_MODULE", "LOG_FORMAT"}
     }
     # LOG_FORMAT: the log goes to a file, where it would be JSON lines; a terminal gets these.
+    env |= {"DATABASE_URL": database} if database else {}
     return env | {"ONEFOLD_DATA_DIR": str(data_dir), "LOG_FORMAT": "plain"}
 
 
@@ -66,7 +74,7 @@ class Stack:
     smtp: int
 
     @classmethod
-    def start(cls, data_dir: Path, log_path: Path, *, via_make: bool) -> Stack:
+    def start(cls, data_dir: Path, log_path: Path, *, via_make: bool, database: str = "") -> Stack:
         web, http, smtp = free_port(), free_port(), free_port()
         if via_make:
             command = ["make", "-s", "run", f"PORT={web}", f"SANDBOX_PORTS={http},{smtp}"]
@@ -83,7 +91,7 @@ class Stack:
         process = subprocess.Popen(
             command,
             cwd=REPO,
-            env=quickstart_env(data_dir),
+            env=quickstart_env(data_dir, database),
             stdout=log_path.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -282,3 +290,72 @@ def test_a_second_run_reuses_the_database_and_ctrl_c_leaves_nothing_running(
     finally:
         assert second.ctrl_c() == 0
     assert_nothing_left(second, postgres)
+
+
+CONSOLE_PAGES = (
+    "/console/",
+    "/console/cases/",
+    "/console/cases/?status=open",
+    "/console/search/?q=ada",
+    "/console/audit/",
+    "/console/sources/",
+    "/console/cases/?kind=permanent_failure",
+    "/console/bulk-replays/",
+    "/console/notifications/",
+    "/console/cases/?status=resolved",
+)
+
+
+def connections_to(database: str) -> int:
+    with psycopg.connect(MAINTENANCE_URL, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.fixture
+def own_database(worker_id: str) -> Iterator[str]:
+    """A database of the machine's PostgreSQL for one stack, dropped after."""
+    name = f"onefold_quickstart_{worker_id}"
+    with psycopg.connect(MAINTENANCE_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(MAINTENANCE_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def browse(stack: Stack, login: Credentials) -> list[int]:
+    """One browser: one kept-alive connection, a sign-in, then ten console pages."""
+    client = signed_in(stack, login.username, login.password)
+    try:
+        return [client.get(page).status_code for page in CONSOLE_PAGES]
+    finally:
+        client.close()
+
+
+def test_the_quick_start_holds_few_connections_however_many_browsers_it_served(
+    own_database, tmp_path
+):
+    """120 signed-in browsers, 8 at a time, against `make run`'s stack on a database of
+    its own: no 500, and afterwards no more connections than a few over those at rest."""
+    url = MAINTENANCE_URL.rsplit("/", 1)[0] + f"/{own_database}"
+    stack = Stack.start(tmp_path / "var", tmp_path / "stack.log", via_make=False, database=url)
+    try:
+        login = credentials(stack.box())
+        at_rest = connections_to(own_database)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = [
+                status
+                for answers in pool.map(lambda _: browse(stack, login), range(120))
+                for status in answers
+            ]
+        assert len(statuses) == 120 * len(CONSOLE_PAGES)
+        assert set(statuses) == {200}, Counter(statuses)
+        time.sleep(2)  # the last requests' connections close as they end
+        after = connections_to(own_database)
+        print(f"connections: {at_rest} at rest, {after} after 120 browsers")
+        assert after <= 12 and after <= at_rest + 2, (at_rest, after)
+    finally:
+        assert stack.ctrl_c() == 0

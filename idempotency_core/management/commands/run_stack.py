@@ -46,6 +46,11 @@ from idempotency_core.platform import embedded_postgres
 
 READY_TIMEOUT_SECONDS = 120
 STOP_TIMEOUT_SECONDS = 15
+# The development server runs a thread per browser connection, and each thread would
+# keep its own database connection for DATABASE_CONN_MAX_AGE: a busy console would hold
+# one per browser. Closed after each request instead, the web process holds at most one
+# per request in flight. Production serves through gunicorn with its own setting.
+WEB_ENV = {"DATABASE_CONN_MAX_AGE": "0"}
 NEW_CREDENTIALS = ".venv/bin/python manage.py demo_setup --new-credentials"
 
 
@@ -245,7 +250,10 @@ class Command(BaseCommand):
         for name, command in commands.items():
             # preexec_fn is unsafe only beside other threads; this process runs none.
             children[name] = subprocess.Popen(
-                command, env=env, start_new_session=True, preexec_fn=_die_with_parent
+                command,
+                env=env | WEB_ENV if name == "web" else env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
 
     def _await_ready(
