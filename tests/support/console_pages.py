@@ -136,6 +136,8 @@ def page_urls(seeded: dict, client: Client) -> list[tuple[str, str, dict | None]
         ("get", reverse("console:audit-list"), None),
         ("get", reverse("console:search") + "?q=ada@example.com", None),
         ("get", reverse("console:bulk-replay-list"), None),
+        ("get", reverse("console:notifications"), None),
+        ("get", reverse("console:settings-review"), None),
         ("get", reverse("console:bulk-replay-detail", args=[job.pk]), None),
         ("get", reverse("console:reconciliation-runs"), None),
         ("get", reverse("console:reconciliation-run", args=[run.pk]), None),
