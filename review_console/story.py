@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from idempotency_core.models import AuditEntry, Destination, ReviewCase
+from idempotency_core.models import AuditEntry, Destination, Operation, ReviewCase
 from review_console.glossary import resolution_label
 
 # What each step makes, as the object of a sentence ("the CRM refused the enquiry").
@@ -265,7 +265,19 @@ def _open_story(
     happened, todo = _STORIES.get(
         case.kind, ("Something needs a person.", "Read the details below, then decide.")
     )
+    if operation is not None and operation.status in _NOTHING_TO_TRY:
+        # Onefold cannot try it again (the page's decisions say so too): only a person in
+        # the CRM can remake a record deleted there.
+        words["retry"] = "re-create it in the CRM by hand"
+        if case.kind not in (_Kind.RECON_REMOVED, _Kind.RECON_CHANGED):
+            todo = f"Nothing is left to try: {_NOTHING_TO_TRY[operation.status]}. Close the case."
     return happened.format(**words), todo.format(**words)
+
+
+_NOTHING_TO_TRY = {
+    Operation.Status.SUCCEEDED: "it already worked",
+    Operation.Status.CANCELLED: "it was cancelled by a decision on this submission",
+}
 
 
 # One line per case in the queue, from its kind and step alone (the queue reads no

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from idempotency_core.execution.engine import operation_execute
@@ -99,3 +101,20 @@ def test_a_reconciliation_case_whose_step_was_cancelled_since_is_resolved_by_one
     assert entry.actor_label == "system:reconciliation" and entry.actor is None
     assert sweep()["reconciliation_cases_settled"] == 0
     assert reconcile(**period()).findings_total["missing"] == 0
+
+
+def test_a_case_page_never_asks_for_a_try_it_says_is_impossible(sandbox):
+    """Until the sweeper settles it, a reconciliation case whose step was cancelled
+    says there is nothing to try, to a Reviewer and to a Replay admin alike."""
+    event = ingest("cancelled", message="Cancelled.")
+    enquiry = op(event, "create_enquiry")
+    Operation.objects.filter(pk=enquiry.pk).update(status=Operation.Status.NEEDS_REVIEW)
+    reconcile(**period())
+    (case,) = ReviewCase.objects.filter(kind=ReviewCase.Kind.RECON_MISSING)
+    Operation.objects.filter(event=event).update(status=Operation.Status.CANCELLED)
+    for groups in (("Reviewers",), ("Reviewers", "Replay admins")):
+        client = Client()
+        client.force_login(make_user("-".join(groups).lower().replace(" ", "_"), groups=groups))
+        page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
+        assert "Nothing is left to try" in page, groups
+        assert "try it again" not in page and "ask a Replay admin" not in page, groups
