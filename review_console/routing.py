@@ -16,10 +16,13 @@ FAILURES_SINCE = timedelta(days=7)
 
 
 def routed_first(cases: QuerySet[ReviewCase], user: Any) -> QuerySet[ReviewCase]:
-    """`cases` with those routed to `user`, or to a group of theirs, first; then the
-    oldest first, as *Next case* has always taken them."""
+    """`cases` with those routed to `user`, or to a group of theirs (or escalated to
+    one), first; then the oldest first, as *Next case* has always taken them."""
+    groups = user.groups.all()
     mine = CaseRoute.objects.filter(case=OuterRef("pk")).filter(
-        Q(user_id=user.pk) | Q(group__in=user.groups.all())
+        Q(user_id=user.pk)
+        | Q(group__in=groups)
+        | Q(escalated_at__isnull=False, escalated_to__in=groups.values("name"))
     )
     return cases.annotate(routed_to_me=Exists(mine)).order_by("-routed_to_me", "created_at", "id")
 

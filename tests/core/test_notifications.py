@@ -206,3 +206,17 @@ def test_a_send_whose_worker_died_is_sent_again_once_its_lease_expired(staff) ->
     assert sent_to() == ["sam@staff.example"]
     row.refresh_from_db()
     assert (row.status, row.attempts) == ("sent", 2)
+
+
+def test_a_digest_block_sends_one_email_per_person_per_period(staff) -> None:
+    review(notify={"digest_minutes": 30})
+    first, second = permanent_case("period-1"), permanent_case("period-2")
+    tasks.case_notify(first.pk)
+    tasks.case_notify(second.pk)
+    # The first digest goes at once; the second case waits for the next turn, 30 min on.
+    assert sent_to() == ["rita@staff.example", "ron@staff.example"]
+    waiting = Notification.objects.filter(case=second, status="pending", digest=True)
+    assert waiting.count() == 2
+    turn = min(waiting.values_list("due_at", flat=True))
+    assert timedelta(minutes=29) < turn - timezone.now() <= timedelta(minutes=30)
+    assert notifications_sweep()["queued"] == 0  # not its turn yet
