@@ -337,11 +337,12 @@ class PipedriveCrm:
         )
 
     def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
-        """The lead's person (DELETE /v1/persons/{id}: "marks a person as deleted",
-        permanently after 30 days: https://developers.pipedrive.com/docs/api/v1/Persons#deletePerson),
-        the task activities (DELETE /api/v2/activities/{id}) and the lead (DELETE
-        /v1/leads/{id}), the lead last: until then it names its person, so a repeat
-        after a lost answer finds what is left; a 404 on any part is that part gone."""
+        """The lead's person unless already deleted (DELETE /v1/persons/{id}: "marks a
+        person as deleted", permanently after 30 days:
+        https://developers.pipedrive.com/docs/api/v1/Persons#deletePerson), the task
+        activities (DELETE /api/v2/activities/{id}) and the lead (DELETE /v1/leads/{id}),
+        the lead last: until then it names its person, so a repeat after a lost answer
+        finds what is left; a 404 on any part is that part gone."""
         if self.reference_check(record_id) is not None:
             raise DestinationError(
                 f"{record_id!r} is not a Pipedrive lead id", classification=Classification.PERMANENT
@@ -351,13 +352,25 @@ class PipedriveCrm:
             return Effect(ref=record_id, reply=http_reply(404), adopted=True)
         _raise_for_status(response)
         person_id = _data(response).get("person_id")
-        if person_id:
+        if person_id and self._person_live(int(person_id)):
             _deleted(self._send("DELETE", f"/v1/persons/{int(person_id)}"))
         for task_id in task_ids:
             _deleted(self._send("DELETE", f"/api/v2/activities/{_segment(task_id)}"))
         response = self._send("DELETE", f"/v1/leads/{_segment(record_id)}")
         _deleted(response)
         return Effect(ref=record_id, reply=http_reply(response.status_code))
+
+    def _person_live(self, person_id: int) -> bool:
+        """Whether the person is still there to delete (GET /api/v2/persons/{id}): a lead
+        keeps naming its person after the person's deletion, so a repeat after a lost
+        answer reads first and deletes nothing twice. Deleted: 404, or marked
+        `is_deleted` (v2) or `active_flag` false (v1) during Pipedrive's 30 days."""
+        response = self._send("GET", f"/api/v2/persons/{person_id}")
+        if response.status_code == 404:
+            return False
+        _raise_for_status(response)
+        person = _data(response)
+        return not person.get("is_deleted") and person.get("active_flag") is not False
 
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
