@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from django.contrib.auth.models import Group, User
+from django_q.models import OrmQ
 
 from idempotency_core.intake.sources import source_create_with_key, source_duplicates_set
 from idempotency_core.models import AuditEntry, Notification, ReviewCase
@@ -67,6 +68,10 @@ def staff(username: str, *groups: str, email: bool = True) -> User:
 def notices(sandbox) -> list[dict]:
     """The staff notifications the sink received (customers' confirmations set aside)."""
     return [m for m in sandbox.messages() if "@staff.example" in " ".join(m["rcpt_to"])]
+
+
+def notify_tasks_queued() -> int:
+    return sum(row.task.get("func", "").endswith("case_notify") for row in OrmQ.objects.all())
 
 
 def linked_case(message: dict) -> int:
@@ -166,10 +171,12 @@ def test_a_worker_killed_while_sending_notifications_sends_each_once(
     for name in names:
         staff(name, "Reviewers")
     apply_review(tmp_path, sandbox, "review:\n  notify: {email: true}\n")
-    # The first notification's SMTP DATA waits 2.5 s at the sink (within the SMTP and
-    # task timeouts): the kill lands in it, before the sink accepts the message.
-    sandbox.fault("send_email", "slow", times=1, seconds=2.5)
-    cluster = qcluster_factory(name="doomed", **ENV)
+    # The first notification's SMTP DATA waits 6 s at the sink, within the doomed
+    # cluster's SMTP timeout (half its 20 s lease) and task timeout: the kill lands in
+    # it, before the sink accepts the message.
+    sandbox.fault("send_email", "slow", times=1, seconds=6)
+    doomed = {**ENV, "ONEFOLD_LEASE_SECONDS": "20", "ONEFOLD_Q_TIMEOUT": "12"}
+    cluster = qcluster_factory(name="doomed", **doomed)
     case = permanent_case("killed-mid-send")
     wait_for(
         lambda: Notification.objects.filter(case=case, status="sending").exists(),
@@ -186,6 +193,9 @@ def test_a_worker_killed_while_sending_notifications_sends_each_once(
         interval=0.5,
         what="every notification, once the lease expired",
     )
-    time.sleep(20)  # past the broker's redelivery of the killed task: nothing more arrives
+    # Past the broker's redelivery of the killed task (its lock, the doomed cluster's
+    # `retry`, 41 s after it was taken): nothing more arrives.
+    wait_for(lambda: not notify_tasks_queued(), timeout=90, interval=1, what="the redelivery")
+    time.sleep(3)
     assert received(sandbox) == {(f"{name}@staff.example", case.pk): 1 for name in names}
     assert set(Notification.objects.values_list("status", flat=True)) == {"sent"}
