@@ -93,15 +93,18 @@ def _message_id(key: str) -> str:
     return f"<{key}@{domain.strip('> ')}>"
 
 
-def _target(row: Notification) -> str:
+def _intro(row: Notification) -> str:
     route = getattr(row.case, "route", None)
-    return route.target if route is not None else "your group"
+    if row.reason == Notification.Reason.OPENED and getattr(route, "user_id", None):
+        return "A case is routed to you."
+    target = route.target if route is not None else "your group"
+    return _INTROS[Notification.Reason(row.reason)].format(target=target)
 
 
 def notice_email(row: Notification) -> EmailMessage:
     """One case's email to one person, its Message-ID the row's key."""
     case = row.case
-    intro = _INTROS[Notification.Reason(row.reason)].format(target=_target(row))
+    intro = _intro(row)
     subject = _SUBJECTS[Notification.Reason(row.reason)].format(
         id=case.pk, kind=kind_words(case.kind)
     )
@@ -139,7 +142,7 @@ def digest_email(rows: Sequence[Notification]) -> EmailMessage:
 def webhook_body(row: Notification, url: str) -> dict[str, object]:
     """Slack's and Teams' incoming webhooks read `text`; others get the case as JSON."""
     case = row.case
-    intro = _INTROS[Notification.Reason(row.reason)].format(target=_target(row))
+    intro = _intro(row)
     text = "\n".join([intro, *_case_lines(case)])
     host = httpx.URL(url).host
     if host == "hooks.slack.com":
