@@ -4,14 +4,16 @@ a size over the cap, YAML with aliases, tags or deep nesting."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
 from idempotency_core.configuration.versions import config_current
 from idempotency_core.models import BusinessConfigVersion
-from tests.factories import make_user
+from tests.factories import ingest, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -67,3 +69,28 @@ def test_a_refused_draft_is_a_400_naming_it_and_nothing_is_saved(
     assert not BusinessConfigVersion.objects.exists()
     preview = reverse("console:settings-preview", args=["website", "contact", "confirmation"])
     assert client.post(preview, post(**{field: value})).status_code < 500
+
+
+@pytest.mark.parametrize(
+    ("title", "said"),
+    [
+        ("{% for a in message %}{% for b in message %}{% endfor %}{% endfor %}", "seconds"),
+        ("{% for a in message %}{{ message }}{% endfor %}", "longer than"),
+    ],
+    ids=["time", "output"],
+)
+def test_the_preview_renders_within_bounds_of_time_and_output(source, title, said) -> None:
+    """A template that passes the checks but would render for long (two loops over a
+    long message) is stopped in the preview as in the worker, and said so."""
+    user = make_user("sam", groups=("Settings admins",))
+    user.user_permissions.add(Permission.objects.get(codename="view_contact_details"))
+    client = Client()
+    client.force_login(User.objects.get(pk=user.pk))
+    ingest("long-1", message="x" * 20_000)
+    preview = reverse("console:settings-preview", args=["website", "contact", "task"])
+    data = {"based_on": str(config_current().number), "title": title, "event": ""}
+    started = time.monotonic()
+    response = client.post(preview, {**data, "assignee": "", "due_in_hours": "", "reason": ""})
+    assert time.monotonic() - started < 10
+    assert response.status_code == 200
+    assert said in response.content.decode()
