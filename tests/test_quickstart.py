@@ -317,7 +317,7 @@ def connections_to(database: str) -> int:
 @pytest.fixture
 def own_database(worker_id: str) -> Iterator[str]:
     """A database of the machine's PostgreSQL for one stack, dropped after."""
-    name = f"onefold_quickstart_{worker_id}"
+    name = f"onefold_quickstart_{worker_id}_{os.getpid()}"
     with psycopg.connect(MAINTENANCE_URL, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
