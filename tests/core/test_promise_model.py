@@ -46,6 +46,7 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -89,7 +90,7 @@ pytestmark = [
 ]
 
 SOAK_EXAMPLES = int(os.environ.get("ONEFOLD_SOAK_EXAMPLES") or 0)
-EXAMPLES = SOAK_EXAMPLES or int(os.environ.get("ONEFOLD_PROMISE_EXAMPLES") or 20)
+EXAMPLES = SOAK_EXAMPLES or int(os.environ.get("ONEFOLD_PROMISE_EXAMPLES") or 25)
 STEPS = 12
 SAVED = os.environ.get("ONEFOLD_PROMISE_DATABASE", "")
 REASON = "The promise model's reviewer"
@@ -322,11 +323,19 @@ class PromiseMachine(RuleBasedStateMachine):
                 f"the first was {sent.event_id}"
             )
 
+    @initialize(broken=st.sampled_from([(), ("html",), ("wpforms",), HOOKS]))
+    def field_maps_at_start(self, broken: tuple[str, ...]) -> None:
+        """Some examples start with a wrong map, where unreadable deliveries are kept."""
+        for source in broken:
+            self.map_break(source)
+
     @precondition(lambda self: len(self.wrong_maps) < len(HOOKS) and self.under("field map", 3))
     @rule(index=st.integers(0, 1))
     def field_map_broken(self, index: int) -> None:
         """A person saves a map that reads none of the form's contact fields."""
-        source = pick([s for s in HOOKS if s not in self.wrong_maps], index)
+        self.map_break(pick([s for s in HOOKS if s not in self.wrong_maps], index))
+
+    def map_break(self, source: str) -> None:
         self.note(f"field map made wrong ({source})")
         source_field_map_set(
             source=self.sources[source],
@@ -641,7 +650,7 @@ def test_html_without_id_unreadable_then_map_corrected_then_posted_again_then_re
     replay_steps(
         world,
         [
-            ("field_map_broken", {"index": 0}),
+            ("field_maps_at_start", {"broken": ("html",)}),
             ("hook_submission", {"kind": "html without id"}),
             ("field_map_corrected", {"index": 0}),
             ("hook_repeat", {"index": 0}),
@@ -658,10 +667,26 @@ def test_html_without_id_unreadable_then_map_corrected_then_remap_then_posted_ag
     replay_steps(
         world,
         [
-            ("field_map_broken", {"index": 0}),
+            ("field_maps_at_start", {"broken": ("html",)}),
             ("hook_submission", {"kind": "html without id"}),
             ("field_map_corrected", {"index": 0}),
             ("remap", {"source": "html"}),
+            ("hook_repeat", {"index": 0}),
+        ],
+    )
+
+
+def test_html_with_id_unreadable_then_map_corrected_then_posted_again(world: World) -> None:
+    """Found by the model at bdbcbdc: a form with form.js's submission_id kept as
+    unreadable, its map corrected, the same delivery again: answered 422
+    "delivered before with other content" (the kept payload is what the wrong map
+    read), where a repeat is 200 with the same event."""
+    replay_steps(
+        world,
+        [
+            ("field_maps_at_start", {"broken": ("html",)}),
+            ("hook_submission", {"kind": "html with id"}),
+            ("field_map_corrected", {"index": 0}),
             ("hook_repeat", {"index": 0}),
         ],
     )
