@@ -204,3 +204,22 @@ def test_dataverse_and_salesforce_delete_the_record_and_its_tasks(
         assert after["records_by_external_ref"] == {bob_keys["create_enquiry"]: 1}
         assert after["tasks_by_external_ref"] == {bob_keys["assign_task"]: 1}
         assert ada.operations.get(step="erase_person").status == "succeeded"
+
+
+def test_a_dry_run_with_crm_says_what_it_would_ask_and_calls_nothing(sandbox: Any) -> None:
+    two_people()
+    out = io.StringIO()
+    call_command(
+        "person",
+        "erase",
+        "--email",
+        ADA["email"],
+        "--reason",
+        "Asked",
+        "--crm",
+        "--dry-run",
+        stdout=out,
+    )
+    assert "would ask the CRM to delete the person (1 enquiries)" in out.getvalue()
+    assert sandbox.stats()["records"] == 2
+    assert not Operation.objects.filter(step="erase_person").exists()

@@ -84,3 +84,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{verb} {count} {what}")
         if verb == "removed":
             self.stdout.write(f"audit entry person_erased: {report.entry_id}")
+        elif report.crm_operations:
+            self.stdout.write(
+                f"would ask the CRM to delete the person ({len(report.crm_operations)} enquiries)"
+            )
