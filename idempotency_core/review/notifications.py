@@ -440,10 +440,11 @@ def notifications_sweep(*, now: datetime | None = None, batch: int = 200) -> dic
         report["routed"] = _route_lost(now, batch)
         report["escalated"] = _escalate_due(config, now, batch)
     report["recovered"] = _recover_leases(now, batch)
-    # Due digests, and single sends due a while (their task is lost), not queued lately.
+    # Due digests and retries, and first sends due a while (their task is lost), not
+    # queued lately.
     waiting = (
         Q(status="pending", due_at__lte=now)
-        & (Q(digest=True) | Q(due_at__lte=now - SEND_GRACE))
+        & (Q(digest=True) | Q(attempts__gt=0) | Q(due_at__lte=now - SEND_GRACE))
         & (Q(enqueued_at__isnull=True) | Q(enqueued_at__lte=now - SEND_GRACE))
     )
     report["queued"] = _queue_rows(waiting, now, batch)

@@ -177,6 +177,9 @@ def test_a_refusing_mail_server_is_retried_then_failed_on_record(staff, settings
     tasks.case_notify(case.pk)
     row = Notification.objects.get(case=case)
     assert (row.status, row.attempts) == ("pending", 1) and "could not be reached" in row.error
+    assert notifications_sweep()["queued"] == 0  # its next try is not due yet
+    Notification.objects.filter(pk=row.pk).update(due_at=timezone.now())
+    assert notifications_sweep()["queued"] == 1  # due: queued at once, as a retry
     for _ in range(4):
         Notification.objects.filter(pk=row.pk).update(due_at=timezone.now())
         tasks.case_notify(case.pk)
