@@ -38,6 +38,15 @@ def console_allows(user: Any, perm: str) -> bool:
     return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(perm))
 
 
+def may_try_again(user: Any, preview: dict[str, Any] | None) -> bool:
+    """Whether the case page offers *Try again* to `user`: Replay admins wherever the
+    replay rule allows it, anyone who may change cases where the engine proves it safe
+    (`preview` is selectors.replay_preview's; review/replay.py holds the rule)."""
+    if console_allows(user, REPLAY):
+        return True
+    return bool(preview and preview.get("proven_safe") and console_allows(user, CHANGE_CASES))
+
+
 def console_permission(perm: str) -> Callable:
     """View decorator: anonymous users go to the login page, everyone else without
     the permission gets 403 (a redirect loop to the login page helps nobody who is

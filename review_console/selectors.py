@@ -51,7 +51,12 @@ from idempotency_core.models import (
 )
 from idempotency_core.review.comparison import FetchedRecord
 from idempotency_core.review.contact import REVEAL_ACTION, REVEAL_WINDOW
-from idempotency_core.review.replay import replay_facts, replay_plan_for, replay_refusal
+from idempotency_core.review.replay import (
+    replay_facts,
+    replay_plan_for,
+    replay_proven_safe,
+    replay_refusal,
+)
 from review_console.causes import holds_in_force, without_held
 from review_console.filters import AuditFilter, CaseFilter
 from review_console.glossary import kind_label
@@ -962,6 +967,7 @@ def replay_preview(operation: Operation, *, destination_checked: bool = True) ->
         "blocked": blocked or "",
         "blocked_words": _blocked_words(facts) if blocked else "",
         "needs_check": facts.needs_check,
+        "proven_safe": replay_proven_safe(facts),
         "can_lookup": facts.lookup_can_answer,
         "native_lookup": capabilities.lookup,
         "window": window,

@@ -17,7 +17,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import BadRequest
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import (
     Http404,
     HttpRequest,
@@ -58,7 +58,7 @@ from idempotency_core.review.merge import (
     duplicate_record_refs,
 )
 from idempotency_core.review.refusals import ActionRefusedError
-from idempotency_core.review.replay import operation_replay
+from idempotency_core.review.replay import UNPROVEN, operation_replay
 from review_console import selectors
 from review_console.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
 from review_console.causes import (
@@ -94,6 +94,7 @@ from review_console.permissions import (
     acting_user,
     console_allows,
     console_permission,
+    may_try_again,
 )
 from review_console.presets import (
     CLOSE,
@@ -293,6 +294,7 @@ def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:
         context["unreadable"] = unreadable_view(case, unmasked=unmasked)
     if case.operation is not None:
         _operation_context(context, case.operation)
+        context["can_replay"] = may_try_again(user, context["replay"])
     story = case_story(
         case,
         customer=context["contact"]["name"] or "the customer",
@@ -646,7 +648,7 @@ def case_lookup(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
 
 
 @require_POST
-@console_permission(REPLAY)
+@console_permission(CHANGE_CASES)
 def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     operation = case.operation
@@ -655,7 +657,9 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
     data, initial = _decision_data(request, REPLAY_PRESETS, irreversible=True)
     form = ReplayForm(data, initial=initial)
     preview = selectors.replay_preview(operation)
-    if not preview["needs_check"]:
+    if not may_try_again(request.user, preview):
+        raise PermissionDenied(UNPROVEN)
+    if not preview["needs_check"] or not request.user.has_perm(REPLAY):
         # The destination recognises a repeat: there is nothing to confirm.
         del form.fields["destination_checked"]
     done = _confirm_action(

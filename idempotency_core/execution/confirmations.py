@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from idempotency_core.keys import contact_digest
-from idempotency_core.models import Attempt, Operation
+from idempotency_core.models import Attempt, ConfirmationAllowance, Operation
 from idempotency_core.sql import prepared_cursor
 from integrations.base import Classification, DestinationError
 
@@ -242,3 +242,27 @@ def _allowance_decide(operation: Operation, ask: AllowanceAsk) -> Allowance:
     with prepared_cursor() as cursor:
         cursor.execute(_ALLOW, params)
         return Allowance(ask, *cursor.fetchone())
+
+
+def confirmation_within_limits(operation: Operation, *, now: datetime | None = None) -> bool:
+    """Whether a confirmation held by the sending limits would be allowed now without a
+    person's say: its address and its source are under their limits again, and its
+    submission's CAPTCHA was checked. Read only: the worker's decision still counts it
+    under the recipient's lock when it is sent. True for a step that is no
+    confirmation (nothing limits it)."""
+    recipient = str((operation.content or {}).get("to") or "")
+    if (operation.content or {}).get("kind") != "confirmation" or not recipient:
+        return True
+    ask = AllowanceAsk.of(recipient, now=now)
+    since = ask.now - LIMIT_WINDOW
+    counted = ConfirmationAllowance.objects.filter(granted_at__gte=since).exclude(
+        operation_id=operation.pk
+    )
+    unchecked = operation.event.deliveries.filter(
+        outcome="accepted", verification__contains=CAPTCHA_UNCHECKED
+    ).exists()
+    return (
+        not unchecked
+        and counted.filter(recipient_digest=ask.digest).count() < ask.limits[0]
+        and counted.filter(source_id=operation.event.source_id).count() < ask.limits[1]
+    )

@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
+from idempotency_core.execution.confirmations import confirmation_within_limits
 from idempotency_core.execution.destinations import capabilities_of
 from idempotency_core.execution.engine import operation_enqueue, operation_unhold_later
 from idempotency_core.execution.policy import Recovery
@@ -22,6 +23,8 @@ from idempotency_core.review.refusals import ReplayRefusedError
 from integrations.base import Capabilities
 
 REPLAY_PERMISSION = "idempotency_core.replay_operation"
+# A Reviewer's: trying again where the engine proves it cannot make a second effect.
+CHANGE_CASES_PERMISSION = "idempotency_core.change_reviewcase"
 
 
 def replay_requires_destination_check(operation: Operation) -> bool:
@@ -37,9 +40,14 @@ def operation_replay(
     reason: str,
     destination_checked: bool = False,
 ) -> Operation:
-    """Schedules one more attempt with the original key, or refuses with a reason."""
-    if not actor.has_perm(REPLAY_PERMISSION):
-        raise PermissionDenied("Replaying needs the replay permission (Replay admins).")
+    """Schedules one more attempt with the original key, or refuses with a reason.
+
+    Replay admins may replay whatever the rule allows, on their word that the effect
+    is absent where that is asked; anyone who may change cases may where the engine
+    proves it safe (`replay_proven_safe`)."""
+    trusted = actor.has_perm(REPLAY_PERMISSION)
+    if not trusted and not actor.has_perm(CHANGE_CASES_PERMISSION):
+        raise PermissionDenied("Trying again needs the Reviewers or Replay admins role.")
     reason = reason.strip()
     if not reason:
         raise ReplayRefusedError("A replay needs a reason.")
@@ -48,7 +56,13 @@ def operation_replay(
         operation = (
             Operation.objects.select_for_update().select_related("event").get(pk=operation_id)
         )
-        refusal = replay_refusal(replay_facts(operation), destination_checked=destination_checked)
+        facts = replay_facts(operation)
+        if not trusted:
+            if not replay_proven_safe(facts):
+                raise ReplayRefusedError(UNPROVEN)
+            # The lookup that found nothing stands for a person's word.
+            destination_checked = facts.needs_check
+        refusal = replay_refusal(facts, destination_checked=destination_checked)
         if refusal is not None:
             raise ReplayRefusedError(refusal)
         recovery, unheld = _replay_schedule(operation, actor=actor, now=now)
@@ -121,6 +135,9 @@ class ReplayFacts:
     lookup_found: bool | None
     lookup_refs: tuple[str, ...]
     last_attempt_started_at: datetime | None
+    # A confirmation held by the sending limits (or an unchecked CAPTCHA) that they
+    # would still hold now.
+    limits_hold: bool = False
 
 
 def replay_facts(operation: Operation, *, capabilities: Capabilities | None = None) -> ReplayFacts:
@@ -151,7 +168,30 @@ def replay_facts(operation: Operation, *, capabilities: Capabilities | None = No
         lookup_found=lookup.details.get("found") if lookup is not None else None,
         lookup_refs=tuple(lookup.details.get("refs", [])) if lookup is not None else (),
         last_attempt_started_at=last_attempt.first(),
+        limits_hold=operation.status == Operation.Status.NEEDS_REVIEW
+        and not confirmation_within_limits(operation),
     )
+
+
+UNPROVEN = (
+    "Onefold cannot prove that trying again makes no second effect here, so it is a "
+    "Replay admin's decision: hand the case on to them."
+)
+
+
+def replay_proven_safe(facts: ReplayFacts) -> bool:
+    """The engine's own proof that one more attempt cannot make a second effect, so a
+    Reviewer may ask for it without anyone's word: nothing earlier may have applied it
+    (a refusal, a held confirmation now under its limits, a destination that recognises
+    a repeat), or a lookup since the last attempt found nothing. Pure."""
+    if facts.limits_hold:
+        return False
+    if not facts.needs_check:
+        return True
+    fresh = facts.lookup_at is not None and (
+        facts.last_attempt_started_at is None or facts.lookup_at >= facts.last_attempt_started_at
+    )
+    return facts.lookup_can_answer and fresh and facts.lookup_found is False
 
 
 def replay_refusal(facts: ReplayFacts, *, destination_checked: bool) -> str | None:

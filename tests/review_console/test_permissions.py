@@ -44,7 +44,8 @@ ACTIONS = [
     # POST without confirm: the confirmation page (200) or a redirect (302).
     ("console:case-take", None, "change", 302),
     ("console:case-lookup", "permanent", "change", 302),
-    ("console:case-replay", "permanent", "replay", 200),
+    # A refused step: the engine proves a try safe, so Reviewers may ask for it.
+    ("console:case-replay", "permanent", "change", 200),
     ("console:case-resolve", "permanent", "change", 200),
     ("console:case-close", "permanent", "change", 200),
     # An incomplete merge form: the compare page again, with what was typed kept.
@@ -288,8 +289,8 @@ def test_the_api_masks_contact_details_too(users):
     assert data["contact"]["email"] == "ada@example.com"
 
 
-def test_a_reviewer_sees_no_replay_button(users):
-    case = permanent_case()
+def test_a_reviewer_sees_no_replay_button_where_a_try_could_duplicate(users, ambiguous_case):
+    case = ambiguous_case("perm-amb")
     url = reverse("console:case-detail", args=[case.pk])
     reviewer_page = client_for(users, "reviewer").get(url).content.decode()
     admin_page = client_for(users, "replay_admin").get(url).content.decode()
