@@ -41,8 +41,15 @@ from review_console.permissions import (
     acting_user,
     console_permission,
 )
+from review_console.presets import Preset
 from review_console.views import _case_decision, _decision_data, _open_case
 
+# One click, as the console's other decisions: handing on is undone by taking it back.
+HAND_ON = {
+    "cannot_decide": Preset(
+        "cannot_decide", "Hand on", "I cannot decide it: handed on to the group that can"
+    )
+}
 EXAMPLE = """\
 review:
   routes:
@@ -192,7 +199,7 @@ def _review_save(request: HttpRequest, data: dict[str, Any]) -> list[str]:
 def case_hand_on_view(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _open_case(case_id)
     group = hand_on_group(case)
-    data, initial = _decision_data(request, {})
+    data, initial = _decision_data(request, HAND_ON)
     return _case_decision(
         request,
         case,

@@ -106,9 +106,10 @@ def test_hand_on_releases_my_case_to_the_group_that_decides_it_notified_and_firs
     assert client.get(reverse("console:case-hand-on", args=[case.pk])).status_code == 405
     confirm = client.post(reverse("console:case-hand-on", args=[case.pk]))
     assert confirm.status_code == 200 and b"hand it on to Replay admins" in confirm.content
+    # One click, as the page's button posts it, its reason preset and the note added.
     done = client.post(
         reverse("console:case-hand-on", args=[case.pk]),
-        {"confirm": "yes", "reason": "A replay is needed; I may not replay."},
+        {"preset": "cannot_decide", "note": "A replay is needed; I may not replay."},
     )
     assert done.status_code == 302
     case.refresh_from_db()
@@ -116,6 +117,9 @@ def test_hand_on_releases_my_case_to_the_group_that_decides_it_notified_and_firs
     assert CaseRoute.objects.get(case=case).target == "Replay admins"
     entry = AuditEntry.objects.get(action="case_handed_on")
     assert entry.actor == rita and entry.details["to"] == "Replay admins"
+    assert entry.reason.endswith(
+        "handed on to the group that can: A replay is needed; I may not replay."
+    )
     tasks.case_notify(case.pk)  # the task queued with the hand on
     assert [m.to for m in mail.outbox] == [["rex@staff.example"]]
     assert "handed on" in mail.outbox[0].subject
