@@ -109,12 +109,14 @@ def case_story(
     can_replay: bool,
     can_lookup: bool,
     audit: list[AuditEntry],
+    can_map: bool = False,
 ) -> Story:
-    """The two sentences of `case` for this viewer (their role decides what to do)."""
+    """The two sentences of `case` for this viewer (their role decides what to do;
+    `can_map`: they may correct how a form's fields are read)."""
     if case.status not in ReviewCase.OPEN_STATUSES:
         return _settled(case, audit)
     happened, todo = _open_story(
-        case, customer=customer, can_replay=can_replay, can_lookup=can_lookup
+        case, customer=customer, can_replay=can_replay, can_lookup=can_lookup, can_map=can_map
     )
     failed = _replay_failed(case, audit)
     if failed:
@@ -211,7 +213,7 @@ _STORIES: dict[str, tuple[str, str]] = {
     _Kind.UNREADABLE: (
         "A submission arrived, but Onefold could not read its fields, so nothing was created "
         "yet. It is kept.",
-        "Correct the form's field map (link below) and apply it; or close the case.",
+        "{Map}; or close the case if it is spam or a test.",
     ),
     _Kind.RECON_MISSING: (
         "{Thing} for {customer} is missing in the CRM.",
@@ -242,7 +244,7 @@ def _upper_first(text: str) -> str:
 
 
 def _open_story(
-    case: ReviewCase, *, customer: str, can_replay: bool, can_lookup: bool
+    case: ReviewCase, *, customer: str, can_replay: bool, can_lookup: bool, can_map: bool = False
 ) -> tuple[str, str]:
     operation = case.operation
     where = destination_words(operation.destination if operation else None)
@@ -260,6 +262,11 @@ def _open_story(
         "why": f": {why}." if why else ".",
         "retry": retry,
         "check": check,
+        # Only those who may change sources have the link to the choices.
+        "map": "choose which of the form's fields are the name, email and message (the "
+        "link below), then save and apply"
+        if can_map
+        else "hand it on to the Settings admins, who choose how this form's fields are read",
     }
     words |= {_upper_first(k): _upper_first(v) for k, v in list(words.items())}
     happened, todo = _STORIES.get(
@@ -274,7 +281,7 @@ def _open_story(
     return happened.format(**words), todo.format(**words)
 
 
-_NOTHING_TO_TRY = {
+_NOTHING_TO_TRY: dict[str, str] = {
     Operation.Status.SUCCEEDED: "it already worked",
     Operation.Status.CANCELLED: "it was cancelled by a decision on this submission",
 }
@@ -293,7 +300,7 @@ _LINES: dict[str, str] = {
     _Kind.DUPLICATE_RULE: "The CRM matched an existing record: link, or create anyway",
     _Kind.LATE_REPLAY: "Sent again long after: check, then close",
     _Kind.CONFIRMATION_HELD: "The confirmation email was held back: send it, or close",
-    _Kind.UNREADABLE: "Its fields could not be read: correct the field map",
+    _Kind.UNREADABLE: "Its fields could not be read: choose how they are read",
     _Kind.RECON_MISSING: "{Thing} is missing in the CRM",
     _Kind.RECON_ORPHAN: "A CRM record no submission explains",
     _Kind.RECON_REMOVED: "{Thing} was deleted in the CRM",
