@@ -51,6 +51,8 @@ MAX_PROPERTIES = 100
 MAX_NAMES = 50
 MAX_NAME_LENGTH = 100
 MAX_DUE_HOURS = 24 * 366
+# All templates of one document together: far beyond any business's configuration.
+MAX_TEMPLATE_TOKENS = 10_000
 CONTACT_VALUES = ("name", "first_name", "last_name", "email", "phone")
 _VALUE_PATH = re.compile(
     r"fields\.[^.\s]{1,100}|contact\.(?:" + "|".join(CONTACT_VALUES) + r")|form|source|message"
@@ -109,6 +111,8 @@ class _Check:
     sources: Collection[str]
     reply_to_domains: Collection[str] = ()
     problems: list[Problem] = field(default_factory=list)
+    # Tags and values of the templates read so far: compiling is what costs.
+    template_tokens: int = 0
 
     def add(self, path: Path, message: str, *, key: bool = False, line: int | None = None) -> None:
         if line is None:
@@ -196,6 +200,13 @@ def _section_check(check: _Check, path: Path, section: str, settings: object) ->
 def _template_check(check: _Check, path: Path, value: object) -> None:
     if not isinstance(value, str):
         check.add(path, f"must be a template (text; quote a number), not {_kind(value)}")
+        return
+    tokens = value.count("{{") + value.count("{%")
+    check.template_tokens += tokens
+    if check.template_tokens > MAX_TEMPLATE_TOKENS:
+        # Checked within seconds whatever the file: past this, nothing more is compiled.
+        if check.template_tokens - tokens <= MAX_TEMPLATE_TOKENS:
+            check.add(path, f"the templates hold more than {MAX_TEMPLATE_TOKENS} tags and values")
         return
     # The HTML email's, and each language's: a value where it would be loaded is refused.
     problem = template_problem(value, html=path[-1] == "html")

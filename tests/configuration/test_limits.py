@@ -260,3 +260,16 @@ def test_config_apply_refuses_a_file_over_a_mebibyte_unread(website: None, tmp_p
     path.write_text("sources: {}\n" + "#" * (2 * 1024 * 1024) + "\n")
     with pytest.raises(CommandError, match="1 MiB"):
         call_command("config", "apply", str(path))
+
+
+def test_a_mebibyte_of_templates_is_checked_within_seconds() -> None:
+    html = "<p>{{ contact.name|upper }}</p>" * 1500
+    forms = "".join(
+        f'      f{n}:\n        confirmation:\n          html: "{html}"\n' for n in range(21)
+    )
+    text = "sources:\n  website:\n    forms:\n" + forms
+    started = time.monotonic()
+    document, marks, problems = yaml_load(text)
+    problems += document_problems(document, sources={"website"}, marks=marks)
+    assert time.monotonic() - started < 6
+    assert [p.message for p in problems] == ["the templates hold more than 10000 tags and values"]
