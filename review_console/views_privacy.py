@@ -118,12 +118,12 @@ def privacy_erase(request: HttpRequest) -> HttpResponse:
         form.add_error(None, NO_DATA if isinstance(exc, PersonNotFoundError) else str(exc))
         return _page(request, erase_form=form)
     crm_erasures_enqueue(list(report.crm_operations))
-    removed = ", ".join(f"{count} {what}" for what, count in report.removed.items() if count)
+    done = ", ".join(f"{count} {what}" for what, count in report.removed.items() if count)
     crm = f"; {len(report.crm_operations)} CRM deletions queued" if report.crm_operations else ""
     messages.success(
         request,
         f"Erased the personal data of {report.events} submission{'' if report.events == 1 else 's'}"
-        f" ({removed or 'nothing was left'})"
+        f" ({done or 'nothing was left'})"
         f"{crm}. Audit entry {report.entry_id}.",
     )
     return HttpResponseRedirect(reverse("console:privacy"))
