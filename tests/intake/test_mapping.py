@@ -184,9 +184,8 @@ def test_a_plain_form_s_other_fields_become_extra_fields():
 # Every sample under tests/fixtures/senders/ and its providers/ folder, and the
 # contact and message its notes (the sibling .md) say it carries: (profile, name,
 # email, phone as normalised, message). "" where the sample has none.
-TYPEFORM_MESSAGE = json.loads((PROVIDERS / "typeform.json").read_text())["form_response"]["answers"][
-    0
-]["text"]
+TYPEFORM_ANSWERS = json.loads((PROVIDERS / "typeform.json").read_text())["form_response"]["answers"]
+TYPEFORM_MESSAGE = TYPEFORM_ANSWERS[0]["text"]
 CRLF_MESSAGE = ADA_MESSAGE.replace("\n", "\r\n")
 EXPECTED: dict[str, tuple[str, str, str, str, str]] = {
     "providers/typeform.json": ("typeform", "Laura", "laura@example.com", "", TYPEFORM_MESSAGE),

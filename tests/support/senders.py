@@ -44,6 +44,12 @@ class Sample:
     extra_headers: tuple[tuple[str, str], ...] = ()
 
 
+def _typeform_message() -> str:
+    """The long-text answer of Typeform's published sample: its message."""
+    document = json.loads((PROVIDERS / "typeform.json").read_text())
+    return str(document["form_response"]["answers"][0]["text"])
+
+
 def _b64(secret: str, message: bytes) -> str:
     return base64.b64encode(hmac.new(secret.encode(), message, hashlib.sha256).digest()).decode()
 
@@ -113,9 +119,7 @@ SAMPLES: dict[str, Sample] = {
             (
                 "Laura",
                 "laura@example.com",
-                json.loads((PROVIDERS / "typeform.json").read_text())["form_response"]["answers"][0][
-                    "text"
-                ],
+                _typeform_message(),
             ),
             sign=sign_typeform,
         ),
