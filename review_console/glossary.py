@@ -118,6 +118,9 @@ RESOLUTIONS: dict[str, str] = {
 ACTIONS: dict[str, str] = {
     "case_opened": "Case opened",
     "case_taken": "Took the case",
+    "case_routed": "Sent to the people who receive it",
+    "case_escalated": "Nobody took it: sent to more people",
+    "case_handed_on": "Handed on to the group that can decide it",
     "case_resolved": "Resolved with a confirmed record",
     "case_closed": "Closed",
     "case_settled_by_success": "Settled: the step then worked",
