@@ -165,17 +165,11 @@ def _settle_as_repeat(event: Event, twin: Event, *, actor: User | None, reason: 
     """The unreadable case settled as a repeat of `twin`, linked and audited; nothing is
     created. False when its case was settled meanwhile (checked under the lock)."""
     with transaction.atomic():
-        locked = Event.objects.select_for_update().get(pk=event.pk)
-        case = (
-            ReviewCase.objects.select_for_update()
-            .filter(event=locked, kind=ReviewCase.Kind.UNREADABLE)
-            .filter(status__in=ReviewCase.OPEN_STATUSES)
-            .first()
-        )
-        if case is None or locked.operations.exists():
+        waiting = _still_waiting(event)
+        if waiting is None:
             return False
         review_case_settle(
-            case,
+            waiting[1],
             status=ReviewCase.Status.RESOLVED,
             code="repeat",
             note=(
@@ -189,6 +183,21 @@ def _settle_as_repeat(event: Event, twin: Event, *, actor: User | None, reason: 
             details={"repeat_of": str(twin.pk), "repeat_of_key": twin.key},
         )
     return True
+
+
+def _still_waiting(event: Event) -> tuple[Event, ReviewCase] | None:
+    """The event, locked, and its open unreadable case, while it still waits without
+    operations; None once it was admitted or its case settled. Call in a transaction."""
+    locked = Event.objects.select_for_update().select_related("source").get(pk=event.pk)
+    case = (
+        ReviewCase.objects.select_for_update()
+        .filter(event=locked, kind=ReviewCase.Kind.UNREADABLE)
+        .filter(status__in=ReviewCase.OPEN_STATUSES)
+        .first()
+    )
+    if case is None or locked.operations.exists():
+        return None
+    return locked, case
 
 
 def _changed(before: dict[str, object], after: dict[str, object]) -> tuple[str, ...]:
@@ -218,15 +227,10 @@ def _admit(
     False when it was admitted or its case settled meanwhile (checked under the lock)."""
     now = timezone.now()
     with transaction.atomic():
-        locked = Event.objects.select_for_update().select_related("source").get(pk=event.pk)
-        case = (
-            ReviewCase.objects.select_for_update()
-            .filter(event=locked, kind=ReviewCase.Kind.UNREADABLE)
-            .filter(status__in=ReviewCase.OPEN_STATUSES)
-            .first()
-        )
-        if case is None or locked.operations.exists():
+        waiting = _still_waiting(event)
+        if waiting is None:
             return False
+        locked, case = waiting
         _payload_store(locked, payload)
         operations = event_operations_create(event=locked, now=now)
         review_case_settle(
