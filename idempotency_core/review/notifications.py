@@ -484,7 +484,8 @@ def _route_lost(now: datetime, batch: int) -> int:
         .values_list("pk", flat=True)[:batch]
     )
     for case_id in lost:
-        case_route(case_id=case_id, now=now)
+        if case_route(case_id=case_id, now=now) is not None:
+            case_notify_enqueue(case_id, force=True)  # its sends, now
     return len(lost)
 
 

@@ -223,3 +223,15 @@ def test_a_digest_block_sends_one_email_per_person_per_period(staff) -> None:
     turn = min(waiting.values_list("due_at", flat=True))
     assert timedelta(minutes=29) < turn - timezone.now() <= timedelta(minutes=30)
     assert notifications_sweep()["queued"] == 0  # not its turn yet
+
+
+def test_a_case_whose_task_was_lost_is_routed_and_sent_by_the_sweeper(staff) -> None:
+    review(routes=[{"match": {"kind": "permanent_failure"}, "to": "sam"}])
+    case = permanent_case("lost-1")
+    OrmQ.objects.all().delete()  # the task is lost
+    assert notifications_sweep()["routed"] == 0  # it may still be on its way
+    ReviewCase.objects.filter(pk=case.pk).update(created_at=timezone.now() - timedelta(seconds=30))
+    assert notifications_sweep()["routed"] == 1
+    assert notify_tasks() == [case.pk]
+    tasks.case_notify(case.pk)
+    assert sent_to() == ["sam@staff.example"]
