@@ -1,4 +1,5 @@
-"""django-q2's ORM broker, with a dequeue that never races and reads few rows."""
+"""django-q2's ORM broker, with a dequeue that never races and reads few rows, and
+prepared statements: the one module that writes django-q2's queue table."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import timedelta
 from time import sleep
 from typing import Any
 
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -19,12 +21,21 @@ from idempotency_core.sql import prepared_cursor
 # screens. What a task does is written by the worker's own statements, whose commits
 # wait for the flush. The dequeue's function sets it in its body.
 _NO_FLUSH_WAIT = "set_config('synchronous_commit', 'off', true)"
+_ENQUEUE = "INSERT INTO django_q_ormq (key, payload, lock) VALUES (%s, %s, %s) RETURNING id"
 _DEQUEUE = "SELECT task_id, task_payload FROM onefold_queue_take(%s, %s, %s, %s)"
 # One statement, its setting made in it (it needs no plan of its own).
 _ACKNOWLEDGE = f"DELETE FROM django_q_ormq WHERE id = %s AND (SELECT {_NO_FLUSH_WAIT}) = 'off'"
 
 
 class SkipLockedORM(ORM):  # type: ignore[misc]  # django-q2 ships no types
+    def enqueue(self, task: str) -> Any:
+        """As django-q2's ORM broker: due at once, in the caller's transaction if any."""
+        if transaction.get_autocommit(using=Conf.ORM):  # as django-q2's `get_connection`
+            close_old_connections()
+        with prepared_cursor(Conf.ORM) as cursor:
+            cursor.execute(_ENQUEUE, [self.list_key or Conf.CLUSTER_NAME, task, timezone.now()])
+            return cursor.fetchone()[0]
+
     def dequeue(self) -> list[tuple[Any, Any]] | None:
         self.get_connection()  # as django-q2 does: close connections past their age
         now = timezone.now()

@@ -2,57 +2,52 @@
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, TypeVar
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
-from psycopg._queries import PostgresQuery, _query2pg
 
 M = TypeVar("M", bound=models.Model)
 
-
-class _StatementQuery(PostgresQuery):
-    """psycopg converts a query's `%s` placeholders to `$n` once per distinct query,
-    but caches the conversion only for queries under 4,096 characters and 50
-    parameters (psycopg/_queries.py: an ORM's `INSERT ... VALUES (...), (...)` varies
-    in length and would flood the cache). The statements here are a small fixed set,
-    and ingest's passes both limits, so they are always cached."""
-
-    def convert(self, query: Any, vars: Any) -> None:
-        if vars is None or not isinstance(query, str):
-            super().convert(query, vars)
-            return
-        # As PostgresQuery.convert does, with the cached conversion (private, psycopg 3.3).
-        self.query, self._want_formats, self._order, self._parts = _query2pg(
-            query.encode(self._tx.encoding), self._tx.encoding
-        )
-        self.dump(vars)
+_PLACEHOLDER = re.compile(r"%(.)", re.DOTALL)
 
 
-class _PreparedCursor(psycopg.Cursor[Any]):
-    """A server-binding cursor (Django's own cursors bind on the client, and so can
-    never be prepared), asking psycopg to prepare what it executes: PostgreSQL parses
-    and plans the statement once per connection (settings: DATABASE_PREPARED_STATEMENTS).
-    It also keeps the query for Django's `last_executed_query` (the debug log, captured
-    queries), which psycopg sets only on the path that does not prepare."""
+@lru_cache(maxsize=256)
+def native(query: str) -> bytes:
+    """`query` with PostgreSQL's own `$n` placeholders for its `%s` (`%%` a literal
+    `%`), once per statement: the statements here are a small fixed set, and psycopg's
+    own conversion is cached only for short ones with few parameters."""
+    numbers = iter(range(1, query.count("%s") + 1))
 
-    _query_cls = _StatementQuery
+    def one(match: re.Match[str]) -> str:
+        if match.group(1) == "s":
+            return f"${next(numbers)}"
+        if match.group(1) == "%":
+            return "%"
+        raise ValueError(f"only %s placeholders, not %{match.group(1)}: {query[:80]}")
+
+    return _PLACEHOLDER.sub(one, query).encode()
+
+
+class _PreparedCursor(psycopg.RawCursor[Any]):
+    """A server-binding cursor that prepares what it executes: PostgreSQL parses and
+    plans each statement once per connection (settings: DATABASE_PREPARED_STATEMENTS).
+    Takes `%s` placeholders, as Django's cursors do, and sends them as `$n`."""
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if params is not None and isinstance(query, str):
+            query = native(query)
         return super().execute(query, params, prepare=True, **kwargs)
-
-    def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:
-        self._query = pgq
-        super()._send_query_prepared(name, pgq, binary=binary)
 
 
 # One idle cursor per connection, kept for the next statement: a psycopg cursor finds
@@ -65,10 +60,11 @@ _idle: weakref.WeakKeyDictionary[psycopg.Connection[Any], _PreparedCursor] = (
 
 @contextmanager
 def prepared_cursor(alias: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
-    """A prepared-statement cursor on `alias`'s connection, in Django's wrapper. Joins
-    the connection's transaction, if one is open, like any cursor. The connection's
-    idle cursor when it has one (taken while in use: a nested use gets a new one), kept
-    again after a body that ended without an error, closed after one that raised."""
+    """A prepared-statement cursor on `alias`'s connection, in Django's wrapper (its
+    query log included). Joins the connection's transaction, if one is open, like any
+    cursor. The connection's idle cursor when it has one (taken while in use: a nested
+    use gets a new one), kept again after a body that ended without an error, closed
+    after one that raised."""
     db = connections[alias]
     db.close_if_health_check_failed()
     if db.connection is None:  # else ensure_connection has nothing to do but its check
@@ -76,11 +72,12 @@ def prepared_cursor(alias: str = DEFAULT_DB_ALIAS) -> Iterator[Any]:
     raw = _idle.pop(db.connection, None)
     if raw is None or raw.closed:
         raw = _PreparedCursor(db.connection)
-    # `_prepare_cursor`: how Django wraps every cursor it makes (untyped, private).
-    wrap = db._prepare_cursor  # type: ignore[attr-defined]
+    db.validate_thread_sharing()
+    wrap = db.make_debug_cursor if db.queries_logged else db.make_cursor
+    unwrapped: Any = raw  # django-stubs types the cursor these take as Django's wrapper
     try:
         with db.wrap_database_errors:
-            yield wrap(raw)
+            yield wrap(unwrapped)
     except BaseException:
         raw.close()
         raise

@@ -153,6 +153,139 @@ def test_import_linter_contracts_are_kept():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# -- public APIs of the libraries -------------------------------------------------------
+
+LIBRARIES = ("psycopg", "django", "django_q")
+# django-q2 modules its documentation does not present (how it signs a package).
+UNDOCUMENTED = ("django_q.signing", "django_q.core_signing")
+
+
+def private_imports(path: Path, tree: ast.Module) -> Iterator[str]:
+    for line, names in imported_names(path, tree):
+        for name in sorted(names):
+            parts = name.split(".")
+            if parts[0] in LIBRARIES and (
+                any(part.startswith("_") for part in parts)
+                or any(name == module or name.startswith(f"{module}.") for module in UNDOCUMENTED)
+            ):
+                yield f"{where(path, line)} imports {name}"
+
+
+def private_members() -> set[str]:
+    """The underscored attributes and methods of the cursor, connection and broker
+    classes product code works with: reading, writing or overriding one is using an
+    internal."""
+    import django_q.brokers.orm
+    import psycopg
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
+
+    classes = (
+        psycopg.Cursor,
+        psycopg.RawCursor,
+        psycopg.ClientCursor,
+        psycopg.Connection,
+        BaseDatabaseWrapper,
+        CursorWrapper,
+        django_q.brokers.orm.ORM,
+    )
+    return {
+        name
+        for cls in classes
+        for name in dir(cls)
+        if name.startswith("_") and not name.endswith("__")
+    }
+
+
+def private_member_uses(path: Path, tree: ast.Module, members: set[str]) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in members:
+            yield f"{where(path, node.lineno)} uses .{node.attr}"
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                defined = {item.name} if isinstance(item, ast.FunctionDef) else set()
+                if isinstance(item, ast.Assign | ast.AnnAssign):
+                    targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                    defined = {t.id for t in targets if isinstance(t, ast.Name)}
+                for name in sorted(defined & members):
+                    yield f"{where(path, item.lineno)} overrides {name}"
+
+
+def test_product_code_uses_only_the_public_api_of_psycopg_django_and_django_q():
+    members = private_members()
+    offenders = [
+        offence
+        for top in PRODUCT
+        for path in python_files(top, migrations=True)
+        for tree in [parse(path)]
+        for offence in [*private_imports(path, tree), *private_member_uses(path, tree, members)]
+    ]
+    assert not offenders, "private library API in product code:\n" + "\n".join(offenders)
+
+
+# The one module that writes django-q2's queue table: the broker class (Q_CLUSTER's
+# `broker_class`, django-q2's documented extension point).
+BROKER_MODULE = Path("idempotency_core/broker.py")
+QUEUE_TABLE_WRITE = re.compile(
+    r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?|COPY|MERGE\s+INTO)"
+    r"\s+(?:ONLY\s+)?\"?django_q_ormq\b",
+    re.IGNORECASE,
+)
+# What a read of the queue may call on `OrmQ.objects`; anything else may write.
+QUEUE_READS = frozenset(
+    {"objects", "using", "filter", "exclude", "order_by", "values", "values_list", "annotate"}
+    | {"exists", "count", "first", "last", "get", "all", "aggregate", "iterator", "only"}
+    | {"DoesNotExist", "MultipleObjectsReturned"}
+)
+
+
+def queue_writes(path: Path, tree: ast.Module) -> Iterator[str]:
+    """SQL text that writes the queue table, and any use of django-q2's `OrmQ` model but
+    a read through its manager (`OrmQ.objects.filter(...).count()`)."""
+    names = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "django_q.models"
+        for alias in node.names
+        if alias.name == "OrmQ"
+    }
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if QUEUE_TABLE_WRITE.search(node.value):
+                yield f"{where(path, node.lineno)} writes django_q_ormq in SQL"
+        elif isinstance(node, ast.Name) and node.id in names and not _a_read(node, parents):
+            yield f"{where(path, node.lineno)} uses {node.id} beyond a read"
+
+
+def _a_read(name: ast.Name, parents: dict[ast.AST, ast.AST]) -> bool:
+    """`name` starts a chain of `QUEUE_READS` attributes and calls of them that is not
+    handed to anything as an argument (which might write through it)."""
+    use: ast.AST = name
+    while True:
+        parent = parents.get(use)
+        if isinstance(parent, ast.Attribute):
+            if parent.attr not in QUEUE_READS:
+                return False
+        elif isinstance(parent, ast.Call):
+            if parent.func is not use:
+                return False
+        else:
+            return use is not name
+        use = parent
+
+
+def test_only_the_broker_class_writes_django_q2s_queue():
+    offenders = [
+        offence
+        for top in PRODUCT
+        for path in python_files(top)
+        if path.relative_to(REPO) != BROKER_MODULE
+        for offence in queue_writes(path, parse(path))
+    ]
+    assert not offenders, "queue rows written outside the broker class:\n" + "\n".join(offenders)
+
+
 # -- a repository that stands alone ------------------------------------------------------
 
 

@@ -12,16 +12,32 @@ message and the end of the stream, which leaves libpq's connection BAD once read
 `is_usable` reads what has arrived and looks at the connection's state. A connection
 the network dropped silently answers neither check until a query times out; that is
 the same with `SELECT 1`.
+
+And `last_executed_query` for a server-binding cursor (the prepared statements' in
+idempotency_core/sql.py), which psycopg gives no query text: composed as Django does
+for every cursor under `server_side_binding`.
 """
 
 from __future__ import annotations
 
 import psycopg
-from django.db.backends.postgresql import base
+from django.db.backends.postgresql import base, operations
 from psycopg import pq
 
 
+class DatabaseOperations(operations.DatabaseOperations):
+    def last_executed_query(self, cursor: object, sql: str, params: object) -> str:
+        if isinstance(cursor, psycopg.ClientCursor):
+            return super().last_executed_query(cursor, sql, params)
+        try:
+            return str(self.compose_sql(sql, params))
+        except psycopg.DataError:
+            return sql  # a value the client cannot quote: the statement as written
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    ops_class = DatabaseOperations
+
     def is_usable(self) -> bool:
         if self.connection is None:
             return False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import traceback
 import uuid
@@ -17,15 +18,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django_q.brokers import get_broker
 from django_q.conf import Conf
-from django_q.signals import pre_enqueue
-from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
 from idempotency_core.audit.cases import (
@@ -114,33 +114,15 @@ def operation_enqueue(operation_id: int) -> None:
     """
     queue = _queue.get()
     options = {"cluster": queue} if queue else {}
-    async_task(TASK, operation_id, task_name=f"operation-{operation_id}", **options)
+    broker = _broker(queue or Conf.CLUSTER_NAME, os.getpid())
+    async_task(TASK, operation_id, task_name=f"operation-{operation_id}", broker=broker, **options)
 
 
-def operation_task_package(operation_id: int) -> tuple[str, str]:
-    """The queue and signed package of the task `operation_enqueue` would queue, for
-    ingest's single statement: `async_task`'s task without the parts no worker reads
-    (tests/core/test_task_package.py holds the two to the same task)."""
-    queue = _queue.get()
-    task: dict[str, object] = {
-        "id": uuid.uuid4().hex,
-        "name": f"operation-{operation_id}",
-        "func": TASK,
-        "args": (operation_id,),
-    }
-    if queue:
-        task["cluster"] = queue
-    for key, value in (
-        ("cached", Conf.CACHED),
-        ("sync", Conf.SYNC),
-        ("ack_failure", Conf.ACK_FAILURES),
-    ):
-        if value:
-            task[key] = value
-    task["kwargs"] = {}
-    task["started"] = timezone.now()
-    pre_enqueue.send(sender="django_q", task=task)
-    return queue or Conf.CLUSTER_NAME, SignedPackage.dumps(task)
+@lru_cache(maxsize=16)
+def _broker(queue: str, pid: int) -> Any:
+    """The process's broker for `queue`, made once: `async_task` would make one for every
+    task. By process: a forked child makes its own."""
+    return get_broker(queue)
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,19 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transac
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from django_q.conf import Conf
-from django_q.models import OrmQ
 
-from idempotency_core.execution.engine import operation_enqueue, operation_task_package
+from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.models import Delivery, Event, Operation
-from idempotency_core.sql import columns_of, instance_new, prepared_cursor, table_of
+from idempotency_core.sql import columns_of, prepared_cursor, table_of
 
 # Operation ids taken from the sequence at once: a submission uses one per step.
 ID_BLOCK = 96
 
 
 def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Delivery) -> bool:
-    """Inserts the event and, if it was new, its operations, its delivery and the first
-    operation's task, in one statement (the task after it, with a broker elsewhere).
+    """Inserts the event and, if it was new, its operations and its delivery, in one
+    statement, and queues the first operation's task: in the same transaction with
+    django-q2's ORM broker on this database, after the commit with a broker elsewhere.
     True when the event was new; the operations then have their ids."""
     for operation, pk in zip(operations, _operation_ids(len(operations)), strict=True):
         operation.pk = pk
@@ -38,23 +38,29 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
         _Rows.of(Operation, operations, db, now),
         _Rows.of(Delivery, [delivery], db, now),
     ]
-    queue_here = db.alias == Conf.ORM
-    if queue_here:
-        queue, package = operation_task_package(operations[0].pk)
-        # As django-q2's ORM broker enqueues it: due at once.
-        task = instance_new(OrmQ, {"key": queue, "payload": package, "lock": now})
-        tables.append(_Rows.of(OrmQ, [task], db, now))
     sql = _statement(tuple(rows.shape for rows in tables))
-    with prepared_cursor(db.alias) as cursor:
-        cursor.execute(sql, [value for rows in tables for value in rows.params])
-        (created,) = cursor.fetchone()
+    params = [value for rows in tables for value in rows.params]
+    first = operations[0].pk
+    if db.alias == Conf.ORM:
+        with transaction.atomic(using=db.alias, savepoint=False):
+            created = _rows_write(db.alias, sql, params)
+            if created:
+                operation_enqueue(first)
+    else:
+        created = _rows_write(db.alias, sql, params)
+        if created:
+            transaction.on_commit(lambda: operation_enqueue(first), using=db.alias)
     if created:
         for row in (event, *operations):
             row._state.adding = False
             row._state.db = db.alias
-        if not queue_here:
-            first = operations[0].pk
-            transaction.on_commit(lambda: operation_enqueue(first))
+    return created
+
+
+def _rows_write(alias: str, sql: str, params: list[object]) -> bool:
+    with prepared_cursor(alias) as cursor:
+        cursor.execute(sql, params)
+        (created,) = cursor.fetchone()
     return bool(created)
 
 

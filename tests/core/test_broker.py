@@ -44,13 +44,29 @@ def test_a_dequeue_is_one_statement_and_takes_the_oldest_due_row():
     broker.get_connection()  # its close_old_connections() first, outside the capture
     with CaptureQueriesContext(connections["default"]) as captured:
         tasks = broker.dequeue()
-    assert [q["sql"] for q in captured.captured_queries] == [
-        "SELECT task_id, task_payload FROM onefold_queue_take($1, $2, $3, $4)"
-    ]
+    (sql,) = [q["sql"] for q in captured.captured_queries]
+    # As the query log shows a server-bound statement: its parameters quoted in.
+    assert sql.startswith(f"SELECT task_id, task_payload FROM onefold_queue_take('{key}', "), sql
     first = OrmQ.objects.filter(key=key).order_by("id").first()
     assert tasks == [(first.pk, "task-0")]
     first.refresh_from_db()
     assert first.lock > timezone.now() + timedelta(seconds=Conf.RETRY - 5)  # leased
+
+
+def test_a_task_queued_in_a_transaction_is_one_insert_that_rolls_back_with_it():
+    broker = SkipLockedORM(list_key="enqueue-test")
+    with CaptureQueriesContext(connections["default"]) as captured:
+        task_id = broker.enqueue("payload")
+    assert [q["sql"].split(" (")[0] for q in captured.captured_queries] == [
+        "INSERT INTO django_q_ormq"
+    ]
+    row = OrmQ.objects.get(pk=task_id)
+    assert (row.key, row.payload) == ("enqueue-test", "payload")
+    assert row.lock <= timezone.now()  # due at once, as django-q2's own broker queues it
+    with pytest.raises(RuntimeError), transaction.atomic():
+        broker.enqueue("rolled back")
+        raise RuntimeError
+    assert not OrmQ.objects.filter(payload="rolled back").exists()
 
 
 def test_a_burst_is_dequeued_along_the_primary_key_after_a_cluster_idled_on_an_empty_queue():

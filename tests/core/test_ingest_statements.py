@@ -25,7 +25,6 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.conf import Conf
-from psycopg._queries import _query2pg
 
 from idempotency_core.config_cache import config_cache_clear
 from idempotency_core.execution.engine import TASK
@@ -46,6 +45,7 @@ from idempotency_core.models import (
     Source,
     SourceApiKey,
 )
+from idempotency_core.sql import native
 from idempotency_core.tasks import operation_run
 from tests.factories import URL, post, submission
 from tests.support.processes import REPO, app_env, start_web
@@ -104,17 +104,19 @@ def elsewhere(action: Callable[[], Any]) -> None:
     time.sleep(NOTIFY_DELIVERY_SECONDS)
 
 
-def test_a_new_submission_is_one_statement_inserting_its_four_rows(api):
+def test_a_new_submission_is_one_statement_inserting_its_rows_and_its_task(api):
     operation_ids_forget()  # the warm-up takes a new block of ids, the next has enough
     assert post(api, person(0), key="warm-up").status_code == 202  # fills the cache
     status, sent = statements(api, person(1), "new")
     assert status == 202
     # No API key read, no read of the event before its INSERT, no destination read, no
-    # duplicate search, no BEGIN or COMMIT: one autocommit statement writes the event,
-    # its operations, its delivery and its task (intake/ingest_statement.py).
+    # duplicate search: one statement writes the event, its operations and its delivery,
+    # and django-q2's `async_task` queues its task in the same transaction.
     assert sent == [
-        "WITH INSERT idempotency_core_event, idempotency_core_operation, "
-        "idempotency_core_delivery, django_q_ormq"
+        "BEGIN",
+        "WITH INSERT idempotency_core_event, idempotency_core_operation, idempotency_core_delivery",
+        "INSERT django_q_ormq",
+        "COMMIT",
     ]
     event = Event.objects.get(key="new")
     operations = list(event.operations.order_by("position"))
@@ -128,15 +130,15 @@ def test_a_new_submission_is_one_statement_inserting_its_four_rows(api):
     assert len(moments) == 1
 
 
-def test_the_statements_placeholder_conversion_is_reused_past_psycopgs_cache_limits(api):
+def test_the_statements_placeholder_conversion_is_made_once_per_statement(api):
     """psycopg caches a query's `%s` to `$n` conversion only under 4,096 characters and
-    50 parameters; the ingest statement passes the parameter limit, and converting it
-    anew was 7% of a request's CPU. sql._StatementQuery always uses the cache."""
+    50 parameters; the ingest statement passes the parameter limit. `sql.native`
+    converts each statement once."""
     assert post(api, person(0), key="warm-up").status_code == 202
-    before = _query2pg.cache_info()
+    before = native.cache_info()
     for n in range(1, 4):
         assert post(api, person(n), key=f"cached-{n}").status_code == 202
-    after = _query2pg.cache_info()
+    after = native.cache_info()
     assert after.misses == before.misses
     assert after.hits >= before.hits + 3
 
@@ -147,10 +149,10 @@ def test_operation_ids_come_from_a_block_one_read_for_many_submissions(api):
     assert post(api, person(0), key="warm-up").status_code == 202  # fills the cache
     operation_ids_forget()
     _, first = statements(api, person(1), "a")
-    assert first[0] == "SELECT generate_series" and len(first) == 2  # a block of nextval()
+    assert first[0] == "SELECT generate_series"  # a block of nextval()
     for n in range(2, ID_BLOCK // 3 + 1):  # the rest of the block: 3 ids each
         _, sent = statements(api, person(n), f"k{n}")
-        assert len(sent) == 1, sent
+        assert sent == first[1:], sent
 
 
 def test_a_repeat_is_the_statement_that_creates_nothing_one_read_and_its_delivery(api):
@@ -160,8 +162,9 @@ def test_a_repeat_is_the_statement_that_creates_nothing_one_read_and_its_deliver
     assert status == 200
     assert sent == [
         # ON CONFLICT DO NOTHING: the constraint decides, and nothing else is inserted
-        "WITH INSERT idempotency_core_event, idempotency_core_operation, "
-        "idempotency_core_delivery, django_q_ormq",
+        "BEGIN",
+        "WITH INSERT idempotency_core_event, idempotency_core_operation, idempotency_core_delivery",
+        "COMMIT",
         "SELECT idempotency_core_operation",  # the event with its operations' statuses
         "INSERT idempotency_core_delivery",
     ]
@@ -177,8 +180,10 @@ def test_an_edit_is_one_read_of_what_it_revises_then_the_same_statement(api):
     assert status == 202
     assert sent == [
         "SELECT idempotency_core_event",  # the event it revises, checked before
-        "WITH INSERT idempotency_core_event, idempotency_core_operation, "
-        "idempotency_core_delivery, django_q_ormq",
+        "BEGIN",
+        "WITH INSERT idempotency_core_event, idempotency_core_operation, idempotency_core_delivery",
+        "INSERT django_q_ormq",
+        "COMMIT",
     ]
     edit = Event.objects.get(key="edit")
     assert edit.revises == Event.objects.get(key="first")
