@@ -125,7 +125,8 @@ class Sent:
     key: str = ""
     body: Any = None
     content_type: str = ""
-    edit: bool = False
+    # An edit or a second submission: retried, never edited or repeated itself.
+    follow_up: bool = False
 
 
 @dataclass
@@ -246,12 +247,12 @@ class PromiseMachine(RuleBasedStateMachine):
         assert answer.status_code == 200, answer.text
         assert answer.json()["event_id"] == sent.event_id
 
-    @precondition(lambda self: any(not s.edit for s in self.api_sent))
+    @precondition(lambda self: any(not s.follow_up for s in self.api_sent))
     @rule(index=st.integers(0, 50))
     def api_edit(self, index: int) -> None:
         """An edit: a new key that `revises` the original, updating its enquiry."""
         self.note("api edit (revises)")
-        original = pick([s for s in self.api_sent if not s.edit], index)
+        original = pick([s for s in self.api_sent if not s.follow_up], index)
         key = f"edit-{uuid.uuid4()}"
         body = {
             **original.body,
@@ -262,14 +263,16 @@ class PromiseMachine(RuleBasedStateMachine):
         assert answer.status_code == 202, answer.text
         event_id = answer.json()["event_id"]
         self.people[original.email].events.add(event_id)
-        self.api_sent.append(Sent(original.source, original.email, event_id, key, body, edit=True))
+        self.api_sent.append(
+            Sent(original.source, original.email, event_id, key, body, follow_up=True)
+        )
 
-    @precondition(lambda self: any(not s.edit for s in self.api_sent))
+    @precondition(lambda self: any(not s.follow_up for s in self.api_sent))
     @rule(index=st.integers(0, 50))
     def same_person_again(self, index: int) -> None:
         """The person sends the same message again under a new key (a double click in
         another tab): flagged and written, or held for a reviewer under `hold`."""
-        original = pick([s for s in self.api_sent if not s.edit], index)
+        original = pick([s for s in self.api_sent if not s.follow_up], index)
         self.note(f"same message again ({original.source})")
         key = f"again-{uuid.uuid4()}"
         body = {**original.body, "message": "  " + original.body["message"].upper()}
@@ -280,7 +283,9 @@ class PromiseMachine(RuleBasedStateMachine):
         person.events.add(event_id)
         if original.source == "api":  # flagged: the business sees two submissions
             person.submissions += 1
-        self.api_sent.append(Sent(original.source, original.email, event_id, key, body, edit=True))
+        self.api_sent.append(
+            Sent(original.source, original.email, event_id, key, body, follow_up=True)
+        )
 
     # -- hooks ---------------------------------------------------------------------
 
