@@ -130,7 +130,9 @@ def case_route(*, case_id: int, now: datetime | None = None) -> CaseRoute | None
                 reason=f"Routed to {name}.",
                 details={"to": name, "source": source, "form": form, "kind": case.kind},
             )
-            _plan(case, config, people_of(group, user), name, Notification.Reason.OPENED, now)
+            if case.owner_id is None:  # someone already took it: nobody need be told
+                people = people_of(group, user)
+                _plan(case, config, people, name, Notification.Reason.OPENED, now)
     except IntegrityError:  # another task routed it first: theirs stands
         return CaseRoute.objects.get(case_id=case_id)
     return route
