@@ -124,6 +124,8 @@ def test_hand_on_releases_my_case_to_the_group_that_decides_it_notified_and_firs
     assert [m.to for m in mail.outbox] == [["rex@staff.example"]]
     assert "handed on" in mail.outbox[0].subject
     assert not Notification.objects.filter(user=other_admin, status="sent").exists()
+    page = client_as(rex).get(reverse("console:case-detail", args=[case.pk])).content.decode()
+    assert "Sent to</dt><dd>Replay admins" in page and "rex (handed on: sent)" in page
     response = client_as(rex).post(reverse("console:case-next"))
     assert response["Location"] == reverse("console:case-detail", args=[case.pk])
     older.refresh_from_db()
