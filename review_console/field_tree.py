@@ -15,13 +15,20 @@ masked: which field holds a contact detail is exactly what is not known yet.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db.models import Exists, OuterRef
 
 from idempotency_core.intake.hooks import missing_lines, submission_from
 from idempotency_core.intake.remap import kept_document, unreadable_waiting
+from idempotency_core.intake.senders.finding import (
+    JOTFORM_QUESTION,
+    Answer,
+    answers_labelled,
+    fold_composites,
+)
 from idempotency_core.intake.senders.mapping import text
 from idempotency_core.intake.senders.profiles import PRESETS, Profile, profile_resolve
 from idempotency_core.models import Delivery, Event, ReviewCase, Source
@@ -34,16 +41,27 @@ VALUE_SHOWN = 160
 RECENT_KEPT = 20
 
 Path = tuple[str | int, ...]
+_QUESTION = re.compile(JOTFORM_QUESTION)
 
 
 @dataclass(frozen=True)
 class Leaf:
     path: Path
     value: str
+    # The form's own label for the path's first key, where the delivery says it
+    # (Jotform's `pretty`: "Student's Name"); "" when it does not.
+    title: str = ""
 
     @property
     def label(self) -> str:
         return " \u203a ".join(str(part) for part in self.path)  # a right angle quote
+
+    @property
+    def shown(self) -> str:
+        """What a person picks: the form's label where known, else the path."""
+        if not self.title:
+            return self.label
+        return " \u203a ".join([self.title, *(str(part) for part in self.path[1:])])
 
     @property
     def expression(self) -> str:
@@ -78,7 +96,23 @@ def leaves(document: Any, *, unmasked: bool, limit: int = LEAVES_LIMIT) -> list[
             found.append(Leaf(path, shown if unmasked else mask_value(shown)))
 
     walk(document, ())
-    return found
+    titles = form_labels(document)
+    return [replace(leaf, title=titles.get(str(leaf.path[0]), "")) for leaf in found]
+
+
+def form_labels(document: Any) -> dict[str, str]:
+    """Each answer's label as the form shows it, where the delivery carries the labels
+    (a `pretty` text of "Label:value, ..."), by the answer's key."""
+    if not isinstance(document, dict) or not isinstance(document.get("pretty"), str):
+        return {}
+    # Composite answers posted part by part (`q3_name[first]`) fold into one, in the
+    # form's order, which `pretty` follows; a repeat (rawRequest's) is the same answer.
+    answers: dict[str, Answer] = {}
+    for key, value in fold_composites((str(k), v) for k, v in document.items()):
+        if _QUESTION.match(key) and key not in answers:
+            answers[key] = Answer(key, value)
+    labelled = answers_labelled(list(answers.values()), document["pretty"])
+    return {answer.key: answer.label for answer in labelled if answer.label}
 
 
 def source_profile(source: Source) -> Profile | None:

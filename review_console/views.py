@@ -301,6 +301,7 @@ def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:
         can_replay=context["can_replay"],
         can_lookup=bool(context.get("replay", {}).get("can_lookup")),
         audit=audit,
+        can_map=user.has_perm(CHANGE_SOURCE),
     )
     context["story"] = story
     context["waiting"] = story.tone == "info"

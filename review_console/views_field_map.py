@@ -36,6 +36,8 @@ from review_console.views_sources import CHANGE_SOURCE
 # A target's choice: leave the map's current expression, or read nothing.
 KEEP, NOTHING = "", "-"
 TARGETS = ("email", "phone", "message")
+# Saving and applying is one decision; its reason is preset (a person may change it).
+DEFAULT_REASON = "Read the form's fields as the form names them"
 
 
 class FieldMapForm(forms.Form):
@@ -50,11 +52,16 @@ class FieldMapForm(forms.Form):
     extras = forms.MultipleChoiceField(
         required=False, label="Extra fields", widget=forms.CheckboxSelectMultiple
     )
-    reason = forms.CharField(required=False, strip=True, label="Reason (for the audit trail)")
+    reason = forms.CharField(
+        required=False,
+        strip=True,
+        label="Reason (for the audit trail)",
+        initial=DEFAULT_REASON,
+    )
 
     def __init__(self, *args: Any, paths: list[Leaf], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        options = [(leaf.expression, leaf.label) for leaf in paths]
+        options = [(leaf.expression, leaf.shown) for leaf in paths]
         for name in ("name", *TARGETS):
             keep = [(KEEP, "Keep as the map reads it now"), (NOTHING, "Nothing")]
             self._choices(name, [*keep, *options])
@@ -142,7 +149,8 @@ def _editor(
     paths = field_tree(current)
     current_map = (source.profile_overrides or {}).get("field_map") or {}
     if form is None:
-        form = FieldMapForm(initial=_initial(current_map, paths), paths=paths)
+        initial = {**_initial(current_map, paths), "reason": DEFAULT_REASON}
+        form = FieldMapForm(initial=initial, paths=paths)
     shown = preview if preview is not None else current
     return render(
         request,
@@ -238,6 +246,10 @@ def source_field_map_save(request: HttpRequest, source_id: int) -> HttpResponse:
     except InvalidProfileError as exc:
         form.add_error(None, str(exc))
         return _editor(request, source, form=form, candidate=candidate, status=400)
+    if request.POST.get("apply"):
+        # The map just picked is the one saved and applied: one decision, one reason.
+        _apply(request, source, form.cleaned_data.get("reason") or DEFAULT_REASON, version)
+        return redirect(reverse("console:source-field-map", args=[source.pk]))
     waiting = _waiting(source)
     messages.success(
         request,
@@ -261,25 +273,7 @@ def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse
     source = _hooked(source_id)
     form = ReasonForm(request.POST if _confirmed(request) else None)
     if form.is_bound and form.is_valid():
-        processed = still = 0
-        for change in events_remap(
-            source=source,
-            since=None,
-            dry_run=False,
-            unreadable_only=True,
-            actor=acting_user(request),
-            reason=form.cleaned_data["reason"],
-        ):
-            if change.admitted or change.repeat_of:
-                processed += 1
-            elif change.error:
-                still += 1
-        messages.success(
-            request,
-            f"{processed} waiting deliver{'y' if processed == 1 else 'ies'} of {source.name} "
-            f"now processed under {'its' if processed == 1 else 'their'} original "
-            f"key{'' if processed == 1 else 's'}; {still} still unreadable.",
-        )
+        _apply(request, source, form.cleaned_data["reason"])
         return redirect(reverse("console:source-field-map", args=[source.pk]))
     waiting = _waiting(source)
     return render(
@@ -297,4 +291,29 @@ def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse
             "confirmation run as for any other, and its case is resolved. The ones it "
             "still cannot read keep waiting. Applying it again changes nothing.",
         },
+    )
+
+
+def _apply(request: HttpRequest, source: Source, reason: str, version: int | None = None) -> None:
+    """The saved map applied to the waiting unreadable deliveries (remap's service), and
+    what it did, in a message."""
+    processed = still = 0
+    for change in events_remap(
+        source=source,
+        since=None,
+        dry_run=False,
+        unreadable_only=True,
+        actor=acting_user(request),
+        reason=reason,
+    ):
+        if change.admitted or change.repeat_of:
+            processed += 1
+        elif change.error:
+            still += 1
+    saved = f"The map of {source.name} is saved (version {version}). " if version else ""
+    one = processed == 1
+    messages.success(
+        request,
+        f"{saved}{processed} waiting submission{'' if one else 's'} {'is' if one else 'are'} "
+        f"now read and on {'its' if one else 'their'} way to the CRM; {still} still unreadable.",
     )

@@ -87,7 +87,7 @@ def test_the_field_tree_shows_values_only_to_those_who_may_see_contact_details()
     editor = reverse("console:source-field-map", args=[source.pk])
     seen = client_for(settings_admin(contact=True)).get(editor).content.decode()
     assert "q3_studentsName \u203a first" in seen and "Lovelace" in seen
-    assert "1 unreadable delivery waits" in seen
+    assert "1 submission waits" in seen
     masked = client_for(settings_admin(contact=False)).get(editor).content.decode()
     assert "q3_studentsName \u203a first" in masked
     assert "Lovelace" not in masked and "GCSE" not in masked
@@ -103,7 +103,7 @@ def test_a_preview_writes_nothing_and_says_what_would_still_be_unreadable():
     preview = admin.post(url, picks())
     assert preview.status_code == 200
     html = preview.content.decode()
-    assert "<strong>1</strong> of the waiting deliveries would be read" in html
+    assert "<strong>1</strong> of the waiting submissions would be read" in html
     assert "Ada Lovelace" in html and "q4_subject" in html
     source.refresh_from_db()
     assert source.profile_overrides == ANOTHER_FORMS_MAP
@@ -150,7 +150,7 @@ def test_saved_as_a_version_then_applied_once_under_the_original_key():
     assert (applied.actor, applied.reason) == (user, "Read with the student's name")
 
     again = admin.post(apply, {"confirm": "yes", "reason": "Again"}, follow=True)
-    assert "0 waiting deliveries" in again.content.decode()
+    assert "0 waiting submissions are now read" in again.content.decode()
     assert event.operations.count() == 3
     assert AuditEntry.objects.filter(action="remapped").count() == 1
 
@@ -171,7 +171,7 @@ def test_the_case_shows_the_fields_what_was_missing_and_the_map():
     case = ReviewCase.objects.get(event=event)
     url = reverse("console:case-detail", args=[case.pk])
     seen = client_for(settings_admin(contact=True)).get(url).content.decode()
-    assert "The delivery as received" in seen
+    assert "The submission as received" in seen
     assert "q3_studentsName \u203a first" in seen and "Lovelace" in seen
     assert "No name, email address or phone number" in seen
     assert "_fullName" in seen  # the map that read it
@@ -180,8 +180,42 @@ def test_the_case_shows_the_fields_what_was_missing_and_the_map():
     masked = reviewer.get(url).content.decode()
     assert "q3_studentsName \u203a first" in masked
     assert "Lovelace" not in masked and "GCSE" not in masked
-    # A reviewer who may not change sources is not sent to a page that refuses them.
+    # A reviewer who may not change sources is not sent to a page that refuses them,
+    # nor told of a link they do not have: the case goes to those who have it.
     assert reverse("console:source-field-map", args=[source.pk]) not in masked
+    assert "link below" not in masked and "Hand it on to the Settings admins" in masked
+    assert "(the link below)" in seen
+
+
+def test_settings_admins_own_sources_field_maps_and_the_journey():
+    """The Settings admins group itself (not a permission added by hand): Sources, the
+    editor, the journey and the unreadable case, and the editor's choices saved and
+    applied in one post, the form's labels in the picker."""
+    source, event = unreadable_jotform()
+    admin = client_for(make_user("sia", groups=("Settings admins",)))
+    case = ReviewCase.objects.get(event=event)
+    for url in (
+        reverse("console:source-list"),
+        reverse("console:source-detail", args=[source.pk]),
+        reverse("console:journey", args=[source.name, "*"]),
+        reverse("console:case-detail", args=[case.pk]),
+    ):
+        assert admin.get(url).status_code == 200, url
+    editor = reverse("console:source-field-map", args=[source.pk])
+    html = admin.get(editor).content.decode()
+    assert ">Student&#x27;s Name \u203a first</option>" in html
+    assert "Save and apply to the 1 waiting" in html
+    assert html.index("Save and apply to the") > html.index('id="id_name_first"')
+    done = admin.post(
+        reverse("console:source-field-map-save", args=[source.pk]),
+        picks(reason="Read the form's fields as the form names them", apply="1"),
+        follow=True,
+    )
+    assert "1 waiting submission is now read" in done.content.decode()
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("resolved", "remapped")
+    event.refresh_from_db()
+    assert event.payload["contact"] == {"name": "Ada Lovelace"}
 
 
 def test_the_source_page_says_how_many_wait_and_links_to_the_editor(users):
