@@ -374,11 +374,12 @@ class _Renderer:
         self, payload: Mapping[str, Any], step: str, version: ConfigVersion | None = None
     ) -> dict[str, Any]:
         """Raises DestinationError when a template cannot be rendered."""
+        version = version or self.version
         shown = shown_payload(payload, unmasked=self.unmasked)
+        if not self.unmasked:
+            _choices_kept(shown, payload, version, self.source.name)
         event = Event(source=self.source, payload=shown, form=str(shown.get("form") or ""))
-        content = content_preview(
-            event=event, step=step, version=version or self.version, refs=self.refs
-        )
+        content = content_preview(event=event, step=step, version=version, refs=self.refs)
         return content or {}
 
     def stored(self, step: str, content: Mapping[str, Any]) -> dict[str, Any]:
@@ -392,6 +393,36 @@ class _Renderer:
         except DestinationError:
             rendered = {}
         return {**rendered, **{key: content[key] for key in STORED_CHOICES if key in content}}
+
+
+def _choices_kept(
+    shown: dict[str, Any], real: Mapping[str, Any], version: ConfigVersion, source: str
+) -> None:
+    """Puts back into the masked `shown` each field that only chooses among configured
+    options (a `language_field`, an assignee's `from_field`) when its real value is one
+    of them: it says nothing the configuration does not, and the masked page then shows
+    the language and the assignee the real submission gets."""
+    block = form_block(version.document, source, str(real.get("form") or ""))[1] or {}
+    confirmation = block.get("confirmation") or {}
+    assignee = (block.get("task") or {}).get("assignee")
+    # Each field, its options, and whether its first part chooses too ("fr-CA": "fr").
+    options: dict[str, tuple[set[str], bool]] = {}
+    if confirmation.get("language_field"):
+        codes = {str(code).casefold() for code in confirmation.get("languages") or {}}
+        options[str(confirmation["language_field"])] = (codes, True)
+    if isinstance(assignee, Mapping) and assignee.get("from_field"):
+        keys = {str(key).casefold() for key in assignee.get("map") or {}}
+        options[str(assignee["from_field"])] = (keys, False)
+    real_fields = real.get("fields") or {}
+    for path, (allowed, by_prefix) in options.items():
+        head, _, name = path.partition(".")
+        value = real_fields.get(name) if head == "fields" else None
+        if not isinstance(value, str):
+            continue
+        folded = value.strip().casefold()
+        prefix = folded.replace("_", "-").partition("-")[0]
+        if folded in allowed or (by_prefix and prefix in allowed):
+            shown.setdefault("fields", {})[name] = value
 
 
 def _version(number: Any) -> ConfigVersion:

@@ -59,3 +59,30 @@ def test_a_reviewer_sees_nothing_of_the_stored_values_however_transformed(users,
     # Rendered from the masked values instead, the stored version's templates.
     assert "a%2A%2A%2A%40example.com" in page
     assert "Contact details are masked" in page
+
+
+def test_a_reviewer_sees_the_language_and_assignee_the_real_values_choose(users, sandbox):
+    # The values that only choose among configured options (a language code, a key of
+    # an assignee map) are kept when they are one of those options: they say nothing
+    # the configuration does not.
+    configured(
+        {
+            "contact": {
+                "task": {"assignee": {"from_field": "fields.region", "map": {"north": "ana"}}},
+                "confirmation": {
+                    "subject": "Thanks",
+                    "language_field": "fields.lang",
+                    "languages": {"fr": {"subject": "Merci"}},
+                },
+            }
+        }
+    )
+    completed("journey-mask-2", fields={"lang": "fr", "region": "north", "address": "12 Crescent"})
+    client = Client()
+    client.force_login(users["reviewer"])
+    response = client.get(reverse("console:journey", args=["website", "contact"]))
+    first = response.context["journey"].paths[0]
+    assert ("Subject", "Merci") in first.customer.lines
+    assert ("Language", "fr") in first.customer.lines
+    assert any(k == "Assignee" and v.startswith("ana ") for k, v in first.task.lines)
+    assert "Crescent" not in response.content.decode()
