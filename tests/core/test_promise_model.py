@@ -695,3 +695,17 @@ def test_html_with_id_unreadable_then_map_corrected_then_posted_again(world: Wor
             ("hook_repeat", {"index": 0}),
         ],
     )
+
+
+def test_wpforms_unreadable_then_map_corrected_then_posted_again(world: World) -> None:
+    """The same with a provider's id (WPForms' entry_id), found by the model at bdbcbdc
+    in `make test`'s run: 422 to the sender's own repeat once its map was corrected."""
+    replay_steps(
+        world,
+        [
+            ("field_maps_at_start", {"broken": ("wpforms",)}),
+            ("hook_submission", {"kind": "wpforms"}),
+            ("field_map_corrected", {"index": 0}),
+            ("hook_repeat", {"index": 0}),
+        ],
+    )
