@@ -817,12 +817,41 @@ def settled_by(case: ReviewCase, audit: list[AuditEntry]) -> str:
     """Who settled the case: a person's name, "Onefold", or "" while it is open."""
     if case.status in ReviewCase.OPEN_STATUSES:
         return ""
+    for index in range(len(audit) - 1, -1, -1):
+        entry = audit[index]
+        if entry.case_id == case.pk and entry.action in _SETTLING:
+            # Onefold settles a case when what a person asked for works (a replay, a
+            # merge, a send again): the decision was that person's.
+            asker = entry.actor or _asked_by(case, audit[:index])
+            if asker is None:
+                return "Onefold"
+            return asker.get_full_name().strip() or asker.get_username()
+    return ""
+
+
+def settled_note(case: ReviewCase, audit: list[AuditEntry]) -> str:
+    """The settling person's note, shown beside who decided; "" when Onefold wrote it
+    (its note is technical: under Technical details)."""
     for entry in reversed(audit):
         if entry.case_id == case.pk and entry.action in _SETTLING:
-            if entry.actor is None:
-                return "Onefold"
-            return entry.actor.get_full_name().strip() or entry.actor.get_username()
+            return case.resolution_note if entry.actor is not None else ""
     return ""
+
+
+_ASKED = frozenset(
+    {"replay", "merge_requested", "email_send_again", "duplicate_rule_create_anyway"}
+)
+
+
+def _asked_by(case: ReviewCase, earlier: list[AuditEntry]) -> Any:
+    """The person whose request (of `_ASKED`) last preceded Onefold's settling."""
+    for entry in reversed(earlier):
+        ours = entry.case_id == case.pk or (
+            case.operation_id is not None and entry.operation_id == case.operation_id
+        )
+        if ours and entry.action in _ASKED and entry.actor is not None:
+            return entry.actor
+    return None
 
 
 def audit_filterset(params: QueryDict) -> AuditFilter:

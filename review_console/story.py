@@ -110,11 +110,13 @@ def case_story(
     can_lookup: bool,
     audit: list[AuditEntry],
     can_map: bool = False,
+    can_reopen: bool = True,
 ) -> Story:
     """The two sentences of `case` for this viewer (their role decides what to do;
-    `can_map`: they may correct how a form's fields are read)."""
+    `can_map`: they may correct how a form's fields are read; `can_reopen`: the
+    settled case may be reopened, by them)."""
     if case.status not in ReviewCase.OPEN_STATUSES:
-        return _settled(case, audit)
+        return _settled(case, audit, can_reopen=can_reopen)
     happened, todo = _open_story(
         case, customer=customer, can_replay=can_replay, can_lookup=can_lookup, can_map=can_map
     )
@@ -122,23 +124,33 @@ def case_story(
     if failed:
         happened = f"{failed} {happened}"
     elif case.status == ReviewCase.Status.IN_PROGRESS and _waiting_on_a_try(case, audit):
+        asked = _waiting_on_a_try(case, audit)
         return Story(
             happened=happened,
-            todo=(
-                "It is being tried again now. The case settles by itself when that works; "
-                "if it fails again, the case comes back to the queue."
-            ),
+            todo=f"{_UNDER_WAY.get(asked, _UNDER_WAY['replay'])} The case settles by itself "
+            "when that works; if it fails, the case comes back to the queue.",
             tone="info",
         )
     return Story(happened=happened, todo=todo)
 
 
-def _settled(case: ReviewCase, audit: list[AuditEntry]) -> Story:
+# What a person asked for that is under way, as the case page says it (nothing else
+# is offered meanwhile: the decision is made).
+_UNDER_WAY = {
+    "replay": "It is being tried again now.",
+    "merge_requested": "The two records are being merged into one now.",
+    "email_send_again": "The email is being sent again now.",
+    "duplicate_rule_create_anyway": "It is being created in the CRM now.",
+}
+
+
+def _settled(case: ReviewCase, audit: list[AuditEntry], *, can_reopen: bool) -> Story:
     how = resolution_label(case.resolution_code) or "settled"
     verb = "Closed" if case.status == ReviewCase.Status.CLOSED else "Resolved"
     return Story(
         happened=f"{verb}: {how[0].lower() + how[1:]}.",
-        todo="Nothing left to do. If this was decided wrongly, reopen it.",
+        todo="Nothing left to do."
+        + (" If this was decided wrongly, reopen it." if can_reopen else ""),
         tone="good",
     )
 
@@ -152,12 +164,14 @@ def _replay_failed(case: ReviewCase, audit: list[AuditEntry]) -> str:
     return ""
 
 
-def _waiting_on_a_try(case: ReviewCase, audit: list[AuditEntry]) -> bool:
-    """A replay or a send again was asked for and has not come back yet."""
-    asked = {"replay", "email_send_again", "merge_requested", "duplicate_rule_create_anyway"}
+def _waiting_on_a_try(case: ReviewCase, audit: list[AuditEntry]) -> str:
+    """What was asked for (a replay, a send again, a merge...) and has not come back
+    yet: its audit action, or ""."""
     decisions = [e for e in audit if e.case_id == case.pk or e.operation_id == case.operation_id]
     decisions = [e for e in decisions if e.action not in ("destination_lookup", "case_taken")]
-    return bool(decisions) and decisions[-1].action in asked
+    if decisions and decisions[-1].action in _UNDER_WAY:
+        return decisions[-1].action
+    return ""
 
 
 _Kind = ReviewCase.Kind

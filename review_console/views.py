@@ -288,6 +288,7 @@ def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:
         "close_presets": list(CLOSE.values()),
         "where": destination_words(case.operation.destination if case.operation else None),
         "settled_by": selectors.settled_by(case, audit),
+        "settled_note": selectors.settled_note(case, audit),
         "reopen": case_reopen_check(case),
     }
     if case.kind == ReviewCase.Kind.UNREADABLE:
@@ -302,6 +303,7 @@ def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:
         can_lookup=bool(context.get("replay", {}).get("can_lookup")),
         audit=audit,
         can_map=user.has_perm(CHANGE_SOURCE),
+        can_reopen=bool(context["reopen"].possible and context["can_change"]),
     )
     context["story"] = story
     context["waiting"] = story.tone == "info"
