@@ -57,12 +57,9 @@ def operation_replay(
             Operation.objects.select_for_update().select_related("event").get(pk=operation_id)
         )
         facts = replay_facts(operation)
-        if not trusted:
-            if not replay_proven_safe(facts):
-                raise ReplayRefusedError(UNPROVEN)
-            # The lookup that found nothing stands for a person's word.
-            destination_checked = facts.needs_check
-        refusal = replay_refusal(facts, destination_checked=destination_checked)
+        refusal = replay_refusal(
+            facts, destination_checked=_vouched(facts, trusted, destination_checked)
+        )
         if refusal is not None:
             raise ReplayRefusedError(refusal)
         recovery, unheld = _replay_schedule(operation, actor=actor, now=now)
@@ -94,6 +91,16 @@ def operation_replay(
         operation_enqueue(operation.pk)
     operation.refresh_from_db()
     return operation
+
+
+def _vouched(facts: ReplayFacts, trusted: bool, destination_checked: bool) -> bool:
+    """Whether the effect's absence is vouched for: a Replay admin's word, or, for anyone
+    else, only the engine's proof (a lookup that found nothing stands for the word)."""
+    if trusted:
+        return destination_checked
+    if not replay_proven_safe(facts):
+        raise ReplayRefusedError(UNPROVEN)
+    return facts.needs_check
 
 
 def _replay_schedule(operation: Operation, *, actor: User, now: datetime) -> tuple[str, list[int]]:
