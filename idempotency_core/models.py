@@ -172,8 +172,9 @@ class DestinationPause(models.TextChoices):
 
 class DestinationBudget(models.Model):
     """A destination's request budget and pause, shared by every worker (execution/budget.py):
-    a generic cell rate, each request moving `next_free_at` on by `spacing_seconds`,
-    allowed while it is at most `tolerance_seconds` ahead of now.
+    a cell rate spreads requests, each moving `next_free_at` on by `spacing_seconds`
+    (at most `tolerance_seconds` ahead of now), and the log of its requests
+    (`DestinationRequest`) caps any rolling window at `requests`.
     """
 
     Pause = DestinationPause
@@ -193,10 +194,35 @@ class DestinationBudget(models.Model):
     pause_kind = models.CharField(max_length=20, choices=Pause.choices, blank=True)
     pause_reason = models.TextField(blank=True)
     paused_at = models.DateTimeField(null=True, blank=True)
+    # 429s its answers gave: after the budget was learned from its headers or set by
+    # the operator (a defect: the budget should have held), and before.
+    rate_limited_known = models.PositiveIntegerField(default=0, db_default=0)
+    rate_limited_unknown = models.PositiveIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"budget of {self.destination_id}"
+
+
+class DestinationRequest(models.Model):
+    """One request within a destination's rolling window (execution/budget.py), by the
+    database's clock alone: sent no earlier than `at`, answered (so counted by the
+    vendor) no later than `finished_at`; it holds a place in the window until
+    `finished_at` plus the window. A row with `at` = `finished_at` stands for requests
+    the vendor counted and Onefold did not send (its headers said so)."""
+
+    destination = models.ForeignKey(Destination, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The budget's reservation: a destination's requests still in its window.
+            models.Index(fields=["destination", "at"], name="destination_request_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"request to {self.destination_id} at {self.at}"
 
 
 class Event(models.Model):

@@ -27,7 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class Classification(StrEnum):
@@ -72,6 +75,26 @@ class RateLimit(StrEnum):
     # concurrent_idempotent_requests). This attempt did nothing; it is asked again after
     # `retry_after`, not counted, and nothing else waits.
     IN_PROGRESS = "in_progress"
+
+
+class RequestGate(Protocol):
+    """What surrounds each request to a destination (`integrations.http.send`): `before`
+    waits for the destination's shared budget, or raises a RETRYABLE `DestinationError`
+    with `rate_limit` set when the wait would be long; `after` learns from the answer's
+    rate-limit headers; `failed` (optional) is told when no answer came. `scope` names
+    what it spends: two gates of one scope around one request are one."""
+
+    scope: str
+
+    def before(self, method: str, url: str) -> None: ...
+
+    def after(self, response: httpx.Response) -> None: ...
+
+
+class Gated(Protocol):
+    """An HTTP adapter: each of its requests goes through `gate` (None: no budget)."""
+
+    gate: RequestGate | None
 
 
 @dataclass(frozen=True)

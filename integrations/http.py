@@ -32,26 +32,21 @@ import threading
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
-from integrations.base import BudgetHint, Classification, DestinationError, RateLimit, http_reply
+from integrations.base import (
+    BudgetHint,
+    Classification,
+    DestinationError,
+    RateLimit,
+    RequestGate,
+    http_reply,
+)
 
-
-class RequestGate(Protocol):
-    """What the engine puts around a destination's calls (`request_gate`): `before`
-    each request waits for the destination's shared budget, or raises a RETRYABLE
-    `DestinationError` with `rate_limit` set when the wait would be long; `after`
-    learns from the answer's rate-limit headers. Adapters know nothing of it."""
-
-    def before(self, method: str, url: str) -> None: ...
-
-    def after(self, response: httpx.Response) -> None: ...
-
-
-# Set by the engine for the duration of one attempt; None elsewhere (the console's
-# lookups, check_destinations, tests of an adapter alone).
+# Set around a stretch of calls (an attempt, a test's spec check); the gate an adapter
+# was built with (`Adapter.gate`) is used besides, unless both spend the same `scope`.
 request_gate: ContextVar[RequestGate | None] = ContextVar("request_gate", default=None)
 
 _lock = threading.Lock()
@@ -114,16 +109,26 @@ def is_safe(method: str) -> bool:
     return method.upper() in _SAFE_METHODS
 
 
-def send(method: str, url: str, *, timeout: httpx.Timeout, **kwargs: Any) -> httpx.Response:
+def send(
+    method: str,
+    url: str,
+    *,
+    timeout: httpx.Timeout,
+    gate: RequestGate | None = None,
+    **kwargs: Any,
+) -> httpx.Response:
     """One request through the shared client, transport failures classified, within
-    the destination's budget where the engine set a gate (`request_gate`)."""
-    gate = request_gate.get()
-    if gate is not None:
-        gate.before(method, url)
+    the destination's budget: the adapter's `gate` and the one set around the call
+    (`request_gate`)."""
+    gates = _gates(gate)
+    for each in gates:
+        each.before(method, url)
+    answered = False
     try:
         response = shared_client().request(method, url, timeout=timeout, **kwargs)
-        if gate is not None:
-            gate.after(response)
+        answered = True
+        for each in gates:
+            each.after(response)
         return response
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         # No connection, so nothing was sent.
@@ -136,6 +141,20 @@ def send(method: str, url: str, *, timeout: httpx.Timeout, **kwargs: Any) -> htt
             f"{type(exc).__name__}: {exc or 'no response'}",
             classification=_unclear(safe=is_safe(method)),
         ) from exc
+    finally:
+        if not answered:
+            for each in gates:
+                if (failed := getattr(each, "failed", None)) is not None:
+                    failed()
+
+
+def _gates(gate: RequestGate | None) -> list[RequestGate]:
+    """The adapter's gate, then the one set around the call unless it spends the same."""
+    around = request_gate.get()
+    gates = [gate] if gate is not None else []
+    if around is not None and (gate is None or getattr(around, "scope", None) != gate.scope):
+        gates.append(around)
+    return gates
 
 
 def classify(status: int, *, safe: bool) -> Classification | None:

@@ -12,10 +12,11 @@ from datetime import datetime, timedelta
 import httpx
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from idempotency_core.models import Destination, DestinationBudget, Operation
+from idempotency_core.models import Destination, DestinationBudget, DestinationRequest, Operation
 from integrations.base import Classification, DestinationError, RateLimit, RequestBudget
 from integrations.http import budget_hint
 
@@ -66,38 +67,100 @@ def budget_for(destination: Destination, documented: RequestBudget | None) -> Bu
 
 
 def _shape(requests: int, per_seconds: float) -> tuple[float, float]:
-    """(spacing, tolerance) of a cell rate that lets `requests` through in any window of
-    `per_seconds` and never more: a burst of `b`, then one every `spacing`. A window
-    then holds at most b - 1 + per_seconds / spacing requests, which spacing
-    per_seconds / (requests - b + 1) makes `requests`. A tenth of the budget may come
-    at once (at least one)."""
-    burst = max(1, requests // 10)
-    # A thousandth more: a window that counts both its ends (or a clock's rounding) does
-    # not see one request too many at its edge.
-    spacing = per_seconds / (requests - burst + 1) * 1.001
+    """(spacing, tolerance) of the cell rate that spreads requests over the window: one
+    every per_seconds / requests, so a window is used whole and never in one burst. A
+    window of more than a minute (a day's allocation) may also be spent in bursts of a
+    tenth of it: spreading 15,000 requests over a day would hold every one back for
+    six seconds. The cap is the request log's (`_RESERVE`), not this shape's: a window
+    as the vendor counts it holds what arrived in it, whatever the spacing was."""
+    burst = 1 if per_seconds <= 60 else max(1, requests // 10)
+    spacing = per_seconds / (requests - burst + 1)
     return spacing, (burst - 1) * spacing
 
 
-# One request reserved, at the earliest time the budget allows it, unless the destination
-# is paused or that time is more than %s seconds away: the time reserved. Reservations
-# are a queue (each moves the next free time on), so a worker that waits for its turn
-# is not overtaken by one that arrived later.
+_LOG = DestinationRequest._meta.db_table
+
+# A request's place in the window lasts from its `at` until its answer plus the
+# window: the vendor counted it at its arrival, between the two. Until answered, its
+# answer is taken to come by `at` + the hold (%(hold)s seconds).
+_END = (
+    "COALESCE(r.finished_at, r.at + %(hold)s * interval '1 second')"
+    " + b.per_seconds * interval '1 second'"
+)
+
+# One request reserved (run with the budget's row locked, so the log is the one every
+# worker sees): at the earliest time that is at or after every request reserved before
+# (a queue: a worker waiting for its turn is not overtaken), at the cell rate's pace,
+# and when fewer than `requests` places in the log last beyond it. Every window as the
+# vendor counts it then holds at most `requests`: a window ending at x counts requests
+# that arrived in it, each of which holds a place at x; the places held at x only fall
+# after the last `at`, so checking at the new `at` checks every x after it. Reserved
+# unless paused or more than %(within)s seconds away, or when the place to free is a
+# request still in flight (its end is not yet known): (id, at, now, origin, 0) or
+# (NULL, the earliest time it could be, now, origin, 1 when in flight).
 _RESERVE = f"""
-WITH now AS (SELECT clock_timestamp() AS at)
-UPDATE {_TABLE} b
-SET next_free_at = GREATEST(COALESCE(b.next_free_at, now.at), now.at)
-    + b.spacing_seconds * interval '1 second'
-FROM now
-WHERE b.destination_id = %s
-  AND COALESCE(b.paused_until, '-infinity') <= now.at
-  AND GREATEST(COALESCE(b.next_free_at, now.at), now.at)
-      <= now.at + (b.tolerance_seconds + %s) * interval '1 second'
-RETURNING GREATEST(
-    b.next_free_at - (b.spacing_seconds + b.tolerance_seconds) * interval '1 second', now.at
-), now.at
+WITH now AS (SELECT clock_timestamp() AS at),
+b AS (SELECT * FROM {_TABLE} WHERE destination_id = %(destination)s),
+gone AS (
+    DELETE FROM {_LOG} r USING b, now
+    WHERE r.destination_id = %(destination)s AND {_END} <= now.at
+),
+held AS (
+    SELECT {_END} AS ends, r.finished_at IS NULL AS in_flight
+    FROM {_LOG} r, b WHERE r.destination_id = %(destination)s
+    ORDER BY ends DESC OFFSET (SELECT requests - 1 FROM b) LIMIT 1
+),
+slot AS (
+    SELECT GREATEST(
+        now.at,
+        COALESCE(b.next_free_at, now.at) - b.tolerance_seconds * interval '1 second',
+        (SELECT max(at) FROM {_LOG} WHERE destination_id = %(destination)s),
+        (SELECT ends FROM held)
+    ) AS at,
+    COALESCE((SELECT in_flight FROM held), false) AS in_flight,
+    COALESCE(b.paused_until, '-infinity') > now.at AS paused
+    FROM b, now
+),
+taken AS (
+    INSERT INTO {_LOG} (destination_id, at)
+    SELECT %(destination)s, slot.at FROM slot, now
+    WHERE NOT slot.paused AND NOT slot.in_flight
+      AND slot.at <= now.at + %(within)s * interval '1 second'
+    RETURNING id, at
+),
+moved AS (
+    UPDATE {_TABLE} b SET next_free_at = GREATEST(COALESCE(b.next_free_at, t.at), t.at)
+        + b.spacing_seconds * interval '1 second'
+    FROM taken t WHERE b.destination_id = %(destination)s
+)
+SELECT (SELECT id FROM taken), slot.at, now.at, b.origin, slot.in_flight
+FROM slot, now, b
 """
 
-# Otherwise, how long until it would: the pause's end, or the next free request.
+# A request answered: its place ends at the answer plus the window. When the answer's
+# headers say the vendor counts more requests in its window than Onefold can have sent
+# in it (another client of the same account), as many places are added, each lasting a
+# window from now: no later than the vendor lets those go.
+_FINISH = f"""
+WITH now AS (SELECT clock_timestamp() AS at),
+b AS (SELECT * FROM {_TABLE} WHERE destination_id = %(destination)s),
+done AS (
+    UPDATE {_LOG} r SET finished_at = now.at FROM now
+    WHERE r.id = %(id)s RETURNING r.at AS started, r.finished_at
+),
+ours AS (
+    SELECT count(*) AS n FROM {_LOG} r, done, b
+    WHERE r.destination_id = %(destination)s AND r.at <= done.finished_at
+      AND COALESCE(r.finished_at, 'infinity')
+          > done.started - b.per_seconds * interval '1 second'
+)
+INSERT INTO {_LOG} (destination_id, at, finished_at)
+SELECT %(destination)s, done.finished_at, done.finished_at
+FROM done, ours, b, generate_series(1, LEAST(b.requests, %(used)s - ours.n))
+WHERE %(used)s IS NOT NULL AND b.requests = %(limit)s
+"""
+
+# How long until the pause ends or the pace allows a request, and why (a pause's kind).
 _WAIT = f"""
 WITH now AS (SELECT clock_timestamp() AS at)
 SELECT GREATEST(
@@ -163,32 +226,90 @@ def budget_forget() -> None:
 @dataclass(frozen=True)
 class Reservation:
     """A request of the budget, to be sent `at` (the database's clock, one for every
-    worker): `delay` seconds after it was reserved."""
+    worker): `delay` seconds after it was reserved. `id` is its place in the log, to be
+    given back with `budget_finish` once answered; `origin` is where the budget in force
+    came from when it was reserved."""
 
     at: datetime
     delay: float
+    id: int = 0
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """No request reserved: the earliest one could go is `seconds` away, or sooner
+    when `in_flight` (a request still in flight holds the place, until its answer)."""
+
+    seconds: float
+    in_flight: bool = False
+
+
+def _hold_seconds() -> float:
+    """How long an unanswered request is taken to hold its place before its answer: a
+    request's phases each have the HTTP timeout (connect, send, read), so three."""
+    return 3 * float(settings.ONEFOLD_HTTP_TIMEOUT_SECONDS) + 1.0
+
+
+def budget_take(destination_id: int, budget: Budget, *, within: float = 0.0) -> Reservation | Turn:
+    """Reserves one request of the destination's budget at the earliest time allowed
+    (`_RESERVE`), if that is at most `within` seconds away."""
+    _ensure(destination_id, budget)
+    params = {
+        "destination": destination_id,
+        "within": max(0.0, within),
+        "hold": _hold_seconds(),
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The budget's row locked first: the log read next is the one every worker sees.
+        cursor.execute(
+            f"SELECT 1 FROM {_TABLE} WHERE destination_id = %s FOR UPDATE", [destination_id]
+        )
+        if cursor.fetchone() is None:
+            # The row this process made is gone (its destination re-created, a test's
+            # rollback): made again.
+            _forget(destination_id)
+            _ensure(destination_id, budget)
+        cursor.execute(_RESERVE, params)
+        row = cursor.fetchone()
+    if row is None:
+        return Turn(seconds=0.05)
+    taken, at, now, origin, in_flight = row
+    if taken is None:
+        return Turn(seconds=max(0.0, (at - now).total_seconds()), in_flight=bool(in_flight))
+    return Reservation(at=at, delay=(at - now).total_seconds(), id=taken, origin=origin)
 
 
 def budget_reserve(
     destination_id: int, budget: Budget, *, within: float = 0.0
 ) -> Reservation | None:
-    """Reserves one request of the destination's budget at the earliest time allowed, if
-    that is at most `within` seconds away; None otherwise (or while it is paused)."""
-    _ensure(destination_id, budget)
+    """`budget_take`, None when nothing was reserved."""
+    taken = budget_take(destination_id, budget, within=within)
+    return taken if isinstance(taken, Reservation) else None
+
+
+def budget_finish(
+    destination_id: int,
+    reservation: Reservation,
+    *,
+    used: int | None = None,
+    limit: int | None = None,
+) -> None:
+    """The reserved request was answered (or given up): its place ends a window from
+    now. `used` of `limit` is what the answer's headers say the vendor counts in its
+    window; more than Onefold can have sent adds places for the difference."""
     with connection.cursor() as cursor:
-        cursor.execute(_RESERVE, [destination_id, max(0.0, within)])
-        row = cursor.fetchone()
-        if row is None and not DestinationBudget.objects.filter(pk=destination_id).exists():
-            # The row this process made is gone (its destination re-created, a test's
-            # rollback): made again, and asked again.
-            _forget(destination_id)
-            _ensure(destination_id, budget)
-            cursor.execute(_RESERVE, [destination_id, max(0.0, within)])
-            row = cursor.fetchone()
-    if row is None:
-        return None
-    at, now = row
-    return Reservation(at=at, delay=(at - now).total_seconds())
+        cursor.execute(
+            _FINISH,
+            {"destination": destination_id, "id": reservation.id, "used": used, "limit": limit},
+        )
+
+
+def budget_rate_limited(destination_id: int, *, known: bool) -> None:
+    """Counts a 429 the destination answered: `known`, after its budget was learned
+    from its headers or set by the operator (/metrics)."""
+    field = "rate_limited_known" if known else "rate_limited_unknown"
+    DestinationBudget.objects.filter(pk=destination_id).update(**{field: F(field) + 1})
 
 
 @dataclass(frozen=True)
@@ -250,41 +371,78 @@ def pauses_in_force() -> list[DestinationBudget]:
 
 
 class BudgetGate:
-    """`integrations.http.request_gate` for one attempt: every request waits for the
-    destination's budget, and every answer's rate-limit headers are learned."""
+    """`integrations.http.RequestGate` for a destination: every request waits for its
+    place in the destination's budget, and every answer's rate-limit headers are learned."""
 
     def __init__(self, destination: Destination, budget: Budget | None) -> None:
         self.destination = destination
         self.budget = budget
+        self.scope = f"budget:{destination.pk}"
+        # The request this thread is sending (send() calls before and after in turn).
+        self._local = threading.local()
 
     def before(self, method: str, url: str) -> None:
         if self.budget is None:
             return
-        within = settings.ONEFOLD_BUDGET_MAX_WAIT_SECONDS
-        reserved = budget_reserve(self.destination.pk, self.budget, within=within)
-        if reserved is None:
-            raise _waiting(self.destination, budget_wait(self.destination.pk))
-        if reserved.delay > 0:  # our turn comes after the requests reserved before ours
-            time.sleep(reserved.delay)
+        deadline = time.monotonic() + settings.ONEFOLD_BUDGET_MAX_WAIT_SECONDS
+        while True:
+            left = deadline - time.monotonic()
+            taken = budget_take(self.destination.pk, self.budget, within=max(0.0, left))
+            if isinstance(taken, Turn):
+                if not taken.in_flight or left <= 0:
+                    raise _waiting(self.destination, taken)
+                # A request in flight holds the place: its answer frees it, soon.
+                time.sleep(min(left, max(0.01, self.budget.per_seconds / self.budget.requests)))
+                continue
+            turn = time.monotonic() + max(0.0, taken.delay)
+            if taken.delay > 0:  # our turn comes after the requests reserved before ours
+                time.sleep(taken.delay)
+            if time.monotonic() - turn > _hold_seconds() / 2:
+                # Held up past what its place assumes (a frozen process): taken again.
+                budget_finish(self.destination.pk, taken)
+                continue
+            self._local.reservation = taken
+            return
 
     def after(self, response: httpx.Response) -> None:
-        if self.budget is None:
+        reservation = self._take_reservation()
+        if self.budget is None or reservation is None:
             return
         hint = budget_hint(response)
-        if hint is None or hint.daily or response.status_code == 429:
-            # A 429 is the adapter's to word, and the engine pauses on it; a day's count
-            # is the vendor's to enforce (its 429 says DAILY). "None remaining" is not
-            # acted on: pacing at the budget leaves none after every window's last
-            # request; another integration spending the window shows as a 429.
+        if response.status_code == 429:
+            known = reservation.origin in ("learned", "configured")
+            budget_rate_limited(self.destination.pk, known=known)
+        used = limit = None
+        if hint is not None and hint.limit:
+            self._learn(hint.limit, hint.window_seconds, daily=hint.daily)
+            if hint.remaining is not None and hint.limit == self.budget.requests:
+                used, limit = max(0, hint.limit - hint.remaining), hint.limit
+        budget_finish(self.destination.pk, reservation, used=used, limit=limit)
+
+    def failed(self) -> None:
+        """The request had no answer: its place ends a window from now."""
+        reservation = self._take_reservation()
+        if reservation is not None:
+            budget_finish(self.destination.pk, reservation)
+
+    def _take_reservation(self) -> Reservation | None:
+        reservation: Reservation | None = getattr(self._local, "reservation", None)
+        self._local.reservation = None
+        return reservation
+
+    def _learn(self, limit: int, window: float | None, *, daily: bool) -> None:
+        """The answer's limit (and window, where its headers give one: else the
+        documented window) becomes the budget, unless the operator configured one. A
+        day's count is learned only by a destination whose budget is a day's."""
+        budget = self.budget
+        if budget is None or budget.origin == "configured":
             return
-        if (
-            hint.limit
-            and hint.window_seconds
-            and (hint.limit, hint.window_seconds) != (self.budget.requests, self.budget.per_seconds)
-            and self.budget.origin != "configured"
-        ):
-            self.budget = Budget(hint.limit, hint.window_seconds, "learned")
-            _ensure(self.destination.pk, self.budget)
+        if daily != (budget.per_seconds >= 24 * 3600):
+            return
+        learned = Budget(limit, window or budget.per_seconds, "learned")
+        if (learned.requests, learned.per_seconds) != (budget.requests, budget.per_seconds):
+            self.budget = learned
+            _ensure(self.destination.pk, learned)
 
 
 class BudgetWaitError(DestinationError):
@@ -292,10 +450,12 @@ class BudgetWaitError(DestinationError):
     destination is not paused again for it."""
 
 
-def _waiting(destination: Destination, wait: Wait) -> BudgetWaitError:
+def _waiting(destination: Destination, turn: Turn) -> BudgetWaitError:
+    wait = budget_wait(destination.pk)
     if wait.pause:
         message = f"{destination.name} is paused ({wait.reason or wait.pause}): not called"
     else:
+        wait = Wait(seconds=max(0.01, turn.seconds))
         message = f"{destination.name}'s request budget is spent for {wait.seconds:.1f} s"
     return BudgetWaitError(
         message,

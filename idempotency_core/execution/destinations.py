@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from django.conf import settings
@@ -19,6 +19,7 @@ from django.db.models import Q
 
 from idempotency_core.configuration.document import configured_names
 from idempotency_core.configuration.versions import config_current
+from idempotency_core.execution.budget import BudgetGate, budget_for
 from idempotency_core.models import Destination, DestinationBudget, Source
 from integrations.base import (
     Adapter,
@@ -29,6 +30,7 @@ from integrations.base import (
     CrmAdapter,
     DestinationError,
     EmailAdapter,
+    Gated,
 )
 from integrations.http import send, timeout_of
 from integrations.sandbox.adapter import SandboxCrm
@@ -130,9 +132,14 @@ def adapter_for(destination: Destination, *, timeout: float | None = None) -> Ad
         adapter: Adapter = factory(
             base_url=destination.base_url or None, timeout=timeout, env=os.environ
         )
+        budget = budget_for(destination, adapter.request_budget)
     except (ValueError, KeyError, TypeError) as exc:
         # A setting the adapter cannot use: nothing can be sent until it is corrected.
         raise AdapterUnavailableError(f"the {kind} adapter is misconfigured: {exc}") from exc
+    if budget is not None and hasattr(adapter, "gate"):
+        # Every request it makes, whoever asks (a step, a verification, a console
+        # lookup, a worker's start), within the destination's shared budget.
+        cast(Gated, adapter).gate = BudgetGate(destination, budget)
     return adapter
 
 

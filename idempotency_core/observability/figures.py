@@ -68,6 +68,7 @@ def figures_read(*, now: datetime | None = None) -> list[Figure]:
         *open_cases(now=now),
         *reconciliation_findings(),
         destinations_paused(now=now),
+        destinations_rate_limited(),
     ]
 
 
@@ -178,6 +179,25 @@ def destinations_paused(*, now: datetime) -> Figure:
     for name, kind, until in rows:
         if until is not None:
             figure.add(max(0.0, (until - now).total_seconds()), name, kind)
+    return figure
+
+
+def destinations_rate_limited() -> Figure:
+    """429s each destination answered, since its budget's row was made: after its
+    budget was learned from its headers or configured (each one a defect: the budget
+    should have held), and before."""
+    figure = Figure(
+        "onefold_destination_rate_limited_total",
+        "429s a destination answered, by destination and whether its budget was known "
+        "(learned from its rate-limit headers, or configured) when the request was sent.",
+        ("destination", "after_learning"),
+    )
+    rows = DestinationBudget.objects.values_list(
+        "destination__name", "rate_limited_known", "rate_limited_unknown"
+    ).order_by("destination__name")
+    for name, known, unknown in rows:
+        figure.add(known, name, "true")
+        figure.add(unknown, name, "false")
     return figure
 
 

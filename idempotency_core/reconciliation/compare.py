@@ -322,8 +322,14 @@ _DONE = object()
 def _prefetched(pages: Iterator[Any], depth: int = 2) -> Iterator[Any]:
     """Fetches the next page in a thread while the caller stages this one.
 
-    The thread only does HTTP; every database write stays in the caller.
+    The thread does HTTP and the destination budget's reservations (its own
+    connection); every other database write stays in the caller. A caller inside a
+    transaction (a test's) lists inline: its uncommitted budget row would hold the
+    thread's reservations until it ends.
     """
+    if connection.in_atomic_block:
+        yield from pages
+        return
     buffer: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -341,6 +347,8 @@ def _prefetched(pages: Iterator[Any], depth: int = 2) -> Iterator[Any]:
             buffer.put(_DONE)
         except BaseException as exc:  # handed to the consumer, raised there
             buffer.put(exc)
+        finally:
+            connection.close()
 
     thread = threading.Thread(target=produce, name="reconcile-listing", daemon=True)
     thread.start()

@@ -53,6 +53,7 @@ from integrations.base import (
     Effect,
     RecordContent,
     RequestBudget,
+    RequestGate,
     contact_property_check,
     enquiry_property_check,
     http_reply,
@@ -138,6 +139,8 @@ class DataverseCrm:
     """`CrmAdapter` for Dataverse: leads and the tasks regarding them."""
 
     # The service protection limit on requests: 6000 per user in 300 seconds.
+    # Set by the core to the destination's budget (integrations.http.send).
+    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=6000, per_seconds=300, source=LIMITS_PAGE
     )
@@ -513,7 +516,9 @@ class DataverseCrm:
                 "OData-Version": "4.0",
                 **extra,
             }
-            response = send(method, url, timeout=self.timeout, headers=headers, **kwargs)
+            response = send(
+                method, url, timeout=self.timeout, gate=self.gate, headers=headers, **kwargs
+            )
             if response.status_code != 401:
                 return response
             self.credentials.invalidate(token)

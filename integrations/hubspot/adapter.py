@@ -43,6 +43,7 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
+    RequestGate,
     contact_property_check,
     enquiry_property_check,
     http_reply,
@@ -172,6 +173,8 @@ class HubSpotCrm:
     # answers' X-HubSpot-RateLimit-* headers teach the engine. The usage guidelines moved
     # from /docs/guides/apps/api-usage/usage-details to the address below. Search has a
     # limit of its own (five a second), never reached: the adapter does not search.
+    # Set by the core to the destination's budget (integrations.http.send).
+    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=100,
         per_seconds=10,
@@ -736,7 +739,14 @@ class HubSpotCrm:
                 "HUBSPOT_TOKEN is not set", classification=Classification.PERMANENT
             )
         headers = {"Authorization": f"Bearer {self.config.token}"}
-        return send(method, self.base_url + path, timeout=self.timeout, headers=headers, **kwargs)
+        return send(
+            method,
+            self.base_url + path,
+            timeout=self.timeout,
+            gate=self.gate,
+            headers=headers,
+            **kwargs,
+        )
 
     def _refuse(self, response: httpx.Response) -> str:
         self._raise_for_status(response)

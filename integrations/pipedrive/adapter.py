@@ -57,6 +57,7 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
+    RequestGate,
     contact_property_check,
     enquiry_property_check,
     http_reply,
@@ -100,6 +101,8 @@ class PipedriveCrm:
     # 2 seconds; the answers' x-ratelimit-* teach the engine a larger plan's. The daily
     # budget is in tokens, company-wide and shared with every other integration, so
     # it is no count of Onefold's requests: its 429 parks the work instead (DAILY).
+    # Set by the core to the destination's budget (integrations.http.send).
+    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=20, per_seconds=2, source=RATE_LIMITS_PAGE
     )
@@ -546,7 +549,12 @@ class PipedriveCrm:
         """One request; a 429 is raised here, read as the burst or the day's budget."""
         headers = {"x-api-token": self._token, **kwargs.pop("headers", {})}
         response = send(
-            method, self.base_url + path, timeout=self.timeout, headers=headers, **kwargs
+            method,
+            self.base_url + path,
+            timeout=self.timeout,
+            gate=self.gate,
+            headers=headers,
+            **kwargs,
         )
         if response.status_code == 429:
             raise rate_limit_error(response, budget_timezone=self.budget_timezone)

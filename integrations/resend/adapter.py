@@ -37,6 +37,7 @@ from integrations.base import (
     Effect,
     RateLimit,
     RequestBudget,
+    RequestGate,
     http_reply,
 )
 from integrations.env import AdapterSettings, SettingError
@@ -101,6 +102,8 @@ class ResendSender:
     # announced for every team (https://resend.com/changelog/api-rate-limit) and what the
     # rate-limit page said then; later versions of the page say 5, then 10. The lowest
     # documented figure: a team that still has 2 is never pushed into 429s.
+    # Set by the core to the destination's budget (integrations.http.send).
+    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=2,
         per_seconds=1,
@@ -229,7 +232,14 @@ class ResendSender:
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self._api_key}", **kwargs.pop("headers", {})}
-        return send(method, self.base_url + path, timeout=self.timeout, headers=headers, **kwargs)
+        return send(
+            method,
+            self.base_url + path,
+            timeout=self.timeout,
+            gate=self.gate,
+            headers=headers,
+            **kwargs,
+        )
 
 
 def destination_error(response: httpx.Response) -> DestinationError:

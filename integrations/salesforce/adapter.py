@@ -72,6 +72,7 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
+    RequestGate,
     contact_property_check,
     enquiry_property_check,
     http_reply,
@@ -198,6 +199,8 @@ class SalesforceCrm:
     # The org's total API requests in any 24 hours: 15,000 for Developer Edition, the
     # smallest allocation (Enterprise: 100,000 plus 1,000 per licence); the answers'
     # Sforce-Limit-Info teaches the engine the org's own.
+    # Set by the core to the destination's budget (integrations.http.send).
+    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=15_000, per_seconds=24 * 3600, daily=15_000, source=LIMITS_PAGE
     )
@@ -645,7 +648,9 @@ class SalesforceCrm:
         for attempt in (1, 2):
             token = self.credentials.token(timeout=self.timeout)
             sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
-            response = send(method, url, timeout=self.timeout, headers=sent, **kwargs)
+            response = send(
+                method, url, timeout=self.timeout, gate=self.gate, headers=sent, **kwargs
+            )
             if response.status_code == 401 and attempt == 1:
                 self.credentials.invalidate(token)
                 continue

@@ -26,6 +26,7 @@ from integrations.base import (
     Effect,
     RecordContent,
     RequestBudget,
+    RequestGate,
     assignee_check,
     contact_property_check,
     enquiry_property_check,
@@ -41,6 +42,8 @@ class SandboxCrm:
     """`CrmAdapter` for the sandbox's CRM API (lab/sandbox/__init__.py)."""
 
     # The sandbox has no rate limit (docs/destinations.md).
+    # Set by the core to the destination's budget (integrations.http.send).
+    gate: RequestGate | None = None
     request_budget: RequestBudget | None = None
 
     def __init__(
@@ -227,7 +230,7 @@ class SandboxCrm:
         return str(results[0]["id"]) if results else None
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return send(method, self.base_url + path, timeout=self.timeout, **kwargs)
+        return send(method, self.base_url + path, timeout=self.timeout, gate=self.gate, **kwargs)
 
     @staticmethod
     def _raise_for_status(response: httpx.Response) -> None:

@@ -154,12 +154,16 @@ are live deals and tickets, ``records_by_external_ref`` and ``tasks_by_external_
 count them by the reference property; plus ``contacts`` and ``contacts_by_email``; ``calls`` adds
 ``create_contact``, ``search``, ``get_property``, ``list_properties``,
 ``list_owners``, ``batch_read``, ``rate_limited``
-(429s answered by the limits, not the fault queue). ``POST /_sandbox/new_day``:
-the account's midnight has passed (the daily allowance is whole again).
+(429s answered by the limits, not the fault queue); ``requests``: ``admitted`` (let
+through by the limits) and ``window_peak`` (the most one token's window held).
+``POST /_sandbox/new_day``: the account's midnight has passed (the daily allowance is
+whole again).
 
 ``GET|POST /_sandbox/config``: ``token`` (``DEFAULT_TOKEN``), ``rate_limits``
 (``{"ten_secondly": 100, "daily": 250000, "search_per_second": 5}``; a dict sets
-some of them, null lifts one, false lifts them all), ``search_lag_seconds`` (3),
+some of them, null lifts one, false lifts them all; ``window_seconds``, 10 unless a
+test shortens it, is the rolling window of ``ten_secondly``, as
+``X-HubSpot-RateLimit-Interval-Milliseconds`` then says), ``search_lag_seconds`` (3),
 ``reference_property`` (``onefold_ref``), ``reference_unique`` (true; false: the
 enquiry objects' property exists without hasUniqueValue and nothing refuses a
 repeat: what an account whose property was re-created without it looks like),

@@ -51,6 +51,9 @@ class Limits:
     ten_secondly: int | None = 100
     daily: int | None = 250_000
     search_per_second: int | None = 5
+    # The rolling window of `ten_secondly`: HubSpot's is ten seconds; a test may shorten
+    # it (the answers' X-HubSpot-RateLimit-Interval-Milliseconds say so, as HubSpot's do).
+    window_seconds: float = WINDOW_SECONDS
 
 
 DEFAULT_LIMITS = Limits()
@@ -74,6 +77,10 @@ class _Usage:
     daily: int = 0
     ten_seconds: dict[str, deque[float]] = field(default_factory=dict)
     search: dict[str, deque[float]] = field(default_factory=dict)
+    # Requests let through, and the most one token's window ever held (the proof that
+    # a client kept to the limit is in the refusals: none).
+    admitted: int = 0
+    window_peak: int = 0
 
 
 def _today() -> str:
@@ -98,6 +105,11 @@ class RequestLimiter:
         with self._lock:
             self._usage = _Usage()
 
+    def counts(self) -> dict[str, int]:
+        """Requests let through since the reset, and the most in one window."""
+        with self._lock:
+            return {"admitted": self._usage.admitted, "window_peak": self._usage.window_peak}
+
     def new_day(self) -> None:
         """The account's midnight has passed: the day's allowance is whole again."""
         with self._lock:
@@ -110,14 +122,14 @@ class RequestLimiter:
             usage = self._usage
             if usage.day != self._today():
                 usage.day, usage.daily = self._today(), 0
-            recent = _pruned(usage.ten_seconds, token, now, WINDOW_SECONDS)
+            recent = _pruned(usage.ten_seconds, token, now, limits.window_seconds)
             searches = _pruned(usage.search, token, now, SEARCH_WINDOW_SECONDS)
             refused_by, retry_after = None, None
             if limits.daily is not None and usage.daily >= limits.daily:
                 refused_by = Policy.DAILY
             elif limits.ten_secondly is not None and len(recent) >= limits.ten_secondly:
                 refused_by = Policy.TEN_SECONDLY_ROLLING
-                retry_after = recent[0] + WINDOW_SECONDS - now
+                retry_after = recent[0] + limits.window_seconds - now
             elif (
                 search
                 and limits.search_per_second is not None
@@ -128,6 +140,8 @@ class RequestLimiter:
             if refused_by is None:
                 usage.daily += 1
                 recent.append(now)
+                usage.admitted += 1
+                usage.window_peak = max(usage.window_peak, len(recent))
                 if search:
                     searches.append(now)
             return Verdict(
@@ -152,7 +166,7 @@ def _headers(limits: Limits, *, recent: int, daily: int) -> dict[str, str]:
     if limits.ten_secondly is not None:
         headers.update(
             {
-                "X-HubSpot-RateLimit-Interval-Milliseconds": str(int(WINDOW_SECONDS * 1000)),
+                "X-HubSpot-RateLimit-Interval-Milliseconds": str(int(limits.window_seconds * 1000)),
                 "X-HubSpot-RateLimit-Max": str(limits.ten_secondly),
                 "X-HubSpot-RateLimit-Remaining": str(max(0, limits.ten_secondly - recent)),
             }

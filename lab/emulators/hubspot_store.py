@@ -157,7 +157,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # Whether a 429 carries Retry-After (HubSpot documents none).
     "retry_after_header": False,
 }
-_RATE_LIMIT_NAMES = ("ten_secondly", "daily", "search_per_second")
+_RATE_LIMIT_NAMES = ("ten_secondly", "daily", "search_per_second", "window_seconds")
 # List endpoints take limit <= 100 (objects API reference, "limit"); the v4 association
 # read 500 ("Limit 500 per call", associations v4 spec); batch reads 100 inputs.
 _MAX_PAGE = 100
@@ -925,6 +925,7 @@ class HubSpotStore(SandboxStore):
         counted by the reference property; plus contacts."""
         result = super().stats(detail=detail)
         result["calls"] = {**dict.fromkeys(_HUBSPOT_CALLS, 0), **result["calls"]}
+        result["requests"] = self._limiter.counts()
         with self._lock:
             ref = self._config["reference_property"]
             live = [o for o in self._objects.values() if o.live]
@@ -1088,9 +1089,13 @@ def _valid_rate_limits(value: Any) -> bool:
         return True
     if not isinstance(value, dict) or not set(value) <= set(_RATE_LIMIT_NAMES):
         return False
+    window = value.get("window_seconds", 1.0)
+    if not isinstance(window, int | float) or isinstance(window, bool) or not window > 0:
+        return False
     return all(
         v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0)
-        for v in value.values()
+        for name, v in value.items()
+        if name != "window_seconds"
     )
 
 

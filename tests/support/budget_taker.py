@@ -14,7 +14,7 @@ import django
 
 
 def main(destination_id: int, seconds: float, requests: int, per_seconds: float) -> None:
-    from idempotency_core.execution.budget import Budget, budget_reserve
+    from idempotency_core.execution.budget import Budget, budget_finish, budget_reserve
 
     budget = Budget(requests, per_seconds, "configured")
     taken: list[float] = []
@@ -26,6 +26,7 @@ def main(destination_id: int, seconds: float, requests: int, per_seconds: float)
             continue
         taken.append(reserved.at.timestamp())
         time.sleep(reserved.delay)  # as a worker does: its request goes at its turn
+        budget_finish(destination_id, reserved)  # and is answered at once
     print(json.dumps(taken))
 
 
