@@ -5,32 +5,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('idempotency_core', '0032_audit_truncate_guard'),
+        ("idempotency_core", "0032_audit_truncate_guard"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='destinationbudget',
-            name='rate_limited_known',
+            model_name="destinationbudget",
+            name="rate_limited_known",
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='destinationbudget',
-            name='rate_limited_unknown',
+            model_name="destinationbudget",
+            name="rate_limited_unknown",
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         migrations.CreateModel(
-            name='DestinationRequest',
+            name="DestinationRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('destination', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='idempotency_core.destination')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "destination",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="idempotency_core.destination",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['destination', 'at'], name='destination_request_at')],
+                "indexes": [
+                    models.Index(fields=["destination", "at"], name="destination_request_at")
+                ],
             },
         ),
     ]
