@@ -11,12 +11,14 @@ import sys
 import time
 from datetime import timedelta
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idempotency_core.execution.budget import (
     Budget,
+    BudgetGate,
     BudgetSettingError,
     Turn,
     _shape,
@@ -172,3 +174,46 @@ def test_a_429_after_the_budget_is_known_is_counted_on_metrics():
     assert figure.name == "onefold_destination_rate_limited_total"
     assert (("crm", "true"), 2.0) in figure.samples
     assert (("crm", "false"), 1.0) in figure.samples
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("documented", "headers", "learned", "places"),
+    [
+        # Salesforce: the org's requests of the last 24 hours, 120 of 5,000 used.
+        (
+            Budget(15_000, 86_400.0, "documented"),
+            {"Sforce-Limit-Info": "api-usage=120/5000"},
+            (5000, 86_400.0),
+            120,
+        ),
+        # HubSpot: 40 in any 10 seconds, 37 left after this one.
+        (
+            Budget(100, 10.0, "documented"),
+            {
+                "X-HubSpot-RateLimit-Max": "40",
+                "X-HubSpot-RateLimit-Remaining": "37",
+                "X-HubSpot-RateLimit-Interval-Milliseconds": "10000",
+            },
+            (40, 10.0),
+            3,
+        ),
+        # Resend: its documented second, 4 requests in it, 3 left.
+        (
+            Budget(2, 1.0, "documented"),
+            {"ratelimit-limit": "4", "ratelimit-remaining": "3", "ratelimit-reset": "1"},
+            (4, 1.0),
+            1,
+        ),
+    ],
+)
+def test_the_first_answers_headers_set_the_budget_and_what_the_vendor_counted(
+    documented, headers, learned, places
+):
+    crm = Destination.objects.get(name="crm")
+    gate = BudgetGate(crm, documented)
+    gate.before("GET", "https://vendor.example/x")
+    gate.after(httpx.Response(200, headers=headers, request=httpx.Request("GET", "https://x")))
+    row = DestinationBudget.objects.get(destination=crm)
+    assert (row.requests, row.per_seconds, row.origin) == (*learned, "learned")
+    assert DestinationRequest.objects.filter(destination=crm).count() == places
