@@ -79,12 +79,13 @@ def confirmation_greeting(name: object) -> str:
 DEFAULT_SUBJECT = "We received your enquiry"
 
 
-def confirmation_default_text(name: object, reference: str) -> str:
-    """The built-in text: the greeting (by the strict rule above), then the reference."""
+def confirmation_default_text(name: object) -> str:
+    """The built-in text: the greeting (by the strict rule above), then the thanks. No
+    reference: the CRM's record id means nothing to the customer, and nobody answering
+    them looks an enquiry up by it."""
     return (
         f"{confirmation_greeting(name)}\n\n"
-        "Thank you for your enquiry. We have received it and someone will be in touch.\n\n"
-        f"Your reference: {reference}\n"
+        "Thank you for your enquiry. We have received it and someone will be in touch.\n"
     )
 
 

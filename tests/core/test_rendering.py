@@ -64,9 +64,9 @@ def test_without_configuration_the_confirmation_is_todays() -> None:
     assert content["subject"] == "We received your enquiry"
     assert content["text"] == (
         "Hello Ada Lovelace,\n\n"
-        "Thank you for your enquiry. We have received it and someone will be in touch.\n\n"
-        "Your reference: rec_000042\n"
+        "Thank you for your enquiry. We have received it and someone will be in touch.\n"
     )
+    assert "rec_000042" not in content["text"]  # no CRM id for the customer
     assert (content["html"], content["reply_to"], content["send"]) == (None, None, True)
     assert content["to"] == "ada@example.com" and content["version"] == 0
 
