@@ -446,3 +446,8 @@ def reference_text(ref: Any) -> str:
     if value.startswith("<") and "@" in value:
         return ""
     return value
+
+
+def counted(number: int, noun: str) -> str:
+    """"1 case", "3 cases": a count with its noun in the right number (regular plurals)."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -105,3 +105,8 @@ class CauseHold(models.Model):
 
     def __str__(self) -> str:
         return f"hold of {self.kind}/{self.step} until {self.until:%Y-%m-%d %H:%M}"
+
+    @property
+    def hours(self) -> int:
+        """The hours chosen (4 or 24), as the person chose them."""
+        return round((self.until - self.created_at).total_seconds() / 3600)

@@ -79,7 +79,7 @@ from review_console.forms import (
     ResolveFoundForm,
     TakeOwnershipForm,
 )
-from review_console.glossary import step_label
+from review_console.glossary import counted, step_label
 from review_console.http import require_GET, require_POST
 from review_console.masking import contact_for
 from review_console.models import BulkReplayItem, BulkReplayJob
@@ -606,11 +606,11 @@ def case_take(request: HttpRequest) -> HttpResponse:
         take_over=form.cleaned_data["take_over"],
     )
     if result.taken:
-        messages.success(request, f"You now own {len(result.taken)} case(s).")
+        messages.success(request, f"You now own {counted(len(result.taken), 'case')}.")
     if result.skipped:
         messages.warning(
             request,
-            f"{len(result.skipped)} case(s) left as they were: already yours, owned by "
+            f"{counted(len(result.skipped), 'case')} left as they were: already yours, owned by "
             "someone else, or no longer open.",
         )
     return HttpResponseRedirect(target)

@@ -37,6 +37,7 @@ from review_console.causes import (
 )
 from review_console.filters import CaseIdsField
 from review_console.forms import ReasonForm
+from review_console.glossary import counted
 from review_console.http import require_POST
 from review_console.models import CauseHold
 from review_console.permissions import CHANGE_CASES, VIEW_CONTACT, acting_user, console_permission
@@ -151,7 +152,7 @@ def cases_settle(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(target)
     if result.settled:
         verb = "Closed" if decision == "close" else "Resolved as not duplicates:"
-        messages.success(request, f"{verb} {len(result.settled)} case(s).")
+        messages.success(request, f"{verb} {counted(len(result.settled), 'case')}.")
     for case_id, why in result.refused[:10]:
         messages.warning(request, f"Case {case_id} left as it was: {why}")
     return HttpResponseRedirect(target)
@@ -184,11 +185,11 @@ def cause_settle(request: HttpRequest) -> HttpResponse:
     except ActionRefusedError as exc:
         messages.error(request, str(exc))
         return HttpResponseRedirect(target)
-    done = f"Closed {len(result.closed)} case(s) with the same cause."
+    done = f"Closed {counted(len(result.closed), 'case')} with the same cause."
     if result.hold is not None:
         done += (
             " New cases of this cause wait in its group, not one by one, for "
-            f"{round((result.hold.until - result.hold.created_at).total_seconds() / 3600)} hours."
+            f"{counted(result.hold.hours, 'hour')}."
         )
     messages.success(request, done)
     for case_id, why in result.refused[:10]:

@@ -78,7 +78,7 @@ def test_twenty_refused_by_the_same_400_are_one_group_settled_by_one_decision(us
         },
         follow=True,
     )
-    assert "Closed 20 case(s) with the same cause." in response.content.decode()
+    assert "Closed 20 cases with the same cause." in response.content.decode()
     for case in twenty:
         case.refresh_from_db()
         assert (case.status, case.resolution_code) == ("closed", "not_fixable")
@@ -133,7 +133,8 @@ def test_a_held_cause_keeps_its_new_cases_in_its_group_until_someone_decides(use
     html = queue(client)
     # Not listed one by one, not given by "Next case": attached to the group, which says so.
     assert f'data-href="{reverse("console:case-detail", args=[arrived.pk])}"' not in html
-    assert "1 new case since then waits here" in html and "Close these 1 too" in html
+    assert "1 new case since then waits here" in html and "Close this one too" in html
+    assert "holds it for 4 hours, until" in html and "until <time" in html
     client.post(reverse("console:case-next"))
     unrelated.refresh_from_db()
     arrived.refresh_from_db()

@@ -155,7 +155,7 @@ def test_several_cases_are_closed_from_the_queue_each_with_its_own_audit_entry(u
         follow=True,
     )
     html = response.content.decode()
-    assert "Closed 3 case(s)." in html and f"Case {cases[3].pk} left as it was" in html
+    assert "Closed 3 cases." in html and f"Case {cases[3].pk} left as it was" in html
     for case in cases[:3]:
         case.refresh_from_db()
         assert (case.status, case.resolution_code) == ("closed", "handled_elsewhere")
