@@ -120,7 +120,7 @@ class Cause:
 
 
 def cause_words(cause: Cause) -> str:
-    """A cause as the queue names it: "Refused by the destination: it did not accept the
+    """A cause as the queue names it: "Refused: it did not accept the
     details that were sent (Create the enquiry in the CRM)"; its codes stay technical."""
     why = why_words({"reply": cause.status, "error_class": cause.error_class})
     words = kind_label(cause.kind) + (f": {why}" if why else "")

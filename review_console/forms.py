@@ -14,7 +14,7 @@ from django import forms
 from idempotency_core.review.cases import RESOLUTION_CODES
 from idempotency_core.review.merge import SAME_RECORD_MESSAGE
 
-REASON_HELP = "Written to the audit trail. Say what you checked and why this is right."
+REASON_HELP = "Kept with the decision in its history. Say what you checked and why this is right."
 
 
 class ReasonForm(forms.Form):
@@ -45,15 +45,15 @@ class TakeOwnershipForm(forms.Form):
 class ReplayForm(ReasonForm):
     destination_checked = forms.BooleanField(
         required=False,
-        label="I checked the destination and the effect is absent",
+        label="I checked the CRM and it is not there",
     )
 
 
 class ResolveForm(ReasonForm):
     destination_ref = forms.CharField(
         max_length=200,
-        label="Verified destination reference",
-        help_text="The id of the effect you found in the destination, e.g. rec_000123.",
+        label="The record's number in the CRM",
+        help_text="As the CRM shows it on the record you found.",
     )
 
 

@@ -33,7 +33,7 @@ _STEP_SUFFIX: dict[str, str] = {
 CASE_KINDS: dict[str, str] = {
     "ambiguous_outcome": "Not sure it happened",
     "interrupted_send": "Email may or may not have gone out",
-    "permanent_failure": "Refused by the destination",
+    "permanent_failure": "Refused",
     "retries_exhausted": "Gave up after several tries",
     "suspected_duplicate": "Possible duplicate enquiry",
     "duplicate_held": "Possible duplicate, held before the CRM",
@@ -72,15 +72,15 @@ OUTCOMES: dict[str, str] = {
     "ambiguous": "Unclear: it may have happened",
     "interrupted": "Cut off: it may have happened",
     "skipped": "Skipped: nothing to do",
-    "waited": "Waited: the destination asked to slow down or is paused (not counted)",
+    "waited": "Waited: the CRM or mail service asked to slow down or is paused (not counted)",
     "running": "Running now",
 }
 
 RECOVERY: dict[str, str] = {
     "": "Normal try",
     "repeat": "Try again (doing it twice is harmless)",
-    "repeat_with_key": "Try again; the destination recognises a repeat",
-    "repeat_unique_ref": "Try again; the destination refuses a second copy",
+    "repeat_with_key": "Try again; the CRM or mail service recognises a repeat",
+    "repeat_unique_ref": "Try again; the CRM refuses a second copy",
     "lookup_first": "Look for it first, then create it only if missing",
     "review": "A person decides",
 }
@@ -108,7 +108,7 @@ RESOLUTIONS: dict[str, str] = {
     "customer_withdrew": "Customer withdrew",
     "spam_or_test": "Spam or test",
     "duplicate_submission": "Same request sent twice",
-    "remapped": "Read with a corrected field map and processed",
+    "remapped": "Read once its fields could be read, and processed",
     "not_fixable": "Cannot be fixed",
     "other": "Other (see the reason)",
     "superseded": "Replaced by a newer case about the same step",
@@ -128,7 +128,7 @@ ACTIONS: dict[str, str] = {
     "case_reopened": "Reopened",
     "replay_failed": "Tried again: it failed again, back in the queue",
     "contact_revealed": "Contact details shown to a reviewer",
-    "destination_lookup": "Looked it up in the destination",
+    "destination_lookup": "Looked it up in the CRM",
     "replay": "Asked for another try",
     "merge_requested": "Asked for a merge",
     "merged": "Records merged",
@@ -145,8 +145,8 @@ ACTIONS: dict[str, str] = {
     "bulk_replay_finished": "Bulk replay finished",
     "reconciliation_completed": "Reconciliation finished",
     "payloads_purged": "Old submissions' contents deleted",
-    "remapped": "Field map corrected and re-run",
-    "field_map_saved": "Field map changed",
+    "remapped": "Its fields read again, and run",
+    "field_map_saved": "How a form's fields are read, changed",
     "config_applied": "Business configuration changed (a new version)",
     "config_restored": "Business configuration restored from an older version",
     "config_test_sent": "Test confirmation sent to a Settings admin",
@@ -174,7 +174,7 @@ DELIVERY_OUTCOMES: dict[str, str] = {
     "disabled": "Refused for now: source switched off",
     "honeypot": "Ignored: filled in by a bot",
     "captcha_failed": "Refused: CAPTCHA missing or failed",
-    "unreadable": "Kept: its fields could not be read (waits for a corrected field map)",
+    "unreadable": "Kept: its fields could not be read (it waits until they can be)",
 }
 
 # The evidence a case carries, by key: the labelled table of the case page.
@@ -183,7 +183,7 @@ EVIDENCE_FIELDS: dict[str, str] = {
     "outcome": "What happened",
     "error_class": "Error type",
     "reply": "Answer",
-    "message": "What the destination said",
+    "message": "What the CRM or mail service said",
     "held_operations": "Steps waiting for this case",
     "matched_records": "CRM records it matched",
     "create_anyway": "CRM would create it anyway if asked",
@@ -228,10 +228,10 @@ _HTTP: dict[int, str] = {
     409: "refused: it already exists",
     422: "refused: the data was not accepted",
     429: "too many requests, try later",
-    500: "the destination failed (it may have done it)",
-    502: "the destination was unreachable",
-    503: "the destination is unavailable, try later",
-    504: "the destination did not answer in time",
+    500: "it failed on its side, and may have done it anyway",
+    502: "it could not be reached",
+    503: "it is unavailable, try later",
+    504: "it did not answer in time",
 }
 
 
@@ -303,7 +303,7 @@ def reply_label(*, smtp_code: int | None = None, http_status: int | None = None)
             if 200 <= http_status < 300
             else "refused"
             if 400 <= http_status < 500
-            else "the destination failed"
+            else "it failed on its side"
         )
     return ""
 

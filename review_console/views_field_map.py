@@ -55,7 +55,7 @@ class FieldMapForm(forms.Form):
     reason = forms.CharField(
         required=False,
         strip=True,
-        label="Reason (for the audit trail)",
+        label="Reason (kept with the decision)",
         initial=DEFAULT_REASON,
     )
 

@@ -133,7 +133,7 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
     page.click("button:has-text('Look it up in the CRM')")
     # htmx swaps the answer and the audit trail in place: no navigation.
     expect(page.locator("#lookup-result")).to_contain_text("it is there")
-    expect(page.locator("#case-audit")).to_contain_text("Looked it up in the destination")
+    expect(page.locator("#case-audit")).to_contain_text("Looked it up in the CRM")
     assert page.url.endswith(case_url)
     shot(page, "case-after-lookup")
     # The safe action, offered in place by the lookup: one button, its reason preset.

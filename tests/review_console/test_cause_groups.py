@@ -26,7 +26,7 @@ from tests.factories import ingest, op, permanent_case
 pytestmark = pytest.mark.django_db
 
 LABEL = (
-    "Refused by the destination: it did not accept the details that were sent "
+    "Refused: it did not accept the details that were sent "
     "(Create the enquiry in the CRM)"
 )
 

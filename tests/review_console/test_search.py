@@ -161,7 +161,7 @@ def test_the_submission_page_lists_every_case_and_decision(sandbox, rita):
         {"confirm": "yes", "resolution_code": "spam_or_test", "reason": "A test from Bob."},
     )
     html = client.get(reverse("console:submission-detail", args=[case.event_id])).content.decode()
-    assert f"Case #{case.pk} opened: Refused by the destination" in html
+    assert f"Case #{case.pk} opened: Refused" in html
     assert "Closed (rita)" in html and "A test from Bob." in html
     assert "Spam or test" in html
     assert "A. L." in html and "Ada Lovelace" not in html  # masked for a reviewer

@@ -4,7 +4,8 @@ Shared by the server-rendered scan (tests/review_console/test_plain_words.py) an
 browser's (tests/review_console/test_reviewer_day_browser.py): codes (snake_case, which
 also catches keys such as `opk_...` and record ids such as `rec_000012`), exception
 class names, the words "operation", "idempotency", "ambiguous", "retryable", HTTP and
-SMTP, parenthesised status codes, actor ids (`user:rita`, `system:worker`), a
+SMTP, "destination", "delivery", "field map", "audit trail", "Event source", "Key or
+reference", "Message-ID", parenthesised status codes, actor ids (`user:rita`, `system:worker`), a
 destination's configured name ("crm"), and each event and operation key the database
 holds.
 """
@@ -29,6 +30,15 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "destination name": re.compile(r"\bcrm\b"),
     "normal try": re.compile(r"\bNormal try\b"),
     "external reference": re.compile(r"\bexternal ref", re.IGNORECASE),
+    # Words an office manager does not use for what they name: the CRM or the mail
+    # service, what the website sent, how its fields are read, the history of decisions.
+    "destination": re.compile(r"\bdestinations?\b", re.IGNORECASE),
+    "delivery": re.compile(r"\bdeliver(?:y|ies)\b", re.IGNORECASE),
+    "field map": re.compile(r"\bfield[- ]maps?\b", re.IGNORECASE),
+    "audit trail": re.compile(r"\baudit trail\b", re.IGNORECASE),
+    "event source": re.compile(r"\bEvent source\b", re.IGNORECASE),
+    "key or reference": re.compile(r"\bKey or reference\b", re.IGNORECASE),
+    "message id": re.compile(r"\bMessage-ID\b", re.IGNORECASE),
 }
 
 
