@@ -28,6 +28,7 @@ from idempotency_core.models import (
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console.causes import Cause, with_cause
 from review_console.glossary import kind_label, step_label
+from review_console.story import destination_words
 
 DATE_WIDGET = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
@@ -66,6 +67,17 @@ class CaseIdsFilter(django_filters.Filter):
         return qs.filter(pk__in=value) if value else qs
 
 
+class _DestinationField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Destination) -> str:
+        # What a person calls it; its configured name is a technical detail.
+        words = destination_words(obj)
+        return words[:1].upper() + words[1:]
+
+
+class DestinationFilter(django_filters.ModelChoiceFilter):
+    field_class = _DestinationField
+
+
 class CaseFilter(django_filters.FilterSet):
     # distinct=False: both are columns of the case itself, so no row can repeat,
     # and a DISTINCT would stop PostgreSQL from reading the queue index in order.
@@ -79,10 +91,12 @@ class CaseFilter(django_filters.FilterSet):
         widget=forms.TextInput(attrs={"placeholder": "me, nobody or a username"}),
     )
     source = django_filters.ModelChoiceFilter(
-        field_name="event__source", queryset=Source.objects.order_by("name")
+        field_name="event__source", queryset=Source.objects.order_by("name"), label="Sent from"
     )
-    destination = django_filters.ModelChoiceFilter(
-        field_name="operation__destination", queryset=Destination.objects.order_by("name")
+    destination = DestinationFilter(
+        field_name="operation__destination",
+        queryset=Destination.objects.order_by("name"),
+        label="Sent to (CRM or mail service)",
     )
     step = django_filters.ChoiceFilter(
         method="filter_step", label="Step", choices=[(name, step_label(name)) for name in STEPS]
@@ -99,8 +113,8 @@ class CaseFilter(django_filters.FilterSet):
     cause = django_filters.CharFilter(method="filter_cause", label="Cause")
     q = django_filters.CharFilter(
         method="filter_search",
-        label="Key or reference",
-        help_text="Exact event key, operation key or destination reference",
+        label="A number you were given",
+        help_text="A submission's or a CRM record's number, exactly as written",
     )
 
     class Meta:

@@ -18,7 +18,7 @@ STEPS: dict[str, str] = {
     "assign_task": "Assign a follow-up task in the CRM",
     "send_confirmation": "Send the confirmation email",
     "update_enquiry": "Update the enquiry with the edited submission",
-    "remap_enquiry": "Update the enquiry after a field-map correction",
+    "remap_enquiry": "Update the enquiry after its fields were read again",
     "merge_duplicate": "Merge the duplicate CRM record",
     "erase_person": "Delete the person's data at the CRM (erasure request)",
 }
@@ -27,7 +27,7 @@ STEPS: dict[str, str] = {
 _STEP_SUFFIX: dict[str, str] = {
     "merge_duplicate": "Merge CRM record {suffix} into the one that stays",
     "send_confirmation": "Send the confirmation email again ({suffix})",
-    "remap_enquiry": "Update the enquiry after field-map correction {suffix}",
+    "remap_enquiry": "Update the enquiry after its fields were read again {suffix}",
 }
 
 CASE_KINDS: dict[str, str] = {

@@ -42,6 +42,7 @@ from idempotency_core.models import (
     Attempt,
     AuditEntry,
     Delivery,
+    Destination,
     DestinationBudget,
     Event,
     Operation,
@@ -629,7 +630,7 @@ def throughput_24h(*, now: datetime) -> list[dict[str, Any]]:
     rows = (
         Attempt.objects.filter(started_at__gte=start, outcome__isnull=False)
         .annotate(hour=TruncHour("started_at"))
-        .values("operation__destination__name", "hour")
+        .values("operation__destination__name", "operation__destination__kind", "hour")
         .annotate(
             ok=Count("id", filter=Q(outcome=Attempt.Outcome.SUCCEEDED)),
             # A skipped step called nobody: neither a success nor a failure.
@@ -640,8 +641,10 @@ def throughput_24h(*, now: datetime) -> list[dict[str, Any]]:
     )
     hours = [start + timedelta(hours=i) for i in range(24)]
     series: dict[str, dict[datetime, tuple[int, int]]] = defaultdict(dict)
+    kinds: dict[str, str] = {}
     for row in rows:
         series[row["operation__destination__name"]][row["hour"]] = (row["ok"], row["failed"])
+        kinds[row["operation__destination__name"]] = row["operation__destination__kind"]
     result = []
     for name in sorted(series):
         points = [series[name].get(h, (0, 0)) for h in hours]
@@ -667,6 +670,10 @@ def throughput_24h(*, now: datetime) -> list[dict[str, Any]]:
         result.append(
             {
                 "name": name,
+                # What a person calls it; its configured name is a technical detail.
+                "label": "The mail service"
+                if kinds[name] in Destination.EMAIL_KINDS
+                else "The CRM",
                 "attempts": ok + failed,
                 "succeeded": ok,
                 "failed": failed,

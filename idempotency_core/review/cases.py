@@ -29,7 +29,7 @@ RESOLUTION_CODES: dict[str, str] = {
     "customer_withdrew": "The customer withdrew or no longer needs it",
     "spam_or_test": "Spam or test submission",
     "duplicate_submission": "The person submitted the same request twice",
-    "not_fixable": "Cannot be fixed (data invalid, destination retired)",
+    "not_fixable": "Cannot be fixed (wrong details, or the CRM or mail service is no longer used)",
     "other": "Other (explained in the reason)",
 }
 

@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from review_console import glossary
+from review_console.story import destination_words
 
 register = template.Library()
 
@@ -156,3 +157,9 @@ def reply_words(attempt: Any) -> str:
 register.filter("plain", glossary.plain_text)
 register.filter("reference_text", glossary.reference_text)
 register.filter("missing_words", glossary.missing_words)
+
+
+@register.filter
+def destination_label(destination: Any) -> str:
+    """'the CRM' or 'the mail service' (its configured name is a technical detail)."""
+    return destination_words(destination)

@@ -87,7 +87,7 @@ def test_twenty_refused_by_the_same_400_are_one_group_settled_by_one_decision(us
     assert closes.count() == 20 and len({e.case_id for e in closes}) == 20
     assert AuditEntry.objects.count() - before == 20  # one per case, nothing else
     assert {e.reason for e in closes} == {
-        "Cannot be fixed (data invalid, destination retired): "
+        "Cannot be fixed (wrong details, or the CRM or mail service is no longer used): "
         "the form sent a field the CRM does not have"
     }
     for untouched in (other, ambiguous):

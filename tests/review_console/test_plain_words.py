@@ -22,7 +22,7 @@ from idempotency_core.review.lookup import operation_destination_lookup
 from idempotency_core.review.replay import operation_replay
 from review_console import glossary
 from tests.factories import permanent_case
-from tests.support.console_pages import seed
+from tests.support.console_pages import page_urls, seed
 from tests.support.jargon import jargon_in, main_text, stored_keys
 
 pytestmark = pytest.mark.django_db
@@ -92,3 +92,24 @@ def test_a_case_page_opens_with_what_happened_and_what_to_do(users):
     assert "then try it again" in text  # a refusal: a Reviewer may try again
     # People are named as people, times as "... ago" with the exact time in a title.
     assert "Onefold" in text and "user:" not in text and "system:" not in text
+
+
+def test_no_decision_page_or_queue_says_anything_technical(sandbox, ambiguous_case, users):
+    """The confirmations a decision opens, the queue and the dashboard: the same scan."""
+    seeded = seed(sandbox, ambiguous_case, users)
+    client = Client()
+    client.force_login(users["superuser"])
+    keys = stored_keys()
+    found = {}
+    pages = [
+        (method, url, data)
+        for method, url, data in page_urls(seeded, client)
+        if "/cases/" in url or url == reverse("console:dashboard")
+    ]
+    for method, url, data in pages:
+        response = getattr(client, method)(url, data or {})
+        assert response.status_code == 200, url
+        problems = jargon_in(main_text(response.content.decode()), keys)
+        if problems:
+            found[f"{method} {url}"] = sorted(set(problems))
+    assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())
