@@ -415,7 +415,10 @@ class BudgetGate:
         used = limit = None
         if hint is not None and hint.limit:
             self._learn(hint.limit, hint.window_seconds, daily=hint.daily)
-            if hint.remaining is not None and hint.limit == self.budget.requests:
+            # A day's usage is not waited out here: spent over the last 24 hours, it
+            # frees as it ages, which the header does not say; the vendor's refusal
+            # pauses the destination and a probe finds when it has room again.
+            if hint.remaining is not None and hint.limit == self.budget.requests and not hint.daily:
                 used, limit = max(0, hint.limit - hint.remaining), hint.limit
         budget_finish(self.destination.pk, reservation, used=used, limit=limit)
 
