@@ -12,10 +12,10 @@ and why no contact detail is indexed in clear:
   payload's contact name among the newest NAME_SEARCH_SCOPE submissions (a bounded
   scan: no index of names in clear), under a statement timeout, over what the
   viewer may read: all of them for viewers who may see contact details; for a
-  masked viewer only the submissions whose contact details were revealed to them
-  (review/contact.py: a reveal with a reason, audited, for a few hours), since a
-  search over the rest would reveal the full names the console hides ("A. L."
-  would answer "Ada Lovelace?").
+  masked viewer any part among the submissions revealed to them (review/contact.py:
+  a reveal with a reason, audited, for a few hours), and whole words elsewhere, the
+  results masked: a substring over the rest would spell out the full names the
+  console hides ("A. L." would answer "Ada Lovelace?" one letter at a time).
 - **key or reference**: exact event key (the (source, key) unique index, one
   probe per source), operation key (unique index), CRM or email reference
   (the partial index on `destination_ref`), the event's id, or `#<case number>`.
@@ -148,23 +148,41 @@ def _looks_like_name(query: str) -> bool:
 
 
 def _name_search_revealed(query: str, result: SearchResult, revealed: list[Any]) -> None:
-    """A masked viewer's name search: among the submissions revealed to them only (at
-    most a few hundred, by primary key), so it can reveal no name they could not read."""
+    """A masked viewer's name search: any part of the name among the submissions
+    revealed to them; elsewhere whole words only ("Lovelace", not "Lov"), shown masked,
+    so a search confirms a name the viewer already knows and never spells one out
+    letter by letter."""
     if revealed:
         condition = Q(pk__in=revealed, payload__contact__name__icontains=query)
         result.events = list(_events(condition)[:RESULTS_LIMIT])
+    if not result.events:
+        _name_search(query, result, whole_words=True)
     if result.events:
-        result.matched_by.append("name")
         return
     result.notice = (
-        "Names are searched only among the submissions whose contact details you may "
-        "see: those you revealed on a case in the last few hours. Search by email "
-        "address or reference instead, or reveal the contact on the case."
+        result.notice
+        or "No submission has that name. Without the permission to see contact details, "
+        "a name is matched by whole words (a surname, not its first letters)."
     )
 
 
-def _name_search(query: str, result: SearchResult) -> None:
-    condition = Q(payload__contact__name__icontains=query)
+def _whole_words(query: str) -> Q | None:
+    """Each word of `query` (two letters at least) as a whole word of the name."""
+    words = [word for word in re.findall(r"\w+", query) if len(word) >= 2]
+    if not words:
+        return None
+    condition = Q()
+    for word in words:
+        condition &= Q(payload__contact__name__iregex=rf"\m{re.escape(word)}\M")
+    return condition
+
+
+def _name_search(query: str, result: SearchResult, *, whole_words: bool = False) -> None:
+    condition: Q | None = Q(payload__contact__name__icontains=query)
+    if whole_words:
+        condition = _whole_words(query)
+    if condition is None:
+        return
     # The scan is bounded by the newest NAME_SEARCH_SCOPE submissions (their start
     # found on the received_at index), so its cost does not grow with the table.
     cutoff = (
