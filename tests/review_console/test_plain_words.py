@@ -95,7 +95,8 @@ def test_a_case_page_opens_with_what_happened_and_what_to_do(users):
 
 
 def test_no_decision_page_or_queue_says_anything_technical(sandbox, ambiguous_case, users):
-    """The confirmations a decision opens, the queue and the dashboard: the same scan."""
+    """The confirmations a decision opens (one case's, or a whole filter's), the queue
+    and the dashboard: the same scan."""
     seeded = seed(sandbox, ambiguous_case, users)
     client = Client()
     client.force_login(users["superuser"])
@@ -106,6 +107,8 @@ def test_no_decision_page_or_queue_says_anything_technical(sandbox, ambiguous_ca
         for method, url, data in page_urls(seeded, client)
         if "/cases/" in url or url == reverse("console:dashboard")
     ]
+    # Trying a whole filter again: the queue's choices are technical details there.
+    pages.append(("post", reverse("console:bulk-replay-new"), {"kind": "permanent_failure"}))
     for method, url, data in pages:
         response = getattr(client, method)(url, data or {})
         assert response.status_code == 200, url
