@@ -173,7 +173,8 @@ FROM {_TABLE} b, now WHERE b.destination_id = %s
 """
 
 # The row made, or its budget replaced unless the destination's headers taught another
-# (a setting always wins: the operator knows their tier).
+# (a setting always wins: the operator knows their tier). A new shape's pace starts from
+# now: a day's pace may have run hours ahead within its burst (the log caps the window).
 _ENSURE = f"""
 INSERT INTO {_TABLE} (destination_id, requests, per_seconds, origin, spacing_seconds,
     tolerance_seconds, pause_kind, pause_reason, updated_at)
@@ -181,6 +182,9 @@ VALUES (%s, %s, %s, %s, %s, %s, '', '', clock_timestamp())
 ON CONFLICT (destination_id) DO UPDATE SET requests = EXCLUDED.requests,
     per_seconds = EXCLUDED.per_seconds, origin = EXCLUDED.origin,
     spacing_seconds = EXCLUDED.spacing_seconds, tolerance_seconds = EXCLUDED.tolerance_seconds,
+    next_free_at = CASE WHEN ({_TABLE}.spacing_seconds, {_TABLE}.tolerance_seconds)
+        = (EXCLUDED.spacing_seconds, EXCLUDED.tolerance_seconds) THEN {_TABLE}.next_free_at
+        ELSE LEAST({_TABLE}.next_free_at, EXCLUDED.updated_at) END,
     updated_at = EXCLUDED.updated_at
 WHERE {_TABLE}.origin <> 'learned' OR EXCLUDED.origin = 'configured'
 """

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from datetime import timedelta
 
 import httpx
@@ -127,12 +128,20 @@ def test_workers_in_six_processes_share_one_budget_and_never_exceed_it():
     assert sum(1 for times in per_worker if times) >= 4  # shared, not taken by one
 
 
+def _fresh_destination() -> Destination:
+    """A destination of its own: other tests' processes commit the default one's budget
+    and request log, which no rollback removes."""
+    return Destination.objects.create(
+        name=f"budget-{uuid.uuid4().hex[:8]}", kind=Destination.Kind.HUBSPOT
+    )
+
+
 @pytest.mark.django_db
 def test_a_request_holds_its_place_until_its_answer_plus_the_window():
     """Three in any second: the fourth goes a second after the first one's answer, not
     after its start; while the place to free is a request still unanswered, none is
     reserved, and the waiter is told the place is in flight."""
-    crm = Destination.objects.get(name="crm")
+    crm = _fresh_destination()
     budget = Budget(3, 1.0, "configured")
     taken = [budget_reserve(crm.pk, budget, within=2.0) for _ in range(3)]
     assert all(taken)
@@ -153,7 +162,7 @@ def test_a_request_holds_its_place_until_its_answer_plus_the_window():
 def test_requests_the_vendor_counted_and_onefold_did_not_send_take_places():
     """An answer saying 9 of 10 are used while Onefold sent one: 8 places are taken for
     the other client's requests, for a window from the answer."""
-    crm = Destination.objects.get(name="crm")
+    crm = _fresh_destination()
     budget = Budget(10, 10.0, "configured")
     reservation = budget_reserve(crm.pk, budget)
     assert reservation is not None
@@ -165,15 +174,15 @@ def test_requests_the_vendor_counted_and_onefold_did_not_send_take_places():
 
 @pytest.mark.django_db
 def test_a_429_after_the_budget_is_known_is_counted_on_metrics():
-    crm = Destination.objects.get(name="crm")
+    crm = _fresh_destination()
     budget_reserve(crm.pk, Budget(10, 10.0, "configured"))
     budget_rate_limited(crm.pk, known=True)
     budget_rate_limited(crm.pk, known=False)
     budget_rate_limited(crm.pk, known=True)
     figure = destinations_rate_limited()
     assert figure.name == "onefold_destination_rate_limited_total"
-    assert (("crm", "true"), 2.0) in figure.samples
-    assert (("crm", "false"), 1.0) in figure.samples
+    assert ((crm.name, "true"), 2.0) in figure.samples
+    assert ((crm.name, "false"), 1.0) in figure.samples
 
 
 @pytest.mark.django_db
@@ -211,7 +220,7 @@ def test_a_429_after_the_budget_is_known_is_counted_on_metrics():
 def test_the_first_answers_headers_set_the_budget_and_what_the_vendor_counted(
     documented, headers, learned, places
 ):
-    crm = Destination.objects.get(name="crm")
+    crm = _fresh_destination()
     gate = BudgetGate(crm, documented)
     gate.before("GET", "https://vendor.example/x")
     gate.after(httpx.Response(200, headers=headers, request=httpx.Request("GET", "https://x")))
