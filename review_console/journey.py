@@ -67,6 +67,7 @@ from idempotency_core.intake.remap import unreadable_waiting
 from idempotency_core.models import BusinessConfigVersion, Event, Operation, Source
 from integrations.base import Capabilities, DestinationError
 from review_console.config_edit import shown_payload
+from review_console.glossary import step_label
 
 Recovery = Operation.Recovery
 
@@ -84,22 +85,22 @@ EXAMPLE_CONTACT = {"name": "Alex Example", "email": "alex@example.com", "phone":
 _FIELD_REFERENCE = re.compile(r"\bfields\.([A-Za-z0-9_\-]+)")
 
 RETRY_RECORD: dict[str, str] = {
-    Recovery.REPEAT_WITH_KEY: "No second {what}: the retry presents the same idempotency key "
-    "(the operation key) and the CRM answers with the {what} it made.",
+    Recovery.REPEAT_WITH_KEY: "No second {what}: the retry carries the same mark as the first try, "
+    "and the CRM answers with the {what} it made.",
     Recovery.REPEAT_UNIQUE_REF: "No second {what}: the CRM refuses another {what} with the same "
-    "external reference and names the first, which Onefold adopts.",
-    Recovery.LOOKUP_FIRST: "No second {what}: Onefold looks the {what} up by its external "
-    "reference first and adopts it; it is created only if it is absent.",
+    "mark of this submission and names the first, which Onefold adopts.",
+    Recovery.LOOKUP_FIRST: "No second {what}: Onefold looks the {what} up by this submission's "
+    "mark first and adopts it; it is created only if it is absent.",
     Recovery.REPEAT: "The same change again: doing it twice is the same as once.",
-    Recovery.REVIEW: "Not repeated: this CRM offers nothing that recognises a repeat (no "
-    "idempotency key within its window, no unique reference, no lookup), so a case asks a "
+    Recovery.REVIEW: "Not repeated: this CRM offers nothing that recognises a repeat (it "
+    "remembers no mark, refuses no copy and cannot be searched), so a case asks a "
     "person to look for the {what}.",
 }
 RETRY_MESSAGE: dict[str, str] = {
     Recovery.REPEAT_WITH_KEY: "No second email: the stored email is presented again under the "
-    "same idempotency key, which the mail service recognises within its window.",
-    Recovery.REVIEW: "No second email: the mail service cannot recognise a resend (plain SMTP "
-    "has no idempotency key), so Onefold does not resend; a case asks a person to check with "
+    "same mark, which the mail service recognises for a while.",
+    Recovery.REVIEW: "No second email: the mail service cannot recognise a resend (plain email "
+    "carries no mark it remembers), so Onefold does not resend; a case asks a person to check with "
     "the customer, who may then have it sent again.",
 }
 
@@ -510,7 +511,7 @@ def _planned(
     payload: Mapping[str, Any],
 ) -> JourneyPath:
     """A path whose effects are the steps it plans, each rendered from `payload`."""
-    planned = ", ".join(steps)
+    planned = ", ".join(step_label(s).lower() for s in steps)
     record_steps = [s for s in steps if STEPS[s].destination == "crm" and not STEPS[s].creates_task]
     task_steps = [s for s in steps if STEPS[s].creates_task]
     if record_steps:
@@ -535,7 +536,7 @@ def _record_side(facts: _Facts, payload: Mapping[str, Any], step: str) -> Side:
     except DestinationError as exc:
         return _unrenderable(step, exc)
     if step == ENQUIRY:
-        summary = "A new record, its external reference the step's operation key."
+        summary = "A new record, marked as this submission's so that a repeat is recognised."
         verb = "created"
     else:  # an edit's update_enquiry
         summary = (
@@ -646,9 +647,9 @@ def _retry(facts: _Facts) -> JourneyPath:
     return JourneyPath(
         "retry",
         "A retry after a lost answer",
-        "A step's first attempt reached the destination but its answer was lost (a timeout "
+        "A step's first try reached the CRM or the mail service but its answer was lost (a timeout "
         "after sending, a reset connection). The retry sends the content stored at that "
-        "first attempt, never a new rendering, under the same operation key.",
+        "first attempt, never a new rendering, under the same mark.",
         customer=side(CONFIRMATION, "message", first.customer),
         record=side(ENQUIRY, "record", first.record),
         task=side(TASK, "task", first.task),
@@ -670,7 +671,8 @@ def _replay(facts: _Facts) -> JourneyPath:
                 if check and customer.touched
                 else ""
             )
-            + f"The email under its original key (the same Message-ID), as {label}.",
+            + "The email under its original mark (the same email, as the mailbox sees it), "
+            + f"as {label}.",
         )
     record = _replayed(facts, ENQUIRY, "record", first.record)
     task = _replayed(facts, TASK, "task", first.task)
@@ -678,7 +680,7 @@ def _replay(facts: _Facts) -> JourneyPath:
         "replay",
         "A replay",
         "A person replays a step that needs review. It goes through the same claim and "
-        "recovery rules as a retry, with the original operation key and the stored content.",
+        "recovery rules as a retry, with the original mark and the stored content.",
         customer,
         record,
         task,
@@ -712,7 +714,7 @@ def _replayed(facts: _Facts, step: str, what: str, was: Side) -> Side:
     )
     return _with_summary(
         side,
-        f"At most one {what}, under its original operation key. {how} Content {label}.",
+        f"At most one {what}, under its original mark. {how} Content {label}.",
         rule=f"recovery_for: {rule or 'normal call'}",
     )
 
@@ -734,10 +736,9 @@ def _with_summary(side: Side, summary: str, *, rule: str = "") -> Side:
 
 def _send_again(facts: _Facts) -> JourneyPath:
     """email_send_again: a new operation of the email step, rendered afresh."""
-    step = STEPS[CONFIRMATION]
     untouched = Side(
         "none",
-        f"Not touched: a send again is an operation of the {step.destination} step alone.",
+        "Not touched: sending the email again is a step of its own.",
         rule="email_send_again",
     )
     if CONFIRMATION in facts.steps:
@@ -745,7 +746,7 @@ def _send_again(facts: _Facts) -> JourneyPath:
         customer = _with_summary(
             customer,
             "A new email, rendered now from the current version, under a new key of its own "
-            "(a new Message-ID), linked to the first.",
+            "(a new email, as the mailbox sees it), linked to the first.",
             rule="email_send_again",
         )
     else:

@@ -84,16 +84,16 @@ def test_every_path_shows_its_message_and_what_the_crm_gets(users, sandbox):
     assert not (retry.customer.touched or retry.record.touched or retry.task.touched)
     assert "No second email" in retry.customer.summary
     assert "cannot recognise a resend" in retry.customer.summary
-    assert "same external reference" in retry.record.summary
-    assert "same external reference" in retry.task.summary
+    assert "same mark of this submission" in retry.record.summary
+    assert "same mark of this submission" in retry.task.summary
 
     replay = paths["replay"]
     assert ("Subject", "Thanks Ada") in replay.customer.lines
-    assert "original key (the same Message-ID)" in replay.customer.summary
+    assert "original mark (the same email, as the mailbox sees it)" in replay.customer.summary
     assert "checked that the first email did not arrive" in replay.customer.summary
     assert "configuration version 1" in replay.customer.summary
-    assert "At most one record, under its original operation key" in replay.record.summary
-    assert "same external reference" in replay.record.summary
+    assert "At most one record, under its original mark" in replay.record.summary
+    assert "same mark of this submission" in replay.record.summary
 
     again = paths["send-again"]
     assert again.customer.verb == "sent" and ("Subject", "Thanks Ada") in again.customer.lines
@@ -104,7 +104,7 @@ def test_every_path_shows_its_message_and_what_the_crm_gets(users, sandbox):
     assert edit.record.verb == "updated" and f"record {ref}" in edit.record.summary
     assert ("Property amount", "10k") in edit.record.lines
     assert not edit.customer.touched and not edit.task.touched
-    assert "update_enquiry" in edit.customer.summary
+    assert "update the enquiry with the edited submission" in edit.customer.summary
 
     same = paths["same-enquiry"]
     assert same.record.verb == "linked" and f"record {ref}" in same.record.summary
