@@ -67,7 +67,7 @@ class CaseIdsFilter(django_filters.Filter):
         return qs.filter(pk__in=value) if value else qs
 
 
-class _DestinationField(forms.ModelChoiceField):
+class _DestinationField(django_filters.fields.ModelChoiceField):
     def label_from_instance(self, obj: Destination) -> str:
         # What a person calls it; its configured name is a technical detail.
         words = destination_words(obj)
