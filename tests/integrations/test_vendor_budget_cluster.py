@@ -13,7 +13,7 @@ from lab.bench.pipeline import sandbox_running
 from lab.bench.vendor_budget import budget_run
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the default destinations
 @pytest.mark.serial
 def test_a_cluster_uses_nine_tenths_of_hubspots_rolling_limit_and_is_never_refused():
     with sandbox_running() as sandbox:

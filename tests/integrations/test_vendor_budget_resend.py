@@ -39,7 +39,7 @@ def resend(sandbox: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iter
         yield control
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the default destinations
 def test_senders_in_four_threads_use_resends_limit_and_are_never_refused(resend):
     answered: list[float] = []
     failures: list[BaseException] = []
