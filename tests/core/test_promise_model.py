@@ -1,4 +1,4 @@
-"""The promise as a model (issue 34, item 2): a stateful property test on real parts.
+"""The promise as a model: a stateful property test on real parts.
 
 Gunicorn takes the posts, a django-q2 cluster and a sweeper loop do the work, the
 sandbox (HTTP CRM and SMTP sink on loopback) counts what arrives. hypothesis drives
@@ -633,9 +633,9 @@ def replay_steps(world: World, steps: list[tuple[str, dict[str, Any]]]) -> None:
 
 
 def test_fault_http_400_on_create_record_then_api_submission_then_reconcile(world: World) -> None:
-    """Found by the model at commit bdbcbdc: a refused enquiry waits in its
+    """Found by the model before 0.2.0: a refused enquiry waits in its
     permanent_failure case, and reconciliation opened recon_missing beside it (two
-    open cases for one operation; issue 34, item 3)."""
+    open cases for one operation)."""
     replay_steps(
         world,
         [
@@ -649,7 +649,7 @@ def test_fault_http_400_on_create_record_then_api_submission_then_reconcile(worl
 def test_html_without_id_unreadable_then_map_corrected_then_posted_again_then_remap(
     world: World,
 ) -> None:
-    """The field map's duplicate (issue 34, item 1), re-post first: an `html` delivery
+    """The field map's duplicate, re-post first: an `html` delivery
     without submission_id kept as unreadable under a wrong map, the map corrected, the
     same bytes posted again, then `remap`."""
     replay_steps(
@@ -682,7 +682,7 @@ def test_html_without_id_unreadable_then_map_corrected_then_remap_then_posted_ag
 
 
 def test_html_with_id_unreadable_then_map_corrected_then_posted_again(world: World) -> None:
-    """Found by the model at bdbcbdc: a form with form.js's submission_id kept as
+    """Found by the model before 0.2.0: a form with form.js's submission_id kept as
     unreadable, its map corrected, the same delivery again: answered 422
     "delivered before with other content" (the kept payload is what the wrong map
     read), where a repeat is 200 with the same event."""
@@ -698,7 +698,7 @@ def test_html_with_id_unreadable_then_map_corrected_then_posted_again(world: Wor
 
 
 def test_wpforms_unreadable_then_map_corrected_then_posted_again(world: World) -> None:
-    """The same with a provider's id (WPForms' entry_id), found by the model at bdbcbdc
+    """The same with a provider's id (WPForms' entry_id), found by the model before 0.2.0
     in `make test`'s run: 422 to the sender's own repeat once its map was corrected."""
     replay_steps(
         world,
