@@ -116,3 +116,20 @@ def test_no_decision_page_or_queue_says_anything_technical(sandbox, ambiguous_ca
         if problems:
             found[f"{method} {url}"] = sorted(set(problems))
     assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())
+
+
+def test_no_submission_page_says_anything_technical(sandbox, ambiguous_case, users):
+    """A submission's page: what Onefold did, its CRM numbers and keys under Technical
+    details."""
+    seeded = seed(sandbox, ambiguous_case, users)
+    client = Client()
+    client.force_login(users["reviewer"])
+    keys = stored_keys()
+    found = {}
+    for method, url, _ in page_urls(seeded, client):
+        if method == "get" and "/submissions/" in url:
+            text = main_text(client.get(url).content.decode())
+            problems = jargon_in(text, keys)
+            if problems:
+                found[url] = sorted(set(problems))
+    assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())
