@@ -217,22 +217,38 @@ _SMTP: dict[int, str] = {
     553: "address not accepted",
     554: "mail server refused the message",
 }
-_HTTP: dict[int, str] = {
-    200: "done",
-    201: "created",
-    204: "done",
-    400: "refused: the data was not accepted",
-    401: "refused: Onefold's credentials were not accepted",
-    403: "refused: not allowed",
-    404: "not found",
-    409: "refused: it already exists",
-    422: "refused: the data was not accepted",
-    429: "too many requests, try later",
-    500: "it failed on its side, and may have done it anyway",
-    502: "it could not be reached",
-    503: "it is unavailable, try later",
-    504: "it did not answer in time",
+# Each HTTP answer in words, once: as a label ("not found"), and as the end of a
+# sentence saying why a step failed ("... because it could not find what Onefold asked for").
+HTTP_ANSWERS: dict[int, tuple[str, str]] = {
+    200: ("done", ""),
+    201: ("created", ""),
+    204: ("done", ""),
+    400: ("refused: the data was not accepted", "it did not accept the details that were sent"),
+    401: (
+        "refused: Onefold's credentials were not accepted",
+        "it did not accept Onefold's sign-in details",
+    ),
+    403: ("refused: not allowed", "Onefold is not allowed to do this there"),
+    404: ("not found", "it could not find what Onefold asked for"),
+    409: ("refused: it already exists", "it says this already exists"),
+    413: ("refused: too large", "what was sent is too large for it"),
+    422: ("refused: the data was not accepted", "it did not accept the details that were sent"),
+    429: ("too many requests, try later", "it asked Onefold to slow down"),
+    500: (
+        "it failed on its side, and may have done it anyway",
+        "it had an internal error while doing it",
+    ),
+    502: ("it could not be reached", "it could not be reached"),
+    503: ("it is unavailable, try later", "it was unavailable"),
+    504: ("it did not answer in time", "it did not answer in time"),
 }
+_HTTP: dict[int, str] = {code: label for code, (label, _) in HTTP_ANSWERS.items()}
+
+
+def http_why(code: int) -> str:
+    """Why a step failed with HTTP `code`, as the end of a sentence."""
+    why = HTTP_ANSWERS.get(code, ("", ""))[1]
+    return why or ("it refused it" if 400 <= code < 500 else "it failed while doing it")
 
 
 def step_label(step: str) -> str:
@@ -449,5 +465,5 @@ def reference_text(ref: Any) -> str:
 
 
 def counted(number: int, noun: str) -> str:
-    """"1 case", "3 cases": a count with its noun in the right number (regular plurals)."""
+    """ "1 case", "3 cases": a count with its noun in the right number (regular plurals)."""
     return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from idempotency_core.models import AuditEntry, Destination, Operation, ReviewCase
-from review_console.glossary import resolution_label
+from review_console.glossary import http_why, resolution_label
 
 # What each step makes, as the object of a sentence ("the CRM refused the enquiry").
 STEP_THINGS: dict[str, str] = {
@@ -25,22 +25,6 @@ STEP_THINGS: dict[str, str] = {
     "remap_enquiry": "the corrected enquiry",
     "merge_duplicate": "the merge of the two records",
     "erase_person": "the deletion of the person's data",
-}
-
-# Why a destination said no or failed, as the end of a sentence ("... because it ...").
-_HTTP_WHY: dict[int, str] = {
-    400: "it did not accept the details that were sent",
-    401: "it did not accept Onefold's sign-in details",
-    403: "Onefold is not allowed to do this there",
-    404: "it could not find what Onefold asked for",
-    409: "it says this already exists",
-    413: "what was sent is too large for it",
-    422: "it did not accept the details that were sent",
-    429: "it asked Onefold to slow down",
-    500: "it had an internal error while doing it",
-    502: "it could not be reached",
-    503: "it was unavailable",
-    504: "it did not answer in time",
 }
 
 
@@ -73,9 +57,7 @@ def why_words(evidence: dict[str, Any]) -> str:
     status = _status_of(evidence)
     if status is not None and status[0] == "HTTP":
         code = status[1]
-        return _HTTP_WHY.get(code) or (
-            "it refused it" if 400 <= code < 500 else "it failed while doing it"
-        )
+        return http_why(code)
     if status is not None:  # SMTP
         code = status[1]
         if code >= 500:
