@@ -283,6 +283,9 @@ def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:
         "is_duplicate_rule": case.kind == ReviewCase.Kind.DUPLICATE_RULE,
         "matched_records": matched_records(case),
         "create_anyway": create_anyway_offered(case),
+        # Creating past the CRM's duplicate rule may duplicate: Replay admins' alone,
+        # whatever a Reviewer may try again.
+        "can_create_anyway": user.has_perm(REPLAY),
         "can_change": user.has_perm(CHANGE_CASES),
         "can_replay": user.has_perm(REPLAY),
         "close_presets": list(CLOSE.values()),

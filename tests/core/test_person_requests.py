@@ -102,7 +102,7 @@ def person(*args: str) -> str:
     return out.getvalue()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_export_gives_both_submissions_and_erase_leaves_nothing_of_the_person(api, sandbox):
     first, second, _ = people(api, sandbox)
     assert ReviewCase.objects.filter(event=second, status="open").exists()
