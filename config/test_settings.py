@@ -34,7 +34,8 @@ from config.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Django's flush between transactional tests empties every table with TRUNCATE, which
-# the audit trail's guard refuses to any session that does not say so (migration 0032).
+# the audit trail's guard refuses to any session that does not say so
+# (idempotency_core/migrations/sql/0.2.0/audit_trail.sql).
 DATABASES["default"].setdefault("OPTIONS", {})["options"] = (  # noqa: F405
     "-c onefold.audit_truncate=allowed"
 )

@@ -10,6 +10,9 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.recorder import MigrationRecorder
 
 
 @register(Tags.compatibility)
@@ -108,3 +111,35 @@ def check_secret_key(
             id="onefold.W001",
         )
     ]
+
+
+@register(Tags.database)
+def check_squashed_migrations(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """A squashed migration applies to a database with none or all of the migrations it
+    replaces. With some, Django drops the app's migrations from its plan and fails
+    later, unclearly; `migrate` runs this check first and stops with the way forward."""
+    errors: list[CheckMessage] = []
+    for alias in databases or []:
+        connection = connections[alias]
+        recorder = MigrationRecorder(connection)
+        if not recorder.has_table():
+            continue
+        applied = recorder.applied_migrations()
+        loader = MigrationLoader(None, ignore_no_migrations=True)
+        for (app, name), migration in sorted(loader.replacements.items()):
+            done = sum(1 for key in migration.replaces if key in applied)
+            if 0 < done < len(migration.replaces) and (app, name) not in applied:
+                errors.append(
+                    Error(
+                        f"The database has {done} of the {len(migration.replaces)} "
+                        f"migrations that {app}.{name} replaces, not all of them.",
+                        hint="Migrate it with the last release that has those migrations "
+                        "first (docs/operations.md, Upgrading from 0.1.0).",
+                        id="onefold.E009",
+                    )
+                )
+    return errors

@@ -711,9 +711,9 @@ class ReviewCase(models.Model):
 class AuditEntry(models.Model):
     """An append-only record of a human decision or a consequential automatic one.
 
-    A database trigger (migration 0002) refuses UPDATE and DELETE on this table; the
-    one UPDATE it allows is a person's erasure rewriting the personal parts of
-    `reason` and `details` (migration 0030, idempotency_core/privacy/erasure.py).
+    Database triggers refuse UPDATE, DELETE and TRUNCATE on this table; the one UPDATE
+    they allow is a person's erasure rewriting the personal parts of `reason` and
+    `details` (migrations/sql/0.2.0/audit_trail.sql, idempotency_core/privacy/erasure.py).
     """
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -923,9 +923,10 @@ class ReconciliationFinding(models.Model):
 
 class BusinessConfigVersion(models.Model):
     """One version of the whole business configuration document. Never updated or
-    deleted (a database trigger refuses both, migration 0028): a restore is a new
-    version holding an older document. An insert NOTIFYs `onefold_config`, so every
-    process's cached configuration is dropped at its commit."""
+    deleted (a database trigger refuses both, migrations/sql/0.2.0/config_changes.sql):
+    a restore is a new version holding an older document. An insert NOTIFYs
+    `onefold_config`, so every process's cached configuration is dropped at its
+    commit."""
 
     number = models.PositiveIntegerField(unique=True)
     # {"sources": {name: {"forms": {form or "*": {"enquiry": ..., "task": ...}}}}}

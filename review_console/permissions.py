@@ -1,6 +1,6 @@
 """Who may do what in the review console, for the HTML views and the staff API alike.
 
-Roles are Django groups created by migration 0002 of idempotency_core: Reviewers
+Roles are Django groups created by idempotency_core's migrations: Reviewers
 (view and change cases, view the audit trail) and Replay admins (also replay).
 Seeing unmasked contact details is its own permission. Non-staff users never
 reach the console, whatever permissions they hold: `is_staff` is checked first.
@@ -26,7 +26,7 @@ VIEW_AUDIT = "idempotency_core.view_auditentry"
 REPLAY = "idempotency_core.replay_operation"
 VIEW_CONTACT = "idempotency_core.view_contact_details"
 CHANGE_SOURCE = "idempotency_core.change_source"
-# The Settings admins group (migration 0028): the business configuration's pages.
+# The Settings admins group: the business configuration's pages.
 CHANGE_CONFIG = "idempotency_core.change_businessconfig"
 VIEW_CONFIG_VERSIONS = "idempotency_core.view_businessconfigversion"
 # A person's export and erasure (granted to no group by default: a privacy officer's).

@@ -107,12 +107,12 @@ ENGINE_BRANCH = re.compile(r"\.vendor\b|sqlite", re.IGNORECASE)
 
 def test_product_code_is_written_for_postgresql_alone():
     """PostgreSQL is the only engine (docs/architecture.md): no module of the product asks which
-    engine it runs on, or names another, in code, comments or docstrings. A migration
-    may (a historical one ran elsewhere); the lab's sandbox keeps its own SQLite store."""
+    engine it runs on, or names another, in code, comments, docstrings or migrations; the
+    lab's sandbox keeps its own SQLite store."""
     offenders = [
         f"{where(path, number)} {line.strip()}"
         for top in PRODUCT
-        for path in python_files(top)
+        for path in python_files(top, migrations=True)
         for number, line in enumerate(path.read_text().splitlines(), start=1)
         if ENGINE_BRANCH.search(line)
     ]

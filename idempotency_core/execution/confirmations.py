@@ -30,8 +30,9 @@ LIMIT_WINDOW = timedelta(hours=24)
 CAPTCHA_UNCHECKED = "CAPTCHA not checked"
 # Attempts a person asked for: a replay, a send-again. Counted, never refused.
 BY_PERSON = (Attempt.Trigger.REPLAY.value, Attempt.Trigger.REVIEWER.value)
-# The decision (migration 0029 says what it reads and writes): whether the operation
-# had an allowance already, whether one was granted now, the counts and the CAPTCHA.
+# The decision (migrations/sql/0.2.0/confirmation_allow.sql says what it reads and
+# writes): whether the operation had an allowance already, whether one was granted
+# now, the counts and the CAPTCHA.
 _ALLOW = (
     "SELECT * FROM onefold_confirmation_allow(%s::bigint, %s::bigint, %s::bigint, "
     "%s::uuid, %s::varchar, %s::timestamptz, %s::timestamptz, %s::integer, %s::integer, "

@@ -327,7 +327,7 @@ def _claimed_from(source: str, joined: str = "") -> str:
     )
 
 
-# What `onefold_confirmation_allow` answers (migration 0029), in its order.
+# What `onefold_confirmation_allow` answers (migrations/sql/0.2.0/), in its order.
 _ALLOWANCE_COLUMNS = (
     "had_allowance",
     "allowed",

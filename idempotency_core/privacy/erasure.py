@@ -11,8 +11,8 @@ article 17), in one transaction, recorded by one `person_erased` audit entry.
   Unfinished operations are cancelled and open cases closed: nothing can be sent from
   data that is gone.
 - The audit trail stays append-only: the entries that quote the person are rewritten
-  under the database guard's one exception (migration 0030), in this transaction,
-  naming the `person_erased` entry, which lists them.
+  under the database guard's one exception (migrations/sql/0.2.0/audit_trail.sql), in
+  this transaction, naming the `person_erased` entry, which lists them.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def _audit_rewrites(person: Person) -> Rewrites:
 
 def _audit_apply(entry_id: int, rewrites: Rewrites) -> None:
     """Under the guard's one exception: this transaction names its own `person_erased`
-    entry, and each rewritten row names it too (migration 0030 checks both)."""
+    entry, and each rewritten row names it too (the guard checks both)."""
     if not rewrites:
         return
     with connection.cursor() as cursor:

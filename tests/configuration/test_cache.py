@@ -1,5 +1,5 @@
 """A worker reads the configuration from its per-process cache, and a version applied
-by another process is what it renders next (config_cache.py, migration 0028's NOTIFY).
+by another process is what it renders next (config_cache.py, the versions' NOTIFY).
 
 Real commits (`transaction=True`): the cache is used only outside a transaction, on a
 connection that persists, and a version applied "elsewhere" is committed on another

@@ -5,17 +5,12 @@ reference, cancelled when the case is closed). Against the sandbox over loopback
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
-from django.apps import apps
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
 from django.test import Client
 from django.urls import reverse
 
-from idempotency_core.audit.cases import review_case_open
-from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.ingest import event_status
 from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
@@ -169,42 +164,3 @@ def test_only_a_step_in_review_can_be_held(sandbox):
     enquiry, task = op(event, "create_enquiry"), op(event, "assign_task")
     with pytest.raises(IntegrityError), transaction.atomic():
         Operation.objects.filter(pk=task.pk).update(held_by=enquiry)  # still pending
-
-
-def test_the_migration_holds_steps_left_pending_behind_review(sandbox):
-    """Rows from before held steps existed: pending behind a step in review."""
-    migration = importlib.import_module("idempotency_core.migrations.0010_operation_held_by")
-    old = ingest("held-7")
-    enquiry = op(old, "create_enquiry")
-    Operation.objects.filter(pk=enquiry.pk).update(status="needs_review")
-    case, _ = review_case_open(
-        kind=ReviewCase.Kind.PERMANENT,
-        subject=operation_subject(enquiry.pk),
-        summary="create_enquiry was refused: HTTP 400.",
-        operation=enquiry,
-        evidence={"http_status": 400},
-        system="test",
-    )
-    running_fine = ingest("held-8")  # nothing in review: left alone
-
-    migration.hold_steps_behind_review(apps, None)
-
-    assert statuses(old) == {
-        "create_enquiry": ("needs_review", None),
-        "assign_task": ("needs_review", "create_enquiry"),
-        "send_confirmation": ("needs_review", "create_enquiry"),
-    }
-    assert {s for s, _ in statuses(running_fine).values()} == {"pending"}
-    case.refresh_from_db()
-    assert case.evidence == {
-        "http_status": 400,
-        "held_operations": [{"id": op(old, step).pk, "step": step} for step in LATER],
-    }
-    assert case.summary.startswith("create_enquiry was refused: HTTP 400. Held until this")
-
-    migration.release_held_steps(apps, None)
-    assert {step: s for step, (s, _) in statuses(old).items()} == {
-        "create_enquiry": "needs_review",
-        "assign_task": "pending",
-        "send_confirmation": "pending",
-    }
