@@ -267,9 +267,7 @@ def confirmation_render(inp: RenderInput, version: ConfigVersion, turn: Turn) ->
         "send": block.get("send", True) is not False,
         "to": str(contact.get("email") or "").strip(),
         "subject": " ".join(_LINE_BREAKS.sub(" ", subject).split()) or DEFAULT_SUBJECT,
-        "text": text
-        if text.strip()
-        else confirmation_default_text(contact.get("name")),
+        "text": text if text.strip() else confirmation_default_text(contact.get("name")),
         "html": html if html.strip() else None,
         "reply_to": reply_to or None,
         "language": language,

@@ -4,8 +4,8 @@ request and every answer checked against the vendor's own description of its API
 Resend's OpenAPI document is vendored in lab/specs/resend/ (source and licence in the
 README there); HubSpot's shapes are the models of its Apache-2.0 Python client
 (tests/support/hubspot_shapes.py). tests/support/vendor_specs.py records the traffic,
-validates it and holds the one list of excuses (each with its reason and source). Each test drives the
-adapter's operations over real sockets and names the excuses it relies on; an excuse
+validates it and holds the one list of excuses (each with its reason and source). Each
+test drives the adapter's operations over real sockets and names the excuses it relies on; an excuse
 named that excuses nothing fails, so a fixed cause takes its excuse with it.
 """
 

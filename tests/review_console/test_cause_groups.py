@@ -25,10 +25,7 @@ from tests.factories import ingest, op, permanent_case
 
 pytestmark = pytest.mark.django_db
 
-LABEL = (
-    "Refused: it did not accept the details that were sent "
-    "(Create the enquiry in the CRM)"
-)
+LABEL = "Refused: it did not accept the details that were sent (Create the enquiry in the CRM)"
 
 
 def refused(sandbox, key: str) -> ReviewCase:
