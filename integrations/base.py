@@ -159,6 +159,12 @@ class Effect:
     # by lookup) and was adopted rather than created by this call.
     adopted: bool = False
 
+    @classmethod
+    def deletion(cls, ref: str, status_code: int) -> Effect:
+        """A DELETE's effect: a 404 is the deletion already made (a repeat after a lost
+        answer), adopted."""
+        return cls(ref=ref, reply=http_reply(status_code), adopted=status_code == 404)
+
 
 @dataclass(frozen=True)
 class RecordContent:

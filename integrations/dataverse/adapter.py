@@ -393,11 +393,7 @@ class DataverseCrm:
         response = self._request("DELETE", f"/leads({_guid(record_id)})")
         if response.status_code != 404:
             self._raise_for_status(response)
-        return Effect(
-            ref=record_id,
-            reply=http_reply(response.status_code),
-            adopted=response.status_code == 404,
-        )
+        return Effect.deletion(record_id, response.status_code)
 
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000

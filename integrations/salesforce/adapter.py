@@ -438,11 +438,7 @@ class SalesforceCrm:
         response = self._call(
             "DELETE", f"/sobjects/{self.config.sobject}/{record_id}", missing_ok=True
         )
-        return Effect(
-            ref=record_id,
-            reply=http_reply(response.status_code),
-            adopted=response.status_code == 404,
-        )
+        return Effect.deletion(record_id, response.status_code)
 
     def iter_records(
         self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000

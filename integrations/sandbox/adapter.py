@@ -157,11 +157,7 @@ class SandboxCrm:
         response = self._send("DELETE", f"/crm/records/{_segment(record_id)}")
         if response.status_code != 404:
             self._raise_for_status(response)
-        return Effect(
-            ref=record_id,
-            reply=http_reply(response.status_code),
-            adopted=response.status_code == 404,
-        )
+        return Effect.deletion(record_id, response.status_code)
 
     # -- tasks ---------------------------------------------------------------
 
