@@ -55,14 +55,14 @@ from django.db.models import Q
 from django.utils import timezone
 from django_q.models import OrmQ
 
+from idempotency_core.execution.claims import operation_claim
 from idempotency_core.execution.destinations import adapter_for, crm_adapter_for
 from idempotency_core.execution.engine import (
-    operation_claim,
     operation_enqueue,
     operation_execute,
     tasks_queued_to,
 )
-from idempotency_core.execution.engine import operation_perform as perform_claimed
+from idempotency_core.execution.perform import operation_perform as perform_claimed
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create

@@ -19,7 +19,8 @@ from rest_framework.test import APIClient
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.configuration.versions import ApplyResult, config_apply
-from idempotency_core.execution.engine import operation_execute, operation_hold_later
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.execution.outcomes import operation_hold_later
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Event, Operation, ReviewCase

@@ -101,7 +101,7 @@ TURNED_OFF = "not sent: turned off for this form (confirmation.send is false)"
 class ConfirmationSkippedError(DestinationError):
     """There is nobody to send the confirmation to: the submission has no email address
     (or the form's configuration turns confirmations off, `TURNED_OFF`). Nothing reached
-    the mail service and no limit counted it; the step ends cancelled (engine.py,
+    the mail service and no limit counted it; the step ends cancelled (perform.py,
     policy.py), its next step released as after a success."""
 
     skipped = True

@@ -12,12 +12,10 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django_q.brokers import get_broker
 
-from idempotency_core.execution.engine import (
-    AttemptResult,
-    Claim,
-    operation_enqueue,
-    operation_record_outcome,
-)
+from idempotency_core.execution.claims import Claim
+from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.execution.outcomes import operation_record_outcome
+from idempotency_core.execution.perform import AttemptResult
 from idempotency_core.models import Attempt, Operation
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import event_pair_subject
-from idempotency_core.execution.engine import operation_hold_later
+from idempotency_core.execution.outcomes import operation_hold_later
 from idempotency_core.models import Event, Operation, ReviewCase, Source
 
 HELD_KIND = ReviewCase.Kind.DUPLICATE_HELD

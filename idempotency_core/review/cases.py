@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.engine import operation_release_next, operation_unhold_later
+from idempotency_core.execution.outcomes import operation_release_next, operation_unhold_later
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.review.email_cases import is_email_case
 from idempotency_core.review.lookup import reference_verify

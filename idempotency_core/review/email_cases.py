@@ -12,11 +12,8 @@ from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.engine import (
-    operation_enqueue,
-    operation_release_next,
-    operation_unhold_later,
-)
+from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.execution.outcomes import operation_release_next, operation_unhold_later
 from idempotency_core.execution.steps import step_of
 from idempotency_core.keys import operation_key
 from idempotency_core.models import Attempt, Operation, ReviewCase

@@ -9,7 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_settle
-from idempotency_core.execution.engine import operation_enqueue, operation_unhold_later
+from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.execution.outcomes import operation_unhold_later
 from idempotency_core.models import Attempt, Operation, ReviewCase
 from idempotency_core.review.cases import _locked_open_case, _require_reason
 from idempotency_core.review.refusals import CaseActionRefusedError

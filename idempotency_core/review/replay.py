@@ -15,7 +15,8 @@ from django.utils import timezone
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.confirmations import confirmation_within_limits
 from idempotency_core.execution.destinations import capabilities_of
-from idempotency_core.execution.engine import operation_enqueue, operation_unhold_later
+from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.execution.outcomes import operation_unhold_later
 from idempotency_core.execution.policy import Recovery
 from idempotency_core.models import Attempt, Operation, ReviewCase
 from idempotency_core.review.lookup import latest_lookup, lookup_can_answer

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django_q.models import OrmQ, Task
 
-from idempotency_core.execution import engine, policy
+from idempotency_core.execution import perform, policy
 from lab import drill
 from lab.drill import CASES, DRILL_WORKERS_QUEUE, PROFILES, drill_run
 from lab.emulators import EmulatorUnavailableError
@@ -48,7 +48,7 @@ def test_every_cell_holds_when_a_real_worker_cluster_recovers(tmp_path):
 def test_the_drill_fails_a_cell_when_recovery_repeats_blindly(monkeypatch):
     # Break the rule on purpose: always repeat, even with nothing to recognise it.
     monkeypatch.setattr(policy, "recovery_for", lambda **_: policy.Recovery.REPEAT_WITH_KEY)
-    monkeypatch.setattr(engine, "recovery_for", lambda **_: policy.Recovery.REPEAT_WITH_KEY)
+    monkeypatch.setattr(perform, "recovery_for", lambda **_: policy.Recovery.REPEAT_WITH_KEY)
     cells = drill_run(cases=["creation committed, answer lost"], profiles=["nothing"])
     assert len(cells) == 1 and not cells[0].holds
     assert any("duplicate" in problem for problem in cells[0].problems)

@@ -14,12 +14,10 @@ from django.db import connection
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.execution.engine import (
-    operation_claim,
-    operation_execute,
-    operation_record_outcome,
-)
-from idempotency_core.execution.engine import operation_perform as perform_attempt
+from idempotency_core.execution.claims import operation_claim
+from idempotency_core.execution.engine import operation_execute
+from idempotency_core.execution.outcomes import operation_record_outcome
+from idempotency_core.execution.perform import operation_perform as perform_attempt
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_status
 from idempotency_core.models import Attempt, AuditEntry, Operation, ReviewCase

@@ -24,7 +24,7 @@ from django_q.models import OrmQ, Task
 
 from idempotency_core import tasks
 from idempotency_core.configuration import versions
-from idempotency_core.execution import content, engine
+from idempotency_core.execution import content, engine, outcomes
 from idempotency_core.execution.engine import TASK, operation_execute_chain
 from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
 from idempotency_core.models import Attempt, ConfirmationAllowance, Event, Operation
@@ -209,7 +209,7 @@ def test_a_worker_dead_between_a_success_and_queueing_the_next_step_is_recovered
         raise SystemExit("worker killed before queueing the next step")
 
     with monkeypatch.context() as patched:
-        patched.setattr(engine, "operation_enqueue", dies)
+        patched.setattr(outcomes, "operation_enqueue", dies)
         with pytest.raises(SystemExit):
             operation_execute_chain(operation_id=op(event, "create_enquiry").pk, seconds=0)
     assert statuses(event) == ["succeeded", "pending", "pending"]

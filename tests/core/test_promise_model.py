@@ -53,7 +53,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from idempotency_core.execution.engine import operation_claim, operation_perform, tasks_queued_to
+from idempotency_core.execution.claims import operation_claim
+from idempotency_core.execution.engine import tasks_queued_to
+from idempotency_core.execution.perform import operation_perform
 from idempotency_core.execution.sweeper import operations_sweep
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import (

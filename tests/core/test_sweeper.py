@@ -12,7 +12,8 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import OrmQ, Schedule
 
-from idempotency_core.execution.engine import operation_claim, operation_execute
+from idempotency_core.execution.claims import operation_claim
+from idempotency_core.execution.engine import operation_execute
 from idempotency_core.execution.sweeper import operations_sweep, requeue_grace
 from idempotency_core.models import Operation
 from tests.factories import ingest, op

@@ -11,7 +11,7 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from idempotency_core.broker import SkipLockedORM
-from idempotency_core.execution import engine
+from idempotency_core.execution import enqueue
 from idempotency_core.execution.engine import TASK, operation_enqueue, tasks_queued_to
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +28,7 @@ def test_operation_enqueue_queues_through_async_task_to_the_named_queue():
 def test_each_queue_has_one_broker_per_process():
     operation_enqueue(6)
     operation_enqueue(7)
-    broker = engine._broker(Conf.CLUSTER_NAME, os.getpid())
+    broker = enqueue._broker(Conf.CLUSTER_NAME, os.getpid())
     assert isinstance(broker, SkipLockedORM) and broker.list_key == Conf.CLUSTER_NAME
     assert [row.task["args"] for row in OrmQ.objects.order_by("pk")] == [(6,), (7,)]
 

@@ -15,7 +15,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from idempotency_core.execution.engine import operation_claim, operation_execute
+from idempotency_core.execution.claims import operation_claim
+from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.ingest import event_ingest
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import (
