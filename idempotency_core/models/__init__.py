@@ -9,55 +9,33 @@ caller import the classes from here.
 
 from __future__ import annotations
 
-from idempotency_core.models.audit import (
-    AuditEntry,
-)
-from idempotency_core.models.cases import (
-    CaseKind,
-    CaseRoute,
-    CaseStatus,
-    ReviewCase,
-)
-from idempotency_core.models.configuration import (
-    AssigneeTurn,
-    BusinessConfigVersion,
-)
-from idempotency_core.models.destinations import (
-    Destination,
-    DestinationBudget,
-    DestinationPause,
-    DestinationRequest,
-)
-from idempotency_core.models.events import (
-    Delivery,
-    DeliveryOutcome,
-    Event,
-)
-from idempotency_core.models.notifications import (
-    Notification,
-    NotificationChoice,
-    NotificationStatus,
-)
-from idempotency_core.models.operations import (
-    Attempt,
+from idempotency_core.models.audit import AuditEntry
+from idempotency_core.models.cases import CaseRoute, ReviewCase
+from idempotency_core.models.choices import (
     AttemptOutcome,
     AttemptTrigger,
-    ConfirmationAllowance,
-    Operation,
-    OperationStatus,
-)
-from idempotency_core.models.reconciliation import (
+    CaseKind,
+    CaseStatus,
+    DeliveryOutcome,
+    DestinationKind,
+    DestinationPause,
     FindingKind,
+    NotificationStatus,
+    OperationRecovery,
+    OperationStatus,
+    ReconciliationStatus,
+)
+from idempotency_core.models.configuration import AssigneeTurn, BusinessConfigVersion
+from idempotency_core.models.destinations import Destination, DestinationBudget, DestinationRequest
+from idempotency_core.models.events import Delivery, Event
+from idempotency_core.models.notifications import Notification, NotificationChoice
+from idempotency_core.models.operations import Attempt, ConfirmationAllowance, Operation
+from idempotency_core.models.reconciliation import (
     ReconciliationFinding,
     ReconciliationRecord,
     ReconciliationRun,
-    ReconciliationStatus,
 )
-from idempotency_core.models.sources import (
-    Source,
-    SourceApiKey,
-    SourceSecret,
-)
+from idempotency_core.models.sources import Source, SourceApiKey, SourceSecret
 
 __all__ = [
     "AssigneeTurn",
@@ -74,6 +52,7 @@ __all__ = [
     "DeliveryOutcome",
     "Destination",
     "DestinationBudget",
+    "DestinationKind",
     "DestinationPause",
     "DestinationRequest",
     "Event",
@@ -82,6 +61,7 @@ __all__ = [
     "NotificationChoice",
     "NotificationStatus",
     "Operation",
+    "OperationRecovery",
     "OperationStatus",
     "ReconciliationFinding",
     "ReconciliationRecord",

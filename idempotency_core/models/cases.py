@@ -6,41 +6,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from idempotency_core.models.checks import choices_valid
+from idempotency_core.models.choices import CaseKind, CaseStatus, choices_valid
 from idempotency_core.models.events import Event
 from idempotency_core.models.operations import Operation
-
-
-class CaseKind(models.TextChoices):
-    AMBIGUOUS = "ambiguous_outcome", "Ambiguous outcome"
-    INTERRUPTED_SEND = "interrupted_send", "Interrupted send (may have been sent)"
-    PERMANENT = "permanent_failure", "Permanent failure"
-    RETRIES_EXHAUSTED = "retries_exhausted", "Retries exhausted"
-    SUSPECTED_DUPLICATE = "suspected_duplicate", "Suspected duplicate"
-    # A source's `hold` policy: the second submission waits, unwritten, for a reviewer.
-    DUPLICATE_HELD = "duplicate_held", "Suspected duplicate held before the write"
-    # The CRM's own duplicate rule refused the create and named the records it matched.
-    DUPLICATE_RULE = "duplicate_rule", "The CRM matched an existing record"
-    LATE_REPLAY = "late_replay", "Late replay"
-    # A confirmation Onefold did not send: over a sending limit, or its submission's
-    # CAPTCHA could not be checked (execution/confirmations.py). A person decides.
-    CONFIRMATION_HELD = "confirmation_held", "Confirmation held, not sent"
-    # A verified delivery whose field map found no submission in it: kept with its raw
-    # body as an event without operations until a corrected map is applied (remap.py).
-    UNREADABLE = "unreadable_submission", "Unreadable submission, kept for a corrected map"
-    RECON_MISSING = "recon_missing", "Reconciliation: missing in destination"
-    RECON_DUPLICATE = "recon_duplicate", "Reconciliation: duplicate external reference"
-    RECON_ORPHAN = "recon_orphan", "Reconciliation: orphan destination record"
-    RECON_REMOVED = "recon_removed", "Reconciliation: record removed"
-    RECON_CHANGED = "recon_changed", "Reconciliation: reference changed"
-    RECON_STUCK = "recon_stuck", "Reconciliation: operation stuck"
-
-
-class CaseStatus(models.TextChoices):
-    OPEN = "open", "Open"
-    IN_PROGRESS = "in_progress", "In progress"
-    RESOLVED = "resolved", "Resolved"
-    CLOSED = "closed", "Closed"
 
 
 class ReviewCase(models.Model):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+
+from idempotency_core.models.choices import DestinationKind, DestinationPause, choices_valid
 
 
 class Destination(models.Model):
@@ -12,14 +13,7 @@ class Destination(models.Model):
     (execution/destinations.py), so nobody can type one the destination does not honour.
     """
 
-    class Kind(models.TextChoices):
-        CRM_HTTP = "crm_http", "Sandbox CRM"
-        HUBSPOT = "hubspot", "HubSpot"
-        SALESFORCE = "salesforce", "Salesforce"
-        PIPEDRIVE = "pipedrive", "Pipedrive"
-        DATAVERSE = "dataverse", "Microsoft Dataverse"
-        SMTP = "smtp", "Email over SMTP"
-        RESEND = "resend", "Resend (email API)"
+    Kind = DestinationKind
 
     CRM_KINDS = (Kind.CRM_HTTP, Kind.HUBSPOT, Kind.SALESFORCE, Kind.PIPEDRIVE, Kind.DATAVERSE)
     EMAIL_KINDS = (Kind.SMTP, Kind.RESEND)
@@ -32,20 +26,7 @@ class Destination(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(
-                condition=Q(
-                    kind__in=[
-                        "crm_http",
-                        "hubspot",
-                        "salesforce",
-                        "pipedrive",
-                        "dataverse",
-                        "smtp",
-                        "resend",
-                    ]
-                ),
-                name="destination_kind_valid",
-            ),
+            choices_valid("kind", DestinationKind, "destination_kind_valid"),
         ]
 
     def __str__(self) -> str:
@@ -54,18 +35,6 @@ class Destination(models.Model):
     @property
     def is_crm(self) -> bool:
         return self.kind in self.CRM_KINDS
-
-
-class DestinationPause(models.TextChoices):
-    """Why a destination's work waits (DestinationBudget.pause_kind)."""
-
-    NONE = "", "Not paused"
-    # Its short window is spent (a 429, or its headers said none remain).
-    WINDOW = "window", "Rate limit"
-    # A day's allowance is spent (HubSpot's DAILY, Salesforce's REQUEST_LIMIT_EXCEEDED).
-    DAILY = "daily", "Daily limit"
-    # Its declared capabilities do not hold: nothing is sent until they verify again.
-    REFUSED = "refused", "Refused by verification"
 
 
 class DestinationBudget(models.Model):

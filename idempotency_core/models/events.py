@@ -7,7 +7,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from idempotency_core.models.checks import choices_valid
+from idempotency_core.models.choices import DeliveryOutcome, choices_valid
 from idempotency_core.models.sources import Source
 
 
@@ -58,23 +58,6 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source_id}:{self.key}"
-
-
-class DeliveryOutcome(models.TextChoices):
-    ACCEPTED = "accepted", "Accepted (new event)"
-    REPLAYED = "replayed", "Repeat answered from the stored event"
-    KEY_REUSED = "key_reused", "Refused: key reused with another payload"
-    KEY_MISSING = "key_missing", "Refused: no idempotency key"
-    INVALID = "invalid", "Refused: invalid body"
-    TOO_LARGE = "too_large", "Refused: body too large"
-    UNSUPPORTED_MEDIA = "unsupported_media", "Refused: not JSON"
-    UNAUTHORIZED = "unauthorized", "Refused: bad or stale signature, or wrong token"
-    DISABLED = "disabled", "Refused: source disabled (sender told to retry)"
-    HONEYPOT = "honeypot", "Ignored: a bot filled the hidden field"
-    CAPTCHA_FAILED = "captcha_failed", "Refused: CAPTCHA token missing or rejected"
-    # Verified and parsed, but its field map found no submission in it: kept, raw body
-    # and all, as an event that waits for a corrected map (an `unreadable_submission`).
-    UNREADABLE = "unreadable", "Kept for review: does not map to a submission"
 
 
 class Delivery(models.Model):

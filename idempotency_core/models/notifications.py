@@ -7,15 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from idempotency_core.models.cases import ReviewCase
-from idempotency_core.models.checks import choices_valid
-
-
-class NotificationStatus(models.TextChoices):
-    PENDING = "pending", "Waiting to be sent"
-    SENDING = "sending", "Being sent"
-    SENT = "sent", "Sent"
-    FAILED = "failed", "Could not be sent"
-    SKIPPED = "skipped", "Not sent (the person chose none)"
+from idempotency_core.models.choices import NotificationStatus, choices_valid
 
 
 class Notification(models.Model):

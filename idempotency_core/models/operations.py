@@ -7,28 +7,16 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from idempotency_core.models.checks import choices_valid
+from idempotency_core.models.choices import (
+    AttemptOutcome,
+    AttemptTrigger,
+    OperationRecovery,
+    OperationStatus,
+    choices_valid,
+)
 from idempotency_core.models.destinations import Destination
 from idempotency_core.models.events import Event
 from idempotency_core.models.sources import Source
-
-
-class OperationStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
-    SUCCEEDED = "succeeded", "Succeeded"
-    NEEDS_REVIEW = "needs_review", "Needs review"
-    CANCELLED = "cancelled", "Cancelled"
-
-
-class AttemptTrigger(models.TextChoices):
-    """Who or what made an attempt due: shown on the case page's timeline."""
-
-    WORKER = "worker", "Worker"  # the pipeline, or the worker's own retry
-    SWEEPER = "sweeper", "Sweeper"  # recovery after an expired lease
-    REPLAY = "replay", "Manual replay"
-    REVIEWER = "reviewer", "Reviewer's request"  # e.g. a merge
 
 
 class Operation(models.Model):
@@ -39,15 +27,7 @@ class Operation(models.Model):
     CLAIMABLE = (Status.PENDING, Status.RETRY_SCHEDULED)
     DONE = (Status.SUCCEEDED, Status.CANCELLED)
 
-    class Recovery(models.TextChoices):
-        """How the next attempt proceeds after an ambiguous or interrupted one."""
-
-        NONE = "", "Normal call"
-        REPEAT = "repeat", "Repeat: the action is idempotent by nature"
-        REPEAT_WITH_KEY = "repeat_with_key", "Repeat with the same idempotency key"
-        REPEAT_UNIQUE_REF = "repeat_unique_ref", "Repeat; a unique reference refuses a copy"
-        LOOKUP_FIRST = "lookup_first", "Look up by external reference first"
-        REVIEW = "review", "A person decides"
+    Recovery = OperationRecovery
 
     # Not indexed alone: `operation_unique_event_step` starts with it.
     event = models.ForeignKey(
@@ -173,20 +153,6 @@ class Operation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.step} of {self.event_id}"
-
-
-class AttemptOutcome(models.TextChoices):
-    SUCCEEDED = "succeeded", "Succeeded"
-    RETRYABLE = "retryable", "Retryable (not applied)"
-    PERMANENT = "permanent", "Permanent (needs correction)"
-    AMBIGUOUS = "ambiguous", "Ambiguous (may have been applied)"
-    INTERRUPTED = "interrupted", "Interrupted (lease expired)"
-    # Onefold's own rule says there is nothing to do (a confirmation with no address):
-    # nothing was called, and the operation ends cancelled, not failed.
-    SKIPPED = "skipped", "Skipped (nothing to do)"
-    # A rate limit or a paused destination refused it before anything was applied: asked
-    # again after the wait, and not counted as a failed attempt.
-    WAITED = "waited", "Waited (rate limit or paused destination)"
 
 
 class Attempt(models.Model):

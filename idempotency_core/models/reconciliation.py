@@ -8,27 +8,11 @@ from django.db import models
 from django.db.models import Q
 
 from idempotency_core.models.cases import ReviewCase
-from idempotency_core.models.checks import choices_valid
+from idempotency_core.models.choices import FindingKind, ReconciliationStatus, choices_valid
 from idempotency_core.models.destinations import Destination
 from idempotency_core.models.events import Event
 from idempotency_core.models.operations import Operation
 from idempotency_core.models.sources import Source
-
-
-class ReconciliationStatus(models.TextChoices):
-    LISTING = "listing", "Listing the destination"
-    COMPARING = "comparing", "Comparing"
-    OPENING = "opening", "Opening review cases"
-    COMPLETED = "completed", "Completed"
-
-
-class FindingKind(models.TextChoices):
-    MISSING = "missing", "Missing"
-    DUPLICATE = "duplicate", "Duplicate external reference"
-    ORPHAN = "orphan", "Orphan record"
-    REMOVED = "removed", "Removed"
-    CHANGED = "changed", "Changed"
-    STUCK = "stuck", "Stuck"
 
 
 class ReconciliationRun(models.Model):
