@@ -9,6 +9,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django_htmx.middleware import HtmxDetails
 
 
 def require_methods(*methods: str) -> Callable:
@@ -28,3 +29,17 @@ def require_methods(*methods: str) -> Callable:
 
 require_GET = require_methods("GET")
 require_POST = require_methods("POST")
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request that went through django-htmx's middleware (django-htmx's own typing
+    recipe): `request.htmx` says whether htmx sent it."""
+
+    htmx: HtmxDetails
+
+
+def querystring(request: HttpRequest, *, drop: tuple[str, ...] = ("after", "before")) -> str:
+    params = request.GET.copy()
+    for key in drop:
+        params.pop(key, None)
+    return params.urlencode()

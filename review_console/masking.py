@@ -9,6 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.utils import timezone
+
+from idempotency_core.models import AuditEntry, Event
+from idempotency_core.review.contact import REVEAL_ACTION, REVEAL_WINDOW
+
 _DIGIT = re.compile(r"\d")
 
 
@@ -64,3 +69,34 @@ def record_for(record: dict[str, Any], *, unmasked: bool) -> dict[str, Any]:
         extra["phone"] = mask_phone(str(extra["phone"]))
     masked["extra"] = extra
     return masked
+
+
+def contact_revealed_to(user: Any, event: Event | None) -> AuditEntry | None:
+    """The reveal of `event`'s contact details to `user` still in force, if any: one
+    probe of the audit trail's event index."""
+    if event is None or not getattr(user, "is_authenticated", False):
+        return None
+    return (
+        AuditEntry.objects.filter(
+            event=event,
+            action=REVEAL_ACTION,
+            actor=user,
+            at__gte=timezone.now() - REVEAL_WINDOW,
+        )
+        .order_by("-at")
+        .first()
+    )
+
+
+def revealed_event_ids(user: Any, *, limit: int = 1000) -> list[Any]:
+    """The submissions whose contact details are revealed to `user` now (newest first)."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return list(
+        AuditEntry.objects.filter(
+            action=REVEAL_ACTION, actor=user, at__gte=timezone.now() - REVEAL_WINDOW
+        )
+        .exclude(event__isnull=True)
+        .order_by("-at")
+        .values_list("event_id", flat=True)[:limit]
+    )
