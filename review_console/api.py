@@ -48,7 +48,8 @@ from idempotency_core.review.refusals import (
     ReplayRefusedError,
 )
 from idempotency_core.review.replay import operation_replay
-from review_console.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
+from review_console.cases.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
+from review_console.cases.selectors import case_filterset, case_queryset
 from review_console.filters import CaseFilter
 from review_console.masking import contact_for
 from review_console.models import BulkReplayJob
@@ -59,7 +60,6 @@ from review_console.permissions import (
     CanViewCases,
     acting_user,
 )
-from review_console.selectors import case_filterset, case_queryset
 
 
 class OperationSerializer(serializers.ModelSerializer):

@@ -26,9 +26,9 @@ from idempotency_core.models import (
     Source,
 )
 from idempotency_core.review.refusals import ActionRefusedError
-from review_console.causes import Cause, with_cause
+from review_console.cases.causes import Cause, with_cause
+from review_console.cases.story import destination_words
 from review_console.glossary import kind_label, step_label
-from review_console.story import destination_words
 
 DATE_WIDGET = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 

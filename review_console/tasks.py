@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from review_console.bulk import bulk_replay_run as _bulk_replay_run
+from review_console.cases.bulk import bulk_replay_run as _bulk_replay_run
 
 
 def bulk_replay_run(job_id: int) -> str:

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from review_console import glossary
-from review_console.story import destination_words
+from review_console.cases.story import destination_words
 
 register = template.Library()
 

@@ -8,7 +8,7 @@ from typing import Any
 from django import template
 
 from idempotency_core.models import ReviewCase
-from review_console.held import held_pair as _held_pair
+from review_console.cases.held import held_pair as _held_pair
 
 register = template.Library()
 

@@ -25,7 +25,7 @@ from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import Attempt, Operation
 from idempotency_core.review.refusals import ReplayRefusedError
 from idempotency_core.review.replay import operation_replay
-from review_console.selectors import replay_preview
+from review_console.cases.selectors import replay_preview
 from tests.support.processes import Sandbox
 
 pytestmark = pytest.mark.django_db

@@ -34,9 +34,9 @@ from idempotency_core.review.refusals import (
     ReplayRefusedError,
 )
 from idempotency_core.review.replay import operation_replay
-from review_console.bulk import bulk_replay_counts, bulk_replay_run, bulk_replay_start
+from review_console.cases.bulk import bulk_replay_counts, bulk_replay_run, bulk_replay_start
+from review_console.cases.dashboard import dashboard_summary
 from review_console.models import BulkReplayJob
-from review_console.selectors import dashboard_summary
 from tests.factories import duplicate_case, ingest, permanent_case
 
 pytestmark = pytest.mark.django_db
@@ -239,7 +239,7 @@ def test_a_bulk_runner_that_dies_mid_item_leaves_it_pending(users, monkeypatch):
         # the transaction never commits.
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("review_console.bulk.operation_replay", die)
+    monkeypatch.setattr("review_console.cases.bulk.operation_replay", die)
     with pytest.raises(KeyboardInterrupt):
         bulk_replay_run(job_id=job.pk)
     assert job.items.get().status == "pending"

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
-from review_console.bulk import bulk_replay_run
-from review_console.causes import Cause
+from review_console.cases.bulk import bulk_replay_run
+from review_console.cases.causes import Cause
 from review_console.models import BulkReplayJob, CauseHold
 from tests.factories import ingest, op, permanent_case
 

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from idempotency_core.models import Destination, Operation, ReconciliationRun, ReviewCase
 from idempotency_core.review.cases import case_close, case_take_ownership
-from review_console.bulk import bulk_replay_run
+from review_console.cases.bulk import bulk_replay_run
+from review_console.cases.dashboard import dashboard_summary
 from review_console.glossary import kind_label
 from review_console.models import BulkReplayJob
-from review_console.selectors import dashboard_summary
 from tests.factories import permanent_case
 
 pytestmark = pytest.mark.django_db
@@ -188,7 +188,7 @@ def test_replay_selected_replays_the_ticked_cases_and_never_everything(users):
 
 def test_a_chip_count_stops_at_its_cap(users, monkeypatch):
     """Counts read at most CHIP_COUNT_CAP + 1 rows each and say "N+" beyond it."""
-    monkeypatch.setattr("review_console.selectors.CHIP_COUNT_CAP", 2)
+    monkeypatch.setattr("review_console.cases.selectors.CHIP_COUNT_CAP", 2)
     for i in range(3):
         permanent_case(f"cap-{i}")
     page = _client(users["reviewer"]).get(reverse("console:case-list")).content.decode()

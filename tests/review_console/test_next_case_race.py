@@ -19,7 +19,7 @@ from django.db import connection
 
 from idempotency_core.models import AuditEntry, ReviewCase
 from idempotency_core.review.cases import case_take_next
-from review_console.selectors import next_case_candidates
+from review_console.cases.selectors import next_case_candidates
 from tests.factories import make_user, permanent_case
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)

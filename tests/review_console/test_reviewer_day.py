@@ -20,7 +20,7 @@ from idempotency_core.review.cases import case_close, case_take_ownership
 from idempotency_core.review.lookup import operation_destination_lookup
 from idempotency_core.review.merge import duplicate_merge_request
 from idempotency_core.review.replay import operation_replay
-from review_console.presets import CLOSE
+from review_console.cases.presets import CLOSE
 from tests.factories import duplicate_case, ingest, permanent_case
 from tests.support.console_pages import interrupted_email
 from tests.support.jargon import main_text

@@ -39,7 +39,7 @@ from idempotency_core.platform.logfilters import RedactSecrets
 from idempotency_core.review.cases import case_mark_resolved
 from idempotency_core.review.refusals import CaseActionRefusedError
 from integrations.sandbox.adapter import SandboxCrm
-from review_console.bulk import bulk_replay_run
+from review_console.cases.bulk import bulk_replay_run
 from review_console.models import BulkReplayJob
 from tests.factories import ingest, op, permanent_case
 

@@ -96,3 +96,11 @@ def with_preset(data: QueryDict, presets: dict[str, Preset], **fields: str) -> Q
     for name, value in fields.items():
         filled[name] = value
     return filled
+
+
+# One click, as the console's other decisions: handing on is undone by taking it back.
+HAND_ON = {
+    "cannot_decide": Preset(
+        "cannot_decide", "Hand on", "I cannot decide it: handed on to the group that can"
+    )
+}

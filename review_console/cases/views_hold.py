@@ -8,19 +8,19 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_core.review.held_duplicates import held_duplicate_link, held_duplicate_separate
+from review_console.cases.decisions import case_decision, decision_data, open_case
+from review_console.cases.presets import HOLD_SAME, HOLD_SEPARATE
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
 from review_console.permissions import CHANGE_CASES, acting_user, console_permission
-from review_console.presets import HOLD_SAME, HOLD_SEPARATE
-from review_console.views import _case_decision, _decision_data, _open_case
 
 
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = _open_case(case_id)
-    data, initial = _decision_data(request, HOLD_SAME)
-    return _case_decision(
+    case = open_case(case_id)
+    data, initial = decision_data(request, HOLD_SAME)
+    return case_decision(
         request,
         case,
         ReasonForm(data, initial=initial),
@@ -42,9 +42,9 @@ def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_hold_separate(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = _open_case(case_id)
-    data, initial = _decision_data(request, HOLD_SEPARATE)
-    return _case_decision(
+    case = open_case(case_id)
+    data, initial = decision_data(request, HOLD_SEPARATE)
+    return case_decision(
         request,
         case,
         ReasonForm(data, initial=initial),

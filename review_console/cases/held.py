@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from idempotency_core.models import Event, ReviewCase
+from review_console.cases.comparison import DIFFERENT, compare_values
 from review_console.glossary import operation_status_label, step_label
 from review_console.masking import contact_for
-from review_console.selectors import DIFFERENT, compare_values
 
 HELD_KIND = ReviewCase.Kind.DUPLICATE_HELD
 _FIELDS = (("name", "Name"), ("email", "Email"), ("phone", "Phone"))

@@ -45,9 +45,9 @@ from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import ReviewCase
 from idempotency_core.review.cases import RESOLUTION_CODES, cases_settle_many
 from idempotency_core.review.refusals import CaseActionRefusedError
+from review_console.cases.story import why_words
 from review_console.glossary import kind_label, step_label
 from review_console.models import CauseHold
-from review_console.story import why_words
 
 COMPONENTS = ("kind", "c_step", "c_destination", "c_error", "c_status")
 # How long a cause may be held, in hours, as the queue offers it.

@@ -13,11 +13,11 @@ from idempotency_core.review.duplicate_rule import (
     duplicate_rule_create_anyway,
     duplicate_rule_link,
 )
+from review_console.cases.decisions import case_decision, decision_data, open_case
+from review_console.cases.presets import CREATE_ANYWAY, LINK_RECORD
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
 from review_console.permissions import CHANGE_CASES, REPLAY, acting_user, console_permission
-from review_console.presets import CREATE_ANYWAY, LINK_RECORD
-from review_console.views import _case_decision, _decision_data, _open_case
 
 
 class LinkRecordForm(ReasonForm):
@@ -27,10 +27,10 @@ class LinkRecordForm(ReasonForm):
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = _open_case(case_id)
+    case = open_case(case_id)
     record = request.POST.get("record", "").strip()
-    data, initial = _decision_data(request, LINK_RECORD, record=record)
-    return _case_decision(
+    data, initial = decision_data(request, LINK_RECORD, record=record)
+    return case_decision(
         request,
         case,
         LinkRecordForm(data, initial={"record": record, **initial}),
@@ -54,9 +54,9 @@ def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse
 @require_POST
 @console_permission(REPLAY)
 def case_duplicate_rule_create(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = _open_case(case_id)
-    data, initial = _decision_data(request, CREATE_ANYWAY, irreversible=True)
-    return _case_decision(
+    case = open_case(case_id)
+    data, initial = decision_data(request, CREATE_ANYWAY, irreversible=True)
+    return case_decision(
         request,
         case,
         ReasonForm(data, initial=initial),

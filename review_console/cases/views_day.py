@@ -27,22 +27,22 @@ from idempotency_core.review.cases import (
 )
 from idempotency_core.review.contact import REVEAL_HOURS, contact_reveal
 from idempotency_core.review.refusals import ActionRefusedError
-from review_console import selectors
-from review_console.causes import (
+from review_console.cases.causes import (
     Cause,
     MomentInvalidError,
     cause_close,
     cause_hold_stop,
     seen_moment,
 )
+from review_console.cases.decisions import case_decision, case_url, decision_data, open_case
+from review_console.cases.presets import CLOSE, NOT_DUPLICATE, REOPEN, REVEAL, preset_reason
+from review_console.cases.selectors import next_case_candidates
 from review_console.filters import CaseIdsField
 from review_console.forms import ReasonForm
 from review_console.glossary import counted
 from review_console.http import require_POST
 from review_console.models import CauseHold
 from review_console.permissions import CHANGE_CASES, VIEW_CONTACT, acting_user, console_permission
-from review_console.presets import CLOSE, NOT_DUPLICATE, REOPEN, REVEAL, preset_reason
-from review_console.views import _case_decision, _case_url, _decision_data, _open_case
 
 
 @require_POST
@@ -51,19 +51,19 @@ def case_next(request: HttpRequest) -> HttpResponse:
     """Takes the oldest open case nobody owns (review/cases.py, a conditional UPDATE:
     two reviewers never get the same one) and opens it."""
     actor = acting_user(request)
-    case = case_take_next(actor=actor, candidates=selectors.next_case_candidates(actor))
+    case = case_take_next(actor=actor, candidates=next_case_candidates(actor))
     if case is None:
         messages.info(request, "Nothing waits for a person: every open case has an owner.")
         return redirect(reverse("console:case-list") + "?owner=me")
-    return redirect(_case_url(case))
+    return redirect(case_url(case))
 
 
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_reopen_view(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = _open_case(case_id)
-    data, initial = _decision_data(request, REOPEN)
-    return _case_decision(
+    case = open_case(case_id)
+    data, initial = decision_data(request, REOPEN)
+    return case_decision(
         request,
         case,
         ReasonForm(data, initial=initial),
@@ -86,13 +86,13 @@ def case_reopen_view(request: HttpRequest, case_id: int) -> HttpResponse:
 def case_reveal(request: HttpRequest, case_id: int) -> HttpResponse:
     """Shows this one submission's contact details to a reviewer who may not see them
     otherwise, with a reason (review/contact.py: audited, shown to administrators)."""
-    case = _open_case(case_id)
-    done = f"{_case_url(case)}#customer-title"
+    case = open_case(case_id)
+    done = f"{case_url(case)}#customer-title"
     event = case.event
     if event is None or request.user.has_perm(VIEW_CONTACT):
         return redirect(done)
-    data, initial = _decision_data(request, REVEAL)
-    return _case_decision(
+    data, initial = decision_data(request, REVEAL)
+    return case_decision(
         request,
         case,
         ReasonForm(data, initial=initial),

@@ -1,0 +1,126 @@
+"""What every decision on one case shares: the case opened, the form data (a preset
+button or the confirmation's post), and the confirmation page in front of the service."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+)
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+
+from idempotency_core.models import ReviewCase
+from idempotency_core.review.lookup import (
+    lookup_found_reference,
+)
+from idempotency_core.review.refusals import ActionRefusedError
+from review_console.cases.presets import (
+    Preset,
+    with_preset,
+)
+from review_console.confirm import confirm_action, confirmed
+
+
+def case_url(case: ReviewCase | int) -> str:
+    return reverse("console:case-detail", args=[getattr(case, "pk", case)])
+
+
+def decision_data(
+    request: HttpRequest,
+    presets: dict[str, Preset],
+    *,
+    irreversible: bool = False,
+    **fields: str,
+) -> tuple[Any, dict[str, Any]]:
+    """(form data, initial values) of a decision. A confirmation posts its data as it is.
+    A preset button (one click, its reason named in presets.py, the optional note added)
+    decides at once, unless the decision cannot be undone (a replay, a merge, an email
+    sent again): then it opens the confirmation page with the reason filled in. Anything
+    else opens the confirmation page empty."""
+    given = {name: value for name, value in fields.items() if value}
+    if confirmed(request):
+        return request.POST, {}
+    filled = with_preset(request.POST, presets, **given)
+    if filled is None:
+        return None, given
+    if irreversible:
+        return None, {"reason": filled["reason"], **given}
+    return filled, {}
+
+
+def open_case(case_id: int) -> ReviewCase:
+    return get_object_or_404(
+        ReviewCase.objects.select_related("event__source", "operation__destination", "owner"),
+        pk=case_id,
+    )
+
+
+def found_ref(operation: Any) -> str:
+    """The one record the last lookup found, if resolving with it is possible now."""
+    try:
+        return lookup_found_reference(operation)[0]
+    except ActionRefusedError:
+        return ""
+
+
+def case_confirm_page(
+    request: HttpRequest,
+    *,
+    case: ReviewCase,
+    form: Any,
+    title: str,
+    action: str,
+    submit: str,
+    explanation: str,
+    template: str = "review_console/confirm.html",
+    **extra: Any,
+) -> HttpResponse:
+    return render(
+        request,
+        template,
+        {
+            "case": case,
+            "form": form,
+            "title": title,
+            "action": action,
+            "submit": submit,
+            "explanation": explanation,
+            **extra,
+        },
+    )
+
+
+def case_decision(
+    request: HttpRequest,
+    case: ReviewCase,
+    form: forms.Form,
+    *,
+    act: Callable[[dict[str, Any]], object],
+    success: str,
+    url_name: str,
+    title: str,
+    submit: str,
+    explanation: str,
+    done_url: str | None = None,
+) -> HttpResponse:
+    """A decision on one case behind the confirmation page: done, or the page (again,
+    with the refusal and the typed reason)."""
+    done = confirm_action(
+        request, form, act=act, success=success, done_url=done_url or case_url(case)
+    )
+    if done is not None:
+        return done
+    return case_confirm_page(
+        request,
+        case=case,
+        form=form,
+        title=title,
+        action=reverse(url_name, args=[case.pk]),
+        submit=submit,
+        explanation=explanation,
+    )
