@@ -26,12 +26,12 @@ from idempotency_core.intake.remap import events_remap, unreadable_waiting
 from idempotency_core.intake.senders.profiles import Profile, profile_resolve
 from idempotency_core.intake.sources import InvalidProfileError, source_field_map_set
 from idempotency_core.models import Event, Source
-from review_console.field_tree import KeptDelivery, Leaf, field_tree, kept_deliveries
+from review_console.confirm import confirmed
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
 from review_console.permissions import VIEW_CONTACT, acting_user, console_permission
-from review_console.views import _confirmed
-from review_console.views_sources import CHANGE_SOURCE
+from review_console.sources.field_tree import KeptDelivery, Leaf, field_tree, kept_deliveries
+from review_console.sources.views import CHANGE_SOURCE
 
 # A target's choice: leave the map's current expression, or read nothing.
 KEEP, NOTHING = "", "-"
@@ -271,7 +271,7 @@ def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse
     """The saved map applied to the unreadable deliveries that wait: confirmed, with a
     reason; each the map reads is processed under its original key (remap's rules)."""
     source = _hooked(source_id)
-    form = ReasonForm(request.POST if _confirmed(request) else None)
+    form = ReasonForm(request.POST if confirmed(request) else None)
     if form.is_bound and form.is_valid():
         _apply(request, source, form.cleaned_data["reason"])
         return redirect(reverse("console:source-field-map", args=[source.pk]))

@@ -4,7 +4,7 @@ A source's page shows its profile, its hook URL, the prefixes of its signing
 secrets (never a secret), its settings, what to do in the provider, and its last
 deliveries with their verification outcome: never a delivery's body or the
 event's payload. Enabling, disabling and secrets are actions behind the console's
-confirmation with a reason (`views._confirm_action`); the services that take them
+confirmation with a reason (`views.confirm_action`); the services that take them
 (`intake.sources.source_enable`, `source_secret_issue`, `source_secret_revoke`)
 write the audit entries. A new secret is shown once, in the answer to the POST that
 added it: not in a message (cookie storage), not on the source's page.
@@ -40,11 +40,11 @@ from idempotency_core.intake.sources import (
 )
 from idempotency_core.models import Delivery, Event, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
+from review_console.confirm import confirm_action, confirmed
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
-from review_console.journey import journey_forms
+from review_console.journey.selectors import journey_forms
 from review_console.permissions import CHANGE_SOURCE, VIEW_CASES, acting_user, console_permission
-from review_console.views import _confirm_action, _confirmed
 
 RECENT_DELIVERIES = 50
 # A delivery outcome -> the console's badge colour (base.html): green taken, yellow
@@ -66,7 +66,7 @@ class SourceRefusedError(ActionRefusedError):
 
 
 def _refusing(act: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]], object]:
-    """`act` with a source service's refusal turned into one `_confirm_action` maps."""
+    """`act` with a source service's refusal turned into one `confirm_action` maps."""
 
     def run(data: dict[str, Any]) -> object:
         try:
@@ -283,9 +283,9 @@ def _source_confirm_page(
 
 def _source_switch(request: HttpRequest, source_id: int, *, enabled: bool) -> HttpResponse:
     source = get_object_or_404(Source, pk=source_id)
-    form = ReasonForm(request.POST if _confirmed(request) else None)
+    form = ReasonForm(request.POST if confirmed(request) else None)
     verb = "enabled" if enabled else "disabled"
-    done = _confirm_action(
+    done = confirm_action(
         request,
         form,
         act=_refusing(
@@ -335,13 +335,13 @@ def source_enable_view(request: HttpRequest, source_id: int) -> HttpResponse:
 @console_permission(CHANGE_SOURCE)
 def source_settings_view(request: HttpRequest, source_id: int) -> HttpResponse:
     source = get_object_or_404(Source, pk=source_id)
-    if _confirmed(request):
+    if confirmed(request):
         form = SourceSettingsForm(request.POST)
     else:
         form = SourceSettingsForm(
             initial={"thank_you_url": source.thank_you_url, "duplicates": source.duplicates}
         )
-    done = _confirm_action(
+    done = confirm_action(
         request,
         form,
         act=_refusing(
@@ -373,10 +373,10 @@ def source_settings_view(request: HttpRequest, source_id: int) -> HttpResponse:
 @require_POST
 @console_permission(CHANGE_SOURCE)
 def source_secret_add_view(request: HttpRequest, source_id: int) -> HttpResponse:
-    """Not `_confirm_action`: its success is a page, not a redirect and a message, so
+    """Not `confirm_action`: its success is a page, not a redirect and a message, so
     that the new secret travels in this one answer and is stored nowhere else."""
     source = get_object_or_404(Source, pk=source_id)
-    form = SecretAddForm(request.POST if _confirmed(request) else None)
+    form = SecretAddForm(request.POST if confirmed(request) else None)
     if form.is_bound and form.is_valid():
         typed = form.cleaned_data["secret"]
         try:
@@ -413,13 +413,13 @@ def source_secret_add_view(request: HttpRequest, source_id: int) -> HttpResponse
 @console_permission(CHANGE_SOURCE)
 def source_secret_remove_view(request: HttpRequest, source_id: int) -> HttpResponse:
     source = get_object_or_404(Source, pk=source_id)
-    if _confirmed(request):
+    if confirmed(request):
         form = SecretRemoveForm(request.POST, source=source)
     else:
         form = SecretRemoveForm(
             initial={"secret_prefix": request.POST.get("secret_prefix", "")}, source=source
         )
-    done = _confirm_action(
+    done = confirm_action(
         request,
         form,
         act=_refusing(
@@ -490,10 +490,10 @@ def captcha_of(source: Source) -> dict[str, str] | None:
 def source_captcha_view(request: HttpRequest, source_id: int) -> HttpResponse:
     source = get_object_or_404(Source, pk=source_id)
     form = CaptchaForm(
-        request.POST if _confirmed(request) else None,
+        request.POST if confirmed(request) else None,
         initial={"provider": source.captcha_provider},
     )
-    done = _confirm_action(
+    done = confirm_action(
         request,
         form,
         act=_refusing(

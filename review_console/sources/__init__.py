@@ -1,0 +1,1 @@
+"""Sources: the websites that send submissions, their secrets and their field maps."""
