@@ -1,5 +1,6 @@
-"""Who receives a case, on the console: each person's choice of notifications, the
-Settings page of the configuration's `review` block, and *Hand on*.
+"""Who receives a case, on the console: each person's choice of notifications and the
+Settings page of the configuration's `review` block (*Hand on* is a case decision:
+cases/views_decisions.py).
 
 - `notifications/` (anyone who sees cases): every case, a digest, or none, stored per
   person (`NotificationChoice`), and the notifications they were sent lately.
@@ -7,8 +8,6 @@ Settings page of the configuration's `review` block, and *Hand on*.
   `manage.py config apply` (each problem with its line), saved as a new version with a
   reason (`config_apply`: versioned and audited with the rest), and who each route
   reaches (members without an address named, since they get nothing).
-- `cases/<id>/hand-on/` (POST): whoever holds the case releases it to the group that
-  can decide it (review/hand_on.py), behind the usual confirmation with a reason.
 """
 
 from __future__ import annotations
@@ -30,26 +29,15 @@ from idempotency_core.configuration.versions import (
 )
 from idempotency_core.configuration.yamlfile import YamlFileError, yaml_dump, yaml_load
 from idempotency_core.models import Notification, NotificationChoice
-from idempotency_core.review.hand_on import case_hand_on
-from idempotency_core.review.notifications import hand_on_group, people_of
-from review_console.forms import ReasonForm
-from review_console.http import require_methods, require_POST
+from idempotency_core.review.notifications import people_of
+from review_console.http import require_methods
 from review_console.permissions import (
-    CHANGE_CASES,
     CHANGE_CONFIG,
     VIEW_CASES,
     acting_user,
     console_permission,
 )
-from review_console.presets import Preset
-from review_console.views import _case_decision, _decision_data, _open_case
 
-# One click, as the console's other decisions: handing on is undone by taking it back.
-HAND_ON = {
-    "cannot_decide": Preset(
-        "cannot_decide", "Hand on", "I cannot decide it: handed on to the group that can"
-    )
-}
 EXAMPLE = """\
 review:
   routes:
@@ -192,28 +180,3 @@ def _review_save(request: HttpRequest, data: dict[str, Any]) -> list[str]:
     else:
         messages.info(request, "Nothing changed: no new version.")
     return []
-
-
-@require_POST
-@console_permission(CHANGE_CASES)
-def case_hand_on_view(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = _open_case(case_id)
-    group = hand_on_group(case)
-    data, initial = _decision_data(request, HAND_ON)
-    return _case_decision(
-        request,
-        case,
-        ReasonForm(data, initial=initial),
-        act=lambda data: case_hand_on(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
-        success=f"Case {case.pk} handed on to {group}: it is first in their Next case.",
-        url_name="console:case-hand-on",
-        title=f"Case {case.pk}: hand it on to {group}",
-        submit=f"Hand it on to {group}",
-        explanation=(
-            f"The case is no longer yours: it goes back to open, first in the Next case of "
-            f"{group}, who can decide it, and they are told by email. Say what you found, "
-            "so they need not look again."
-        ),
-    )

@@ -45,7 +45,16 @@ from idempotency_core.configuration.yamlfile import yaml_dump
 from idempotency_core.execution.config_test import ConfigTestRefusedError, config_test_send
 from idempotency_core.models import BusinessConfigVersion, Event, Source
 from integrations.base import DestinationError
-from review_console.config_edit import (
+from review_console.forms import ReasonForm
+from review_console.http import require_GET, require_POST
+from review_console.permissions import (
+    CHANGE_CONFIG,
+    VIEW_CONFIG_VERSIONS,
+    VIEW_CONTACT,
+    acting_user,
+    console_permission,
+)
+from review_console.settings.config_edit import (
     PREVIEW_STEPS,
     SECTION_LABELS,
     SPECS,
@@ -60,15 +69,6 @@ from review_console.config_edit import (
     saved_section,
     section_prefix,
     submission_label,
-)
-from review_console.forms import ReasonForm
-from review_console.http import require_GET, require_POST
-from review_console.permissions import (
-    CHANGE_CONFIG,
-    VIEW_CONFIG_VERSIONS,
-    VIEW_CONTACT,
-    acting_user,
-    console_permission,
 )
 
 VERSIONS_PER_PAGE = 50

@@ -33,9 +33,9 @@ from idempotency_core.configuration.yamlfile import FileMarks, YamlFileError, ya
 from idempotency_core.execution.content import content_preview
 from idempotency_core.models import Event, Source
 from integrations.base import DestinationError
-from review_console.field_tree import mask_value
 from review_console.forms import REASON_HELP
 from review_console.masking import contact_for
+from review_console.sources.field_tree import mask_value
 
 SECTION_LABELS = {
     "enquiry": "CRM enquiry",

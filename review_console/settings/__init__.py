@@ -1,0 +1,1 @@
+"""Settings: the business configuration, its versions, and who receives a case."""
