@@ -14,10 +14,10 @@ from django.shortcuts import get_object_or_404, render
 
 from idempotency_core.configuration.document import ANY_FORM
 from idempotency_core.models import Event, Source
-from review_console import selectors
 from review_console.http import require_GET
-from review_console.journey import EXAMPLE_CONTACT, journey_build, journey_event, journey_events
-from review_console.masking import contact_for
+from review_console.journey.paths import EXAMPLE_CONTACT, journey_build
+from review_console.journey.selectors import journey_event, journey_events
+from review_console.masking import contact_for, contact_revealed_to
 from review_console.permissions import VIEW_CASES, VIEW_CONTACT, console_permission
 
 
@@ -28,7 +28,7 @@ def journey(request: HttpRequest, source: str, form: str) -> HttpResponse:
     kept = journey_events(found, form)
     chosen = _chosen(request, found, form, kept)
     may_see = request.user.has_perm(VIEW_CONTACT)
-    unmasked = may_see or selectors.contact_revealed_to(request.user, chosen) is not None
+    unmasked = may_see or contact_revealed_to(request.user, chosen) is not None
     built = journey_build(source=found, form=form, event=chosen, unmasked=unmasked)
     choices = [
         (

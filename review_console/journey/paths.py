@@ -48,7 +48,6 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -63,18 +62,14 @@ from idempotency_core.execution.steps import (
     confirmation_skipped,
     pipeline_for,
 )
-from idempotency_core.intake.remap import unreadable_waiting
 from idempotency_core.models import BusinessConfigVersion, Event, Operation, Source
 from integrations.base import Capabilities, DestinationError
-from review_console.config_edit import shown_payload
 from review_console.glossary import step_label
+from review_console.journey.selectors import configured_forms
+from review_console.settings.config_edit import shown_payload
 
 Recovery = Operation.Recovery
 
-# Kept submissions offered by the page's picker, newest first.
-PICKER_SIZE = 20
-# Recent submissions whose forms the source page lists beside the configured ones.
-RECENT_FORMS_SCAN = 200
 # What a template's `reference` shows before the CRM has given the enquiry one.
 REFERENCE_PLACEHOLDER = "(the CRM's reference)"
 CONFIRMATION, ENQUIRY, TASK = "send_confirmation", "create_enquiry", "assign_task"
@@ -173,49 +168,6 @@ class Journey:
 # -- which submissions and forms ------------------------------------------------------
 
 
-def journey_events(source: Source, form: str) -> list[Event]:
-    """The form's kept submissions, newest first (PICKER_SIZE): a payload still kept,
-    not an edit (its journey is the edit path of the one it revises), not waiting
-    unreadable for a corrected map. `"*"` means the forms without a block of their own."""
-    return list(_kept(source, form).order_by("-received_at")[:PICKER_SIZE])
-
-
-def journey_event(source: Source, form: str, event_id: Any) -> Event | None:
-    return _kept(source, form).filter(pk=event_id).first()
-
-
-def _kept(source: Source, form: str) -> Any:
-    events = Event.objects.select_related("source").filter(
-        ~Q(unreadable_waiting()), source=source, payload__isnull=False, revises__isnull=True
-    )
-    if form != ANY_FORM:
-        return events.filter(form=form)
-    return events.exclude(form__in=_configured_forms(source) - {ANY_FORM})
-
-
-def _configured_forms(source: Source) -> set[str]:
-    document = config_current().document
-    return set(((document.get("sources") or {}).get(source.name) or {}).get("forms") or {})
-
-
-def journey_forms(source: Source) -> list[str]:
-    """The forms the source page links a journey for: those configured, those with a
-    pipeline of their own, the default form and those of its recent submissions, then
-    "*" (every other form)."""
-    recent = (
-        Event.objects.filter(source=source)
-        .order_by("-received_at")
-        .values_list("form", flat=True)[:RECENT_FORMS_SCAN]
-    )
-    names = (
-        _configured_forms(source)
-        | set(source.pipelines or {})
-        | {source.default_form}
-        | set(recent)
-    )
-    return [*sorted(name for name in names if name and name != ANY_FORM), ANY_FORM]
-
-
 # -- the journey ----------------------------------------------------------------------
 
 
@@ -248,7 +200,7 @@ def journey_build(*, source: Source, form: str, event: Event | None, unmasked: b
         source=source,
         form=form,
         version=version,
-        block_key=block_key if block_key in _configured_forms(source) else "",
+        block_key=block_key if block_key in configured_forms(source) else "",
         event=event,
         steps=steps,
         paths=[facts.first, *(path(facts) for path in PATHS)],
@@ -330,7 +282,7 @@ def _example(block: Mapping[str, Any], form: str, source: Source) -> dict[str, A
         if chosen:
             fields[chosen] = str(next(iter(assignee["map"])))
     if form == ANY_FORM:  # "*" is no form's name: any other form is what it covers
-        form = _unconfigured_name(_configured_forms(source))
+        form = _unconfigured_name(configured_forms(source))
     return {
         "form": form,
         "submitted_at": timezone.now().isoformat(),
