@@ -210,9 +210,9 @@ def test_the_menu_names_reconciliation_bulk_replays_and_sources(rita):
 
 
 def test_a_name_is_looked_for_among_the_newest_submissions_only(sue, monkeypatch):
-    from review_console import submissions
+    from review_console.submissions import selectors
 
-    monkeypatch.setattr(submissions, "NAME_SEARCH_SCOPE", 2)
+    monkeypatch.setattr(selectors, "NAME_SEARCH_SCOPE", 2)
     person("old-1", "Grace Hopper", "grace@example.com")
     newer = [person(f"new-{n}", "Alan Turing", f"alan{n}@example.com") for n in range(2)]
     page = search(client_as(sue), "hopper").content.decode()

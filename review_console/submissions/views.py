@@ -14,10 +14,21 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from idempotency_core.models import Event
-from review_console import selectors, submissions
 from review_console.http import require_GET
-from review_console.masking import contact_for
+from review_console.masking import contact_for, contact_revealed_to, revealed_event_ids
 from review_console.permissions import VIEW_CASES, VIEW_CONTACT, console_permission
+from review_console.submissions.selectors import (
+    RESULTS_LIMIT,
+    crm_record_url,
+    event_deliveries,
+    event_operations,
+    related_events,
+    step_note,
+    submission_audit,
+    submission_cases,
+    submission_search,
+    submission_timeline,
+)
 
 
 @require_GET
@@ -25,8 +36,8 @@ from review_console.permissions import VIEW_CASES, VIEW_CONTACT, console_permiss
 def search(request: HttpRequest) -> HttpResponse:
     """One box for email, name, key or reference; exactly one match opens its page."""
     may_see_contact = request.user.has_perm(VIEW_CONTACT)
-    revealed = [] if may_see_contact else selectors.revealed_event_ids(request.user)
-    result = submissions.submission_search(
+    revealed = [] if may_see_contact else revealed_event_ids(request.user)
+    result = submission_search(
         request.GET.get("q", ""), may_see_contact=may_see_contact, revealed=revealed
     )
     if result.case_id is not None:
@@ -44,7 +55,7 @@ def search(request: HttpRequest) -> HttpResponse:
         {
             "result": result,
             "rows": rows,
-            "limit": submissions.RESULTS_LIMIT,
+            "limit": RESULTS_LIMIT,
             "search_query": result.query,
         },
     )
@@ -55,17 +66,17 @@ def search(request: HttpRequest) -> HttpResponse:
 def submission_detail(request: HttpRequest, event_id: uuid.UUID) -> HttpResponse:
     event = get_object_or_404(Event.objects.select_related("source", "revises"), pk=event_id)
     unmasked = request.user.has_perm(VIEW_CONTACT) or (
-        selectors.contact_revealed_to(request.user, event) is not None
+        contact_revealed_to(request.user, event) is not None
     )
-    operations = selectors.event_operations(event)
-    deliveries = selectors.event_deliveries(event)
-    cases = submissions.submission_cases(event, operations)
-    audit = submissions.submission_audit(event, cases, operations)
+    operations = event_operations(event)
+    deliveries = event_deliveries(event)
+    cases = submission_cases(event, operations)
+    audit = submission_audit(event, cases, operations)
     steps = [
         (
             op,
-            submissions.crm_record_url(op.destination, op.destination_ref),
-            submissions.step_note(op),
+            crm_record_url(op.destination, op.destination_ref),
+            step_note(op),
         )
         for op in operations
     ]
@@ -79,9 +90,9 @@ def submission_detail(request: HttpRequest, event_id: uuid.UUID) -> HttpResponse
             "steps": steps,
             "deliveries": deliveries,
             "cases": cases,
-            "timeline": submissions.submission_timeline(
+            "timeline": submission_timeline(
                 deliveries=deliveries, operations=operations, cases=cases, audit=audit
             ),
-            "related": selectors.related_events(event),
+            "related": related_events(event),
         },
     )

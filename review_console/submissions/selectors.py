@@ -31,12 +31,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from idempotency_core.keys import contact_digest
 from idempotency_core.models import (
     Attempt,
     AuditEntry,
+    Delivery,
     Destination,
     Event,
     Operation,
@@ -349,3 +350,32 @@ def crm_record_url(destination: Destination, ref: str) -> str:
         return ""
     base = (destination.base_url or settings.DESTINATION_URL).rstrip("/")
     return f"{base}/crm/records/{ref}" if ref.startswith("rec_") else ""
+
+
+def event_operations(event: Event) -> list[Operation]:
+    """The event's operations in pipeline order, each with its attempts (the timeline)."""
+    attempts = Attempt.objects.select_related("triggered_by").order_by("number")
+    return list(
+        event.operations.select_related("destination", "held_by")
+        .prefetch_related(Prefetch("attempts", queryset=attempts))
+        .order_by("position")
+    )
+
+
+def event_deliveries(event: Event) -> list[Delivery]:
+    return list(event.deliveries.order_by("received_at", "id"))
+
+
+def related_events(event: Event, *, limit: int = 20) -> list[Event]:
+    """Other events of the same contact (HMAC of the email; the address is never indexed)."""
+    if not event.contact_digest:
+        return []
+    latest_case = ReviewCase.objects.filter(event=OuterRef("pk")).order_by("-created_at")
+    return list(
+        Event.objects.filter(contact_digest=event.contact_digest)
+        .exclude(pk=event.pk)
+        .select_related("source")
+        .defer("payload")
+        .annotate(case_id=Subquery(latest_case.values("pk")[:1]))
+        .order_by("-received_at")[:limit]
+    )

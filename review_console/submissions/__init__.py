@@ -1,0 +1,1 @@
+"""Submissions: search and a submission's page, everything that happened to it."""
