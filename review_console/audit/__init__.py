@@ -1,0 +1,1 @@
+"""Audit: the trail of who did what, and its CSV export."""

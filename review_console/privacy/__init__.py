@@ -1,0 +1,1 @@
+"""Privacy: a person's data exported or erased on request."""

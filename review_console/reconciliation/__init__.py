@@ -1,0 +1,1 @@
+"""Reconciliation: the runs that compare the CRM with what was sent."""
