@@ -213,10 +213,16 @@ def _free_port() -> int:
 
 
 def start_server(
-    name: str, app: str, log_dir: Path, *, workers: int = WORKERS, cwd: Path = REPO
+    name: str,
+    app: str,
+    log_dir: Path,
+    *,
+    workers: int = WORKERS,
+    cwd: Path = REPO,
+    env: dict[str, str] | None = None,
 ) -> Server:
     """gunicorn with `workers` sync workers (one request at a time each), as deployed,
-    serving the code of the checkout `cwd`."""
+    serving the code of the checkout `cwd`, with `env` added to this process's."""
     port = _free_port()
     log_path = log_dir / f"{name}.log"
     with log_path.open("wb") as log:
@@ -231,7 +237,7 @@ def start_server(
                 "--timeout=120",
             ],
             cwd=cwd,
-            env={**os.environ, "LOG_FORMAT": "json"},
+            env={**os.environ, "LOG_FORMAT": "json", **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -311,9 +317,9 @@ def migrations_apart(here: Path, there: Path) -> list[str]:
     return sorted(of(here) ^ of(there))
 
 
-def bench_source() -> tuple[Source, str]:
+def bench_source(name: str = BENCH_SOURCE_NAME) -> tuple[Source, str]:
     """The benchmark's source with a fresh API key and its rate limit lifted."""
-    source, _ = source_get_or_create(name=BENCH_SOURCE_NAME)
+    source, _ = source_get_or_create(name=name)
     source.rate_per_minute = LIFTED_RATE
     source.is_active = True
     source.save(update_fields=["rate_per_minute", "is_active"])

@@ -388,25 +388,28 @@ def _bare_worker(
         mail = smtplib.SMTP("127.0.0.1", smtp_port, timeout=60)
         go.wait()
         for index in indices:
-            ref = f"bare-{run}-{index}"
-            payload = payload_for(run, index)
-            record = client.post(
-                "/crm/records",
-                json={**payload["contact"], "message": payload["message"], "external_ref": ref},
-                headers={"Idempotency-Key": ref},
-            )
-            record.raise_for_status()
-            client.post(
-                f"/crm/records/{record.json()['id']}/tasks",
-                json={"external_ref": f"{ref}-task", "title": "Follow up", "assignee": ""},
-                headers={"Idempotency-Key": f"{ref}-task"},
-            ).raise_for_status()
-            mail.sendmail(
-                settings.DEFAULT_FROM_EMAIL,
-                [payload["contact"]["email"]],
-                _bare_message(run, index),
-            )
+            bare_effects(client, mail, run=run, index=index)
         mail.quit()
+
+
+def bare_effects(client: httpx.Client, mail: smtplib.SMTP, *, run: str, index: int) -> None:
+    """A submission's three effects straight into the sandbox: record, task, message."""
+    ref = f"bare-{run}-{index}"
+    payload = payload_for(run, index)
+    record = client.post(
+        "/crm/records",
+        json={**payload["contact"], "message": payload["message"], "external_ref": ref},
+        headers={"Idempotency-Key": ref},
+    )
+    record.raise_for_status()
+    client.post(
+        f"/crm/records/{record.json()['id']}/tasks",
+        json={"external_ref": f"{ref}-task", "title": "Follow up", "assignee": ""},
+        headers={"Idempotency-Key": f"{ref}-task"},
+    ).raise_for_status()
+    mail.sendmail(
+        settings.DEFAULT_FROM_EMAIL, [payload["contact"]["email"]], _bare_message(run, index)
+    )
 
 
 def bare_run(sandbox: Sandbox, *, processes: int, count: int) -> Run:
