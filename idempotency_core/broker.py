@@ -3,7 +3,11 @@ prepared statements: the one module that writes django-q2's queue table."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from time import sleep
 from typing import Any
 
@@ -27,9 +31,49 @@ _DEQUEUE = "SELECT task_id, task_payload FROM onefold_queue_take(%s, %s, %s, %s)
 _ACKNOWLEDGE = f"DELETE FROM django_q_ormq WHERE id = %s AND (SELECT {_NO_FLUSH_WAIT}) = 'off'"
 
 
+@dataclass
+class HeldTasks:
+    """Tasks `async_task` handed the broker inside `tasks_held`, for the caller's own
+    statement to write: `sql(count, source)` is a data-modifying WITH part that inserts each
+    task once for every row of `source`, the caller's guard (none: no task)."""
+
+    tasks: list[tuple[str, str]] = field(default_factory=list)
+
+    @staticmethod
+    def sql(count: int, source: str) -> str:
+        """The part for `count` tasks (its parameters: `params`)."""
+        row = f"SELECT %s, %s, %s::timestamptz FROM {source}"
+        rows = " UNION ALL ".join(row for _ in range(count))
+        return f"INSERT INTO django_q_ormq (key, payload, lock) {rows}"
+
+    def params(self, due: datetime) -> list[object]:
+        return [value for key, task in self.tasks for value in (key, task, due)]
+
+
+_held: ContextVar[HeldTasks | None] = ContextVar("onefold_held_tasks", default=None)
+
+
+@contextmanager
+def tasks_held() -> Iterator[HeldTasks]:
+    """Within the block, this broker keeps what it is handed for the caller's statement
+    (`HeldTasks.sql`) instead of writing it: a new submission's rows and its first task
+    are then one statement, one round trip, and exist together or not at all."""
+    held = HeldTasks()
+    token = _held.set(held)
+    try:
+        yield held
+    finally:
+        _held.reset(token)
+
+
 class SkipLockedORM(ORM):  # type: ignore[misc]  # django-q2 ships no types
     def enqueue(self, task: str) -> Any:
-        """As django-q2's ORM broker: due at once, in the caller's transaction if any."""
+        """As django-q2's ORM broker: due at once, in the caller's transaction if any;
+        within `tasks_held`, kept for the caller's statement."""
+        held = _held.get()
+        if held is not None:
+            held.tasks.append((self.list_key or Conf.CLUSTER_NAME, task))
+            return None
         if transaction.get_autocommit(using=Conf.ORM):  # as django-q2's `get_connection`
             close_old_connections()
         with prepared_cursor(Conf.ORM) as cursor:

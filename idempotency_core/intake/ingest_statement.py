@@ -13,9 +13,11 @@ from functools import lru_cache
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
+from django.utils.module_loading import import_string
 from django_q.conf import Conf
 
-from idempotency_core.execution.engine import operation_enqueue
+from idempotency_core.broker import HeldTasks, SkipLockedORM, tasks_held
+from idempotency_core.execution.enqueue import operation_enqueue
 from idempotency_core.models import Delivery, Event, Operation
 from idempotency_core.sql import columns_of, prepared_cursor, table_of
 
@@ -24,9 +26,9 @@ ID_BLOCK = 96
 
 
 def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Delivery) -> bool:
-    """Inserts the event and, if it was new, its operations and its delivery, in one
-    statement, and queues the first operation's task: in the same transaction with
-    django-q2's ORM broker on this database, after the commit with a broker elsewhere.
+    """Inserts the event and, if it was new, its operations, its delivery and the first
+    operation's task (queued by `async_task`, written by the broker class into this
+    statement), in one statement; with a broker elsewhere, the task after the commit.
     True when the event was new; the operations then have their ids."""
     for operation, pk in zip(operations, _operation_ids(len(operations)), strict=True):
         operation.pk = pk
@@ -38,16 +40,16 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
         _Rows.of(Operation, operations, db, now),
         _Rows.of(Delivery, [delivery], db, now),
     ]
-    sql = _statement(tuple(rows.shape for rows in tables))
     params = [value for rows in tables for value in rows.params]
+    shapes = tuple(rows.shape for rows in tables)
     first = operations[0].pk
-    if db.alias == Conf.ORM:
-        with transaction.atomic(using=db.alias, savepoint=False):
-            created = _rows_write(db.alias, sql, params)
-            if created:
-                operation_enqueue(first)
+    if _tasks_join_statements(db.alias):
+        with tasks_held() as held:
+            operation_enqueue(first)
+        statement = _statement(shapes, len(held.tasks))
+        created = _rows_write(db.alias, statement, params + held.params(now))
     else:
-        created = _rows_write(db.alias, sql, params)
+        created = _rows_write(db.alias, _statement(shapes), params)
         if created:
             transaction.on_commit(lambda: operation_enqueue(first), using=db.alias)
     if created:
@@ -55,6 +57,19 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
             row._state.adding = False
             row._state.db = db.alias
     return created
+
+
+def _tasks_join_statements(alias: str) -> bool:
+    """django-q2's queue is in this database and its broker is the class that can hold
+    a task for the caller's statement."""
+    return alias == Conf.ORM and _holds_tasks(Conf.BROKER_CLASS)
+
+
+@lru_cache(maxsize=4)
+def _holds_tasks(broker_class: str | None) -> bool:
+    # The class, not an instance: making a broker closes the thread's old connections.
+    broker = import_string(broker_class) if broker_class else None
+    return isinstance(broker, type) and issubclass(broker, SkipLockedORM)
 
 
 def _rows_write(alias: str, sql: str, params: list[object]) -> bool:
@@ -142,9 +157,10 @@ def _all_alike(values: list[object]) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _statement(shapes: tuple[_Shape, ...]) -> str:
-    """The event's INSERT, then one guarded INSERT per other table: `FROM event` is
-    empty when the event was not inserted, so they insert nothing then. Every value is
+def _statement(shapes: tuple[_Shape, ...], tasks: int = 0) -> str:
+    """The event's INSERT, then one guarded INSERT per other table and for the `tasks`
+    held tasks: `FROM event` is empty when the event was not inserted, so they insert
+    nothing then. Every value is
     cast to its column's type, which a SELECT list or a VALUES list does not infer."""
     (event_table, event_columns, _), *others = shapes
     names = ", ".join(column for column, _, _ in event_columns)
@@ -171,6 +187,8 @@ def _statement(shapes: tuple[_Shape, ...]) -> str:
         parts.append(
             f"t{n} AS (INSERT INTO {table} ({names}) SELECT {', '.join(select)} FROM {source})"
         )
+    if tasks:
+        parts.append(f"q AS ({HeldTasks.sql(tasks, 'event')})")
     return "WITH " + ", ".join(parts) + " SELECT count(*) FROM event"
 
 
