@@ -23,7 +23,9 @@ from review_console.cases.presets import (
     Preset,
     with_preset,
 )
-from review_console.confirm import confirm_action, confirmed
+from review_console.confirm import Done, confirmed, confirmed_action
+from review_console.forms import ReasonForm
+from review_console.permissions import acting_user
 
 
 def case_url(case: ReviewCase | int) -> str:
@@ -68,59 +70,68 @@ def found_ref(operation: Any) -> str:
         return ""
 
 
-def case_confirm_page(
-    request: HttpRequest,
-    *,
-    case: ReviewCase,
-    form: Any,
-    title: str,
-    action: str,
-    submit: str,
-    explanation: str,
-    template: str = "review_console/confirm.html",
-    **extra: Any,
-) -> HttpResponse:
-    return render(
-        request,
-        template,
-        {
-            "case": case,
-            "form": form,
-            "title": title,
-            "action": action,
-            "submit": submit,
-            "explanation": explanation,
-            **extra,
-        },
-    )
-
-
 def case_decision(
     request: HttpRequest,
     case: ReviewCase,
     form: forms.Form,
     *,
     act: Callable[[dict[str, Any]], object],
-    success: str,
+    success: Done,
     url_name: str,
     title: str,
     submit: str,
     explanation: str,
     done_url: str | None = None,
+    template: str = "review_console/confirm.html",
+    more: Callable[[], dict[str, Any]] | None = None,
 ) -> HttpResponse:
-    """A decision on one case behind the confirmation page: done, or the page (again,
-    with the refusal and the typed reason)."""
-    done = confirm_action(
-        request, form, act=act, success=success, done_url=done_url or case_url(case)
-    )
-    if done is not None:
-        return done
-    return case_confirm_page(
+    """A decision on one case behind the confirmation page (`confirmed_action`): done,
+    or the page (again, with the refusal and the typed reason). `more` is what only
+    the page shows, read only when it is shown."""
+
+    def page() -> HttpResponse:
+        return render(
+            request,
+            template,
+            {
+                "case": case,
+                "form": form,
+                "title": title,
+                "action": reverse(url_name, args=[case.pk]),
+                "submit": submit,
+                "explanation": explanation,
+                **(more() if more else {}),
+            },
+        )
+
+    return confirmed_action(
         request,
-        case=case,
-        form=form,
-        title=title,
-        action=reverse(url_name, args=[case.pk]),
-        submit=submit,
-        explanation=explanation,
+        form,
+        act=act,
+        success=success,
+        done_url=done_url or case_url(case),
+        page=page,
+    )
+
+
+def reason_decision(
+    request: HttpRequest,
+    case: ReviewCase,
+    presets: dict[str, Preset],
+    *,
+    service: Callable[..., object],
+    irreversible: bool = False,
+    **words: Any,
+) -> HttpResponse:
+    """A decision whose one input is its reason (a preset's or typed), taken by
+    `service(case_id=, actor=, reason=)`; `words` are `case_decision`'s."""
+    data, initial = decision_data(request, presets, irreversible=irreversible)
+    return case_decision(
+        request,
+        case,
+        ReasonForm(data, initial=initial),
+        act=lambda data: service(
+            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
+        ),
+        **words,
     )

@@ -12,10 +12,9 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
-from idempotency_core.review.refusals import ActionRefusedError
 from review_console.cases.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
 from review_console.cases.selectors import case_filterset
-from review_console.confirm import confirmed
+from review_console.confirm import confirmed, confirmed_action
 from review_console.forms import (
     ReasonForm,
 )
@@ -81,29 +80,32 @@ def bulk_replay_new(request: HttpRequest) -> HttpResponse:
         messages.error(request, "The filter is not valid; fix it on the queue first.")
         return redirect(reverse("console:case-list"))
     form = ReasonForm(request.POST if confirmed(request) else None)
-    if form.is_bound and form.is_valid():
-        try:
-            job = bulk_replay_start(
-                actor=acting_user(request),
-                params=params,
-                reason=form.cleaned_data["reason"],
-                description=params.urlencode(),
-            )
-        except ActionRefusedError as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(request, f"Bulk replay #{job.pk} started.")
-            return redirect(reverse("console:bulk-replay-detail", args=[job.pk]))
-    matching = filterset.qs.filter(operation__isnull=False)
-    count = matching.order_by()[: COUNT_CAP + 1].count()
-    return render(
+
+    def page() -> HttpResponse:
+        matching = filterset.qs.filter(operation__isnull=False)
+        count = matching.order_by()[: COUNT_CAP + 1].count()
+        return render(
+            request,
+            "review_console/bulk_replay_confirm.html",
+            {
+                "form": form,
+                "params": [(k, v) for k in params for v in params.getlist(k)],
+                "count": min(count, COUNT_CAP),
+                "capped": count > COUNT_CAP,
+                "querystring": params.urlencode(),
+            },
+        )
+
+    return confirmed_action(
         request,
-        "review_console/bulk_replay_confirm.html",
-        {
-            "form": form,
-            "params": [(k, v) for k in params for v in params.getlist(k)],
-            "count": min(count, COUNT_CAP),
-            "capped": count > COUNT_CAP,
-            "querystring": params.urlencode(),
-        },
+        form,
+        act=lambda data: bulk_replay_start(
+            actor=acting_user(request),
+            params=params,
+            reason=data["reason"],
+            description=params.urlencode(),
+        ),
+        success=lambda _, job: f"Bulk replay #{job.pk} started.",
+        done_url=lambda _, job: reverse("console:bulk-replay-detail", args=[job.pk]),
+        page=page,
     )

@@ -34,7 +34,13 @@ from review_console.cases.causes import (
     cause_hold_stop,
     seen_moment,
 )
-from review_console.cases.decisions import case_decision, case_url, decision_data, open_case
+from review_console.cases.decisions import (
+    case_decision,
+    case_url,
+    decision_data,
+    open_case,
+    reason_decision,
+)
 from review_console.cases.presets import CLOSE, NOT_DUPLICATE, REOPEN, REVEAL, preset_reason
 from review_console.cases.selectors import next_case_candidates
 from review_console.filters import CaseIdsField
@@ -62,14 +68,11 @@ def case_next(request: HttpRequest) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_reopen_view(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    data, initial = decision_data(request, REOPEN)
-    return case_decision(
+    return reason_decision(
         request,
         case,
-        ReasonForm(data, initial=initial),
-        act=lambda data: case_reopen(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
+        REOPEN,
+        service=case_reopen,
         success=f"Case {case.pk} is open again, and yours.",
         url_name="console:case-reopen",
         title=f"Reopen case {case.pk}",

@@ -39,12 +39,12 @@ from idempotency_core.review.notifications import hand_on_group
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import UNPROVEN, operation_replay
 from review_console.cases.decisions import (
-    case_confirm_page,
     case_decision,
     case_url,
     decision_data,
     found_ref,
     open_case,
+    reason_decision,
 )
 from review_console.cases.presets import (
     CLOSE,
@@ -55,11 +55,10 @@ from review_console.cases.presets import (
 )
 from review_console.cases.presets import REPLAY as REPLAY_PRESETS
 from review_console.cases.selectors import case_audit, replay_preview, replay_steps
-from review_console.confirm import confirm_action, confirmed
+from review_console.confirm import confirmed
 from review_console.forms import (
     CloseForm,
     EmailSettleForm,
-    ReasonForm,
     ReplayForm,
     ResolveForm,
     ResolveFoundForm,
@@ -151,8 +150,9 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
     if not preview["needs_check"] or not request.user.has_perm(REPLAY):
         # The destination recognises a repeat: there is nothing to confirm.
         del form.fields["destination_checked"]
-    done = confirm_action(
+    return case_decision(
         request,
+        case,
         form,
         act=lambda data: operation_replay(
             operation_id=operation.pk,
@@ -162,23 +162,17 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
         ),
         success=f"“{step_label(operation.step)}” will be tried again shortly, with the same "
         "protections as before. The case stays in progress and is resolved when it works.",
-        done_url=case_url(case),
-    )
-    if done is not None:
-        return done
-    return case_confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-replay",
         title=f"Try again: {step_label(operation.step)}",
-        action=reverse("console:case-replay", args=[case.pk]),
         submit="Try again",
         explanation="",
         template="review_console/replay_confirm.html",
-        operation=operation,
-        replay=preview,
-        replay_steps=replay_steps(operation),
-        lookup=latest_lookup(operation),
+        more=lambda: {
+            "operation": operation,
+            "replay": preview,
+            "replay_steps": replay_steps(operation),
+            "lookup": latest_lookup(operation),
+        },
     )
 
 
@@ -192,8 +186,10 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
         lookup = latest_lookup(case.operation) if case.operation else None
         found = (lookup.details.get("refs") or [""])[0] if lookup else ""
         form = ResolveForm(initial={"destination_ref": request.POST.get("destination_ref", found)})
-    done = confirm_action(
+    step = f"“{step_label(case.operation.step)}”" if case.operation else "the effect"
+    return case_decision(
         request,
+        case,
         form,
         act=lambda data: case_mark_resolved(
             case_id=case.pk,
@@ -201,18 +197,11 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
             destination_ref=data["destination_ref"],
             reason=data["reason"],
         ),
-        success=lambda data: f"Case {case.pk} resolved with reference {data['destination_ref']}.",
-        done_url=case_url(case),
-    )
-    if done is not None:
-        return done
-    step = f"“{step_label(case.operation.step)}”" if case.operation else "the effect"
-    return case_confirm_page(
-        request,
-        case=case,
-        form=form,
+        success=lambda data, _: (
+            f"Case {case.pk} resolved with reference {data['destination_ref']}."
+        ),
+        url_name="console:case-resolve",
         title=f"Mark case {case.pk} resolved",
-        action=reverse("console:case-resolve", args=[case.pk]),
         submit="Mark resolved",
         explanation=(
             f"You found {step} in the CRM. Its record number becomes the step's reference, "
@@ -241,8 +230,10 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
     form = ResolveFoundForm(data, initial={"lookup": lookup.pk, **initial})
     if form.is_valid() and form.cleaned_data["lookup"] != lookup.pk:
         form.add_error(None, "A newer lookup came in since this page opened: check it below.")
-    done = confirm_action(
+    step = step_label(case.operation.step)
+    return case_decision(
         request,
+        case,
         form,
         act=lambda data: case_mark_resolved(
             case_id=case.pk,
@@ -252,17 +243,8 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
             from_lookup=lookup.pk,
         ),
         success=f"Case {case.pk} resolved: it is in the CRM (the record the lookup found).",
-        done_url=case_url(case),
-    )
-    if done is not None:
-        return done
-    step = step_label(case.operation.step)
-    return case_confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-resolve-found",
         title=f"Resolve with record {ref}",
-        action=reverse("console:case-resolve-found", args=[case.pk]),
         submit=f"Resolve with {ref}",
         explanation=(
             f"The lookup {lookup.at:%Y-%m-%d %H:%M} UTC found “{step}” in the CRM as record "
@@ -279,8 +261,15 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
     code = request.POST.get("preset", "")
     data, initial = decision_data(request, CLOSE, resolution_code=code)
     form = CloseForm(data, initial=initial)
-    done = confirm_action(
+    explanation = "Closing ends the case without the effect being proven."
+    if case.operation is not None and case.operation.status == "needs_review":
+        explanation += (
+            f" “{step_label(case.operation.step)}” and the later steps of this submission that "
+            "have not run are cancelled and will never run. Nothing already done is undone."
+        )
+    return case_decision(
         request,
+        case,
         form,
         act=lambda data: case_close(
             case_id=case.pk,
@@ -289,22 +278,8 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
             reason=data["reason"],
         ),
         success=f"Case {case.pk} closed. It can be reopened if that was wrong.",
-        done_url=case_url(case),
-    )
-    if done is not None:
-        return done
-    explanation = "Closing ends the case without the effect being proven."
-    if case.operation is not None and case.operation.status == "needs_review":
-        explanation += (
-            f" “{step_label(case.operation.step)}” and the later steps of this submission that "
-            "have not run are cancelled and will never run. Nothing already done is undone."
-        )
-    return case_confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-close",
         title=f"Close case {case.pk}",
-        action=reverse("console:case-close", args=[case.pk]),
         submit="Close the case",
         explanation=explanation,
     )
@@ -336,26 +311,19 @@ def case_email(request: HttpRequest, case_id: int) -> HttpResponse:
         settle = email_receipt_confirm if data["outcome"] == "received" else email_send_again
         return settle(case_id=case.pk, actor=acting_user(request), reason=data["reason"])
 
-    done = confirm_action(
+    return case_decision(
         request,
+        case,
         form,
         act=act,
-        success=lambda data: (
+        success=lambda data, _: (
             f"Case {case.pk} resolved: the customer received the email."
             if data["outcome"] == "received"
             else "The email will be sent again within seconds, as a new email with its own "
             "key; the case is resolved when the mail server accepts it."
         ),
-        done_url=case_url(case),
-    )
-    if done is not None:
-        return done
-    return case_confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-email",
         title="Did the customer get the email?",
-        action=reverse("console:case-email", args=[case.pk]),
         submit="Confirm",
         explanation=(
             "The connection to the mail service was cut off, so nobody can tell whether the "
@@ -371,14 +339,11 @@ def case_email(request: HttpRequest, case_id: int) -> HttpResponse:
 def case_hand_on_view(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
     group = hand_on_group(case)
-    data, initial = decision_data(request, HAND_ON)
-    return case_decision(
+    return reason_decision(
         request,
         case,
-        ReasonForm(data, initial=initial),
-        act=lambda data: case_hand_on(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
+        HAND_ON,
+        service=case_hand_on,
         success=f"Case {case.pk} handed on to {group}: it is first in their Next case.",
         url_name="console:case-hand-on",
         title=f"Case {case.pk}: hand it on to {group}",

@@ -13,7 +13,7 @@ from idempotency_core.review.duplicate_rule import (
     duplicate_rule_create_anyway,
     duplicate_rule_link,
 )
-from review_console.cases.decisions import case_decision, decision_data, open_case
+from review_console.cases.decisions import case_decision, decision_data, open_case, reason_decision
 from review_console.cases.presets import CREATE_ANYWAY, LINK_RECORD
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
@@ -55,14 +55,12 @@ def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse
 @console_permission(REPLAY)
 def case_duplicate_rule_create(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    data, initial = decision_data(request, CREATE_ANYWAY, irreversible=True)
-    return case_decision(
+    return reason_decision(
         request,
         case,
-        ReasonForm(data, initial=initial),
-        act=lambda data: duplicate_rule_create_anyway(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
+        CREATE_ANYWAY,
+        service=duplicate_rule_create_anyway,
+        irreversible=True,
         success=f"Case {case.pk}: the enquiry is being created anyway, as a second record.",
         url_name="console:case-duplicate-rule-create",
         title=f"Case {case.pk}: create anyway",

@@ -8,25 +8,21 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_core.review.held_duplicates import held_duplicate_link, held_duplicate_separate
-from review_console.cases.decisions import case_decision, decision_data, open_case
+from review_console.cases.decisions import open_case, reason_decision
 from review_console.cases.presets import HOLD_SAME, HOLD_SEPARATE
-from review_console.forms import ReasonForm
 from review_console.http import require_POST
-from review_console.permissions import CHANGE_CASES, acting_user, console_permission
+from review_console.permissions import CHANGE_CASES, console_permission
 
 
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    data, initial = decision_data(request, HOLD_SAME)
-    return case_decision(
+    return reason_decision(
         request,
         case,
-        ReasonForm(data, initial=initial),
-        act=lambda data: held_duplicate_link(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
+        HOLD_SAME,
+        service=held_duplicate_link,
         success=f"Case {case.pk} resolved: the same enquiry; nothing more was written.",
         url_name="console:case-hold-same",
         title=f"Case {case.pk}: same enquiry",
@@ -43,14 +39,11 @@ def case_hold_same(request: HttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_hold_separate(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    data, initial = decision_data(request, HOLD_SEPARATE)
-    return case_decision(
+    return reason_decision(
         request,
         case,
-        ReasonForm(data, initial=initial),
-        act=lambda data: held_duplicate_separate(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
+        HOLD_SEPARATE,
+        service=held_duplicate_separate,
         success=f"Case {case.pk} resolved: a separate enquiry; it is being written now.",
         url_name="console:case-hold-separate",
         title=f"Case {case.pk}: separate enquiry",

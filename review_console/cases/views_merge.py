@@ -10,7 +10,6 @@ from django.http import (
     HttpResponse,
 )
 from django.shortcuts import render
-from django.urls import reverse
 
 from idempotency_core.models import ReviewCase
 from idempotency_core.review.cases import (
@@ -23,16 +22,19 @@ from idempotency_core.review.merge import (
     duplicate_record_refs,
 )
 from review_console.cases.comparison import duplicate_comparison
-from review_console.cases.decisions import case_confirm_page, case_url, decision_data, open_case
+from review_console.cases.decisions import (
+    case_url,
+    open_case,
+    reason_decision,
+)
 from review_console.cases.presets import (
     MERGE,
     NOT_DUPLICATE,
     preset_reason,
 )
-from review_console.confirm import confirm_action
+from review_console.confirm import confirmed_action
 from review_console.forms import (
     MergeForm,
-    ReasonForm,
 )
 from review_console.http import require_GET, require_POST
 from review_console.permissions import (
@@ -94,25 +96,14 @@ def _merge_data(request: HttpRequest, case: ReviewCase) -> Any:
 @console_permission(CHANGE_CASES)
 def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    data, initial = decision_data(request, NOT_DUPLICATE)
-    form = ReasonForm(data, initial=initial)
-    done = confirm_action(
+    return reason_decision(
         request,
-        form,
-        act=lambda data: case_mark_not_duplicate(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
+        case,
+        NOT_DUPLICATE,
+        service=case_mark_not_duplicate,
         success=f"Case {case.pk} resolved: not a duplicate, both records kept.",
-        done_url=case_url(case),
-    )
-    if done is not None:
-        return done
-    return case_confirm_page(
-        request,
-        case=case,
-        form=form,
+        url_name="console:case-not-duplicate",
         title=f"Case {case.pk}: not a duplicate",
-        action=reverse("console:case-not-duplicate", args=[case.pk]),
         submit="Resolve as not a duplicate",
         explanation="Both records stay as they are; the case is resolved.",
     )
@@ -123,7 +114,7 @@ def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
 def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
     form = MergeForm(_merge_data(request, case))
-    done = confirm_action(
+    return confirmed_action(
         request,
         form,
         act=lambda data: duplicate_merge_request(
@@ -138,8 +129,6 @@ def case_merge(request: HttpRequest, case_id: int) -> HttpResponse:
             "CRM confirms."
         ),
         done_url=case_url(case),
+        # Refused or invalid: the same page again, with the message and the typed reason.
+        page=lambda: _compare_page(request, case, form=form),
     )
-    if done is not None:
-        return done
-    # Refused or invalid: the same page again, with the message and the typed reason.
-    return _compare_page(request, case, form=form)

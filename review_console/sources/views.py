@@ -4,7 +4,7 @@ A source's page shows its profile, its hook URL, the prefixes of its signing
 secrets (never a secret), its settings, what to do in the provider, and its last
 deliveries with their verification outcome: never a delivery's body or the
 event's payload. Enabling, disabling and secrets are actions behind the console's
-confirmation with a reason (`views.confirm_action`); the services that take them
+confirmation with a reason (`confirm.confirmed_action`); the services that take them
 (`intake.sources.source_enable`, `source_secret_issue`, `source_secret_revoke`)
 write the audit entries. A new secret is shown once, in the answer to the POST that
 added it: not in a message (cookie storage), not on the source's page.
@@ -40,7 +40,7 @@ from idempotency_core.intake.sources import (
 )
 from idempotency_core.models import Delivery, Event, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
-from review_console.confirm import confirm_action, confirmed
+from review_console.confirm import confirmed, confirmed_action
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
 from review_console.journey.selectors import journey_forms
@@ -66,7 +66,7 @@ class SourceRefusedError(ActionRefusedError):
 
 
 def _refusing(act: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]], object]:
-    """`act` with a source service's refusal turned into one `confirm_action` maps."""
+    """`act` with a source service's refusal turned into one `confirmed_action` maps."""
 
     def run(data: dict[str, Any]) -> object:
         try:
@@ -285,7 +285,33 @@ def _source_switch(request: HttpRequest, source_id: int, *, enabled: bool) -> Ht
     source = get_object_or_404(Source, pk=source_id)
     form = ReasonForm(request.POST if confirmed(request) else None)
     verb = "enabled" if enabled else "disabled"
-    done = confirm_action(
+
+    def page() -> HttpResponse:
+        hooked = source.profile in PRESETS
+        if enabled:
+            explanation = "Deliveries are accepted again from now on; senders that were told to "
+            explanation += "retry deliver what they kept."
+        elif hooked:
+            explanation = (
+                "Its hook answers every delivery 503 with Retry-After until it is enabled "
+            )
+            explanation += "again: senders keep the submission and retry, nothing is stored."
+        else:
+            explanation = "Its API keys are refused (403) until it is enabled again; the sender "
+            explanation += "must retry later."
+        return _source_confirm_page(
+            request,
+            source,
+            form,
+            title=f"{'Enable' if enabled else 'Disable'} {source.name}",
+            action=reverse(
+                f"console:source-{'enable' if enabled else 'disable'}", args=[source.pk]
+            ),
+            submit=f"{'Enable' if enabled else 'Disable'} the source",
+            explanation=explanation,
+        )
+
+    return confirmed_action(
         request,
         form,
         act=_refusing(
@@ -295,27 +321,7 @@ def _source_switch(request: HttpRequest, source_id: int, *, enabled: bool) -> Ht
         ),
         success=f"{source.name} {verb}.",
         done_url=_source_url(source),
-    )
-    if done is not None:
-        return done
-    hooked = source.profile in PRESETS
-    if enabled:
-        explanation = "Deliveries are accepted again from now on; senders that were told to "
-        explanation += "retry deliver what they kept."
-    elif hooked:
-        explanation = "Its hook answers every delivery 503 with Retry-After until it is enabled "
-        explanation += "again: senders keep the submission and retry, nothing is stored."
-    else:
-        explanation = "Its API keys are refused (403) until it is enabled again; the sender "
-        explanation += "must retry later."
-    return _source_confirm_page(
-        request,
-        source,
-        form,
-        title=f"{'Enable' if enabled else 'Disable'} {source.name}",
-        action=reverse(f"console:source-{'enable' if enabled else 'disable'}", args=[source.pk]),
-        submit=f"{'Enable' if enabled else 'Disable'} the source",
-        explanation=explanation,
+        page=page,
     )
 
 
@@ -341,7 +347,7 @@ def source_settings_view(request: HttpRequest, source_id: int) -> HttpResponse:
         form = SourceSettingsForm(
             initial={"thank_you_url": source.thank_you_url, "duplicates": source.duplicates}
         )
-    done = confirm_action(
+    return confirmed_action(
         request,
         form,
         act=_refusing(
@@ -355,25 +361,23 @@ def source_settings_view(request: HttpRequest, source_id: int) -> HttpResponse:
         ),
         success=f"The settings of {source.name} were saved.",
         done_url=_source_url(source),
-    )
-    if done is not None:
-        return done
-    return _source_confirm_page(
-        request,
-        source,
-        form,
-        title=f"Settings of {source.name}",
-        action=reverse("console:source-settings", args=[source.pk]),
-        submit="Save the settings",
-        explanation="The change applies to the next delivery and is written to the audit "
-        "trail with its reason.",
+        page=lambda: _source_confirm_page(
+            request,
+            source,
+            form,
+            title=f"Settings of {source.name}",
+            action=reverse("console:source-settings", args=[source.pk]),
+            submit="Save the settings",
+            explanation="The change applies to the next delivery and is written to the audit "
+            "trail with its reason.",
+        ),
     )
 
 
 @require_POST
 @console_permission(CHANGE_SOURCE)
 def source_secret_add_view(request: HttpRequest, source_id: int) -> HttpResponse:
-    """Not `confirm_action`: its success is a page, not a redirect and a message, so
+    """Not `confirmed_action`: its success is a page, not a redirect and a message, so
     that the new secret travels in this one answer and is stored nowhere else."""
     source = get_object_or_404(Source, pk=source_id)
     form = SecretAddForm(request.POST if confirmed(request) else None)
@@ -419,7 +423,25 @@ def source_secret_remove_view(request: HttpRequest, source_id: int) -> HttpRespo
         form = SecretRemoveForm(
             initial={"secret_prefix": request.POST.get("secret_prefix", "")}, source=source
         )
-    done = confirm_action(
+
+    def page() -> HttpResponse:
+        explanation = "Deliveries signed with it are refused (401) from now on."
+        if source.secrets.count() <= 1:
+            explanation += (
+                " It is the source's only secret: every signed delivery will be refused until "
+                "a new secret is added and the sender uses it."
+            )
+        return _source_confirm_page(
+            request,
+            source,
+            form,
+            title=f"Remove a signing secret of {source.name}",
+            action=reverse("console:source-secret-remove", args=[source.pk]),
+            submit="Remove the secret",
+            explanation=explanation,
+        )
+
+    return confirmed_action(
         request,
         form,
         act=_refusing(
@@ -430,25 +452,11 @@ def source_secret_remove_view(request: HttpRequest, source_id: int) -> HttpRespo
                 reason=data["reason"],
             )
         ),
-        success=lambda data: f"The secret {data['secret_prefix']}… of {source.name} was removed.",
+        success=lambda data, _: (
+            f"The secret {data['secret_prefix']}… of {source.name} was removed."
+        ),
         done_url=_source_url(source),
-    )
-    if done is not None:
-        return done
-    explanation = "Deliveries signed with it are refused (401) from now on."
-    if source.secrets.count() <= 1:
-        explanation += (
-            " It is the source's only secret: every signed delivery will be refused until "
-            "a new secret is added and the sender uses it."
-        )
-    return _source_confirm_page(
-        request,
-        source,
-        form,
-        title=f"Remove a signing secret of {source.name}",
-        action=reverse("console:source-secret-remove", args=[source.pk]),
-        submit="Remove the secret",
-        explanation=explanation,
+        page=page,
     )
 
 
@@ -493,7 +501,7 @@ def source_captcha_view(request: HttpRequest, source_id: int) -> HttpResponse:
         request.POST if confirmed(request) else None,
         initial={"provider": source.captcha_provider},
     )
-    done = confirm_action(
+    return confirmed_action(
         request,
         form,
         act=_refusing(
@@ -505,25 +513,23 @@ def source_captcha_view(request: HttpRequest, source_id: int) -> HttpResponse:
                 reason=data["reason"],
             )
         ),
-        success=lambda data: (
+        success=lambda data, _: (
             f"{source.name} now requires {CAPTCHA_PROVIDERS[data['provider']].label}."
             if data["provider"]
             else f"{source.name} no longer requires a CAPTCHA."
         ),
         done_url=_source_url(source),
-    )
-    if done is not None:
-        return done
-    return _source_confirm_page(
-        request,
-        source,
-        form,
-        title=f"The CAPTCHA of {source.name}",
-        action=reverse("console:source-captcha", args=[source.pk]),
-        submit="Save",
-        explanation="With a CAPTCHA, a submission without a token the provider accepts is "
-        "refused before anything is kept (the visitor sees why and can try again); when the "
-        "provider cannot answer, the submission is kept and its confirmation email waits for "
-        "a person. Put the provider's widget inside the form on the website first, or every "
-        "visitor is refused.",
+        page=lambda: _source_confirm_page(
+            request,
+            source,
+            form,
+            title=f"The CAPTCHA of {source.name}",
+            action=reverse("console:source-captcha", args=[source.pk]),
+            submit="Save",
+            explanation="With a CAPTCHA, a submission without a token the provider accepts is "
+            "refused before anything is kept (the visitor sees why and can try again); when the "
+            "provider cannot answer, the submission is kept and its confirmation email waits for "
+            "a person. Put the provider's widget inside the form on the website first, or every "
+            "visitor is refused.",
+        ),
     )

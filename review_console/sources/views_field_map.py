@@ -26,12 +26,11 @@ from idempotency_core.intake.remap import events_remap, unreadable_waiting
 from idempotency_core.intake.senders.profiles import Profile, profile_resolve
 from idempotency_core.intake.sources import InvalidProfileError, source_field_map_set
 from idempotency_core.models import Event, Source
-from review_console.confirm import confirmed
+from review_console.confirm import confirmed, confirmed_action
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
-from review_console.permissions import VIEW_CONTACT, acting_user, console_permission
+from review_console.permissions import CHANGE_SOURCE, VIEW_CONTACT, acting_user, console_permission
 from review_console.sources.field_tree import KeptDelivery, Leaf, field_tree, kept_deliveries
-from review_console.sources.views import CHANGE_SOURCE
 
 # A target's choice: leave the map's current expression, or read nothing.
 KEEP, NOTHING = "", "-"
@@ -272,25 +271,33 @@ def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse
     reason; each the map reads is processed under its original key (remap's rules)."""
     source = _hooked(source_id)
     form = ReasonForm(request.POST if confirmed(request) else None)
-    if form.is_bound and form.is_valid():
-        _apply(request, source, form.cleaned_data["reason"])
-        return redirect(reverse("console:source-field-map", args=[source.pk]))
-    waiting = _waiting(source)
-    return render(
+
+    def page() -> HttpResponse:
+        waiting = _waiting(source)
+        return render(
+            request,
+            "review_console/source_confirm.html",
+            {
+                "source": source,
+                "form": form,
+                "title": f"Apply the field map of {source.name} to {waiting} waiting "
+                f"deliver{'y' if waiting == 1 else 'ies'}",
+                "action": reverse("console:source-field-map-apply", args=[source.pk]),
+                "submit": "Apply the map",
+                "explanation": "Each waiting unreadable delivery that the saved map now reads "
+                "becomes an ordinary submission under its original key: its enquiry, task and "
+                "confirmation run as for any other, and its case is resolved. The ones it "
+                "still cannot read keep waiting. Applying it again changes nothing.",
+            },
+        )
+
+    # `_apply` says what it did (how many are now read), so no fixed success message.
+    return confirmed_action(
         request,
-        "review_console/source_confirm.html",
-        {
-            "source": source,
-            "form": form,
-            "title": f"Apply the field map of {source.name} to {waiting} waiting "
-            f"deliver{'y' if waiting == 1 else 'ies'}",
-            "action": reverse("console:source-field-map-apply", args=[source.pk]),
-            "submit": "Apply the map",
-            "explanation": "Each waiting unreadable delivery that the saved map now reads "
-            "becomes an ordinary submission under its original key: its enquiry, task and "
-            "confirmation run as for any other, and its case is resolved. The ones it "
-            "still cannot read keep waiting. Applying it again changes nothing.",
-        },
+        form,
+        act=lambda data: _apply(request, source, data["reason"]),
+        done_url=reverse("console:source-field-map", args=[source.pk]),
+        page=page,
     )
 
 
