@@ -45,7 +45,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         entry.details = shown(entry.details)
     return render(
         request,
-        "review_console/audit_list.html",
+        "review_console/audit/audit_list.html",
         {
             "filter": filterset,
             "page": page,

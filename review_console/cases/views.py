@@ -95,7 +95,7 @@ def _dashboard(request: HttpRequest) -> HttpResponse:
     overseer = request.user.has_perm(REPLAY)
     return render(
         request,
-        "review_console/dashboard.html",
+        "review_console/cases/dashboard.html",
         {
             "summary": dashboard_summary(),
             "mine": my_cases(request.user),
@@ -135,7 +135,7 @@ def case_list(request: HttpRequest) -> HttpResponse:
     chosen = [k for k in request.GET if k not in ("after", "before", "sort") and request.GET[k]]
     return render(
         request,
-        "review_console/case_list.html",
+        "review_console/cases/case_list.html",
         {
             "filters_active": len(chosen),
             "groups": groups,
@@ -162,7 +162,7 @@ def case_list(request: HttpRequest) -> HttpResponse:
 @console_permission(VIEW_CASES)
 def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    return render(request, "review_console/case_detail.html", _case_context(request, case))
+    return render(request, "review_console/cases/case_detail.html", _case_context(request, case))
 
 
 def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from review_console.permissions import (
 def bulk_replay_list(request: HttpRequest) -> HttpResponse:
     """The last bulk replays, newest first (a new one starts from the queue's filter)."""
     jobs = BulkReplayJob.objects.select_related("created_by").order_by("-created_at", "-pk")[:100]
-    return render(request, "review_console/bulk_replay_list.html", {"jobs": jobs})
+    return render(request, "review_console/cases/bulk_replay_list.html", {"jobs": jobs})
 
 
 @require_GET
@@ -49,7 +49,7 @@ def bulk_replay_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     template = "_bulk_replay_progress.html" if request.htmx else "bulk_replay_detail.html"
     return render(
         request,
-        f"review_console/{template}",
+        f"review_console/cases/{template}",
         {
             "job": job,
             "counts": counts,
@@ -86,7 +86,7 @@ def bulk_replay_new(request: HttpRequest) -> HttpResponse:
         count = matching.order_by()[: COUNT_CAP + 1].count()
         return render(
             request,
-            "review_console/bulk_replay_confirm.html",
+            "review_console/cases/bulk_replay_confirm.html",
             {
                 "form": form,
                 "params": [(k, v) for k in params for v in params.getlist(k)],

@@ -115,7 +115,7 @@ def case_lookup(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
         # The result in place, and the case's audit trail (now with this lookup) with it.
         return render(
             request,
-            "review_console/case_lookup_response.html",
+            "review_console/cases/case_lookup_response.html",
             {
                 "lookup": latest_lookup(operation),
                 "audit": case_audit(case),
@@ -166,7 +166,7 @@ def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
         title=f"Try again: {step_label(operation.step)}",
         submit="Try again",
         explanation="",
-        template="review_console/replay_confirm.html",
+        template="review_console/cases/replay_confirm.html",
         more=lambda: {
             "operation": operation,
             "replay": preview,

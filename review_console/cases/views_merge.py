@@ -66,7 +66,7 @@ def _compare_page(
         form = MergeForm(initial={"survivor": refs[0] if refs else ""})
     return render(
         request,
-        "review_console/merge_compare.html",
+        "review_console/cases/merge_compare.html",
         {
             "case": case,
             "comparison": comparison,

@@ -42,7 +42,7 @@ def journey(request: HttpRequest, source: str, form: str) -> HttpResponse:
     ]
     return render(
         request,
-        "review_console/journey.html",
+        "review_console/journey/journey.html",
         {
             "journey": built,
             "choices": choices,

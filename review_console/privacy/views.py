@@ -32,7 +32,7 @@ from review_console.http import require_GET, require_POST
 from review_console.permissions import ERASE_PERSONAL_DATA, acting_user, console_permission
 
 NO_DATA = "Onefold holds nothing about that address."
-TEMPLATE = "review_console/privacy.html"
+TEMPLATE = "review_console/privacy/privacy.html"
 
 
 class PersonForm(forms.Form):
@@ -105,7 +105,7 @@ def privacy_erase(request: HttpRequest) -> HttpResponse:
             removed = {what: count for what, count in preview.removed.items() if count}
             return render(
                 request,
-                "review_console/privacy_confirm.html",
+                "review_console/privacy/privacy_confirm.html",
                 {"form": confirm, "report": preview, "removed": removed},
             )
         report = person_erase(

@@ -134,7 +134,7 @@ def settings_home(request: HttpRequest) -> HttpResponse:
     latest = BusinessConfigVersion.objects.order_by("-number").first()
     return render(
         request,
-        "review_console/settings_home.html",
+        "review_console/settings/settings_home.html",
         {"rows": rows, "latest": latest, "any_form": ANY_FORM},
     )
 
@@ -159,7 +159,7 @@ def settings_form(request: HttpRequest, source: str, form: str) -> HttpResponse:
     ]
     return render(
         request,
-        "review_console/settings_form.html",
+        "review_console/settings/settings_form.html",
         {
             "source": found,
             "form_name": form,
@@ -284,7 +284,7 @@ def _editor_page(
         preview = _preview_of(request, source, form, section, editor, events)
     return render(
         request,
-        "review_console/settings_section.html",
+        "review_console/settings/settings_section.html",
         {
             "source": source,
             "form_name": form,
@@ -330,7 +330,7 @@ def settings_preview(request: HttpRequest, source: str, form: str, section: str)
     if getattr(request, "htmx", False):
         return render(
             request,
-            "review_console/_settings_preview.html",
+            "review_console/settings/_settings_preview.html",
             {
                 "section": section,
                 "step": PREVIEW_STEPS[section],
@@ -444,7 +444,7 @@ def settings_versions(request: HttpRequest) -> HttpResponse:
     latest = BusinessConfigVersion.objects.order_by("-number").values_list("number", flat=True)
     return render(
         request,
-        "review_console/settings_versions.html",
+        "review_console/settings/settings_versions.html",
         {"page": page, "rows": rows, "current": latest.first() or 0},
     )
 
@@ -469,7 +469,7 @@ def _version_page(
             refusal = "; ".join(str(problem) for problem in exc.problems)
     return render(
         request,
-        "review_console/settings_version.html",
+        "review_console/settings/settings_version.html",
         {
             "version": version,
             "current": current,

@@ -84,7 +84,7 @@ def notifications_choice(request: HttpRequest) -> HttpResponse:
     )
     return render(
         request,
-        "review_console/notifications.html",
+        "review_console/settings/notifications.html",
         {
             "form": form,
             "config": config,
@@ -144,7 +144,7 @@ def settings_review(request: HttpRequest) -> HttpResponse:
     current = config_current()
     return render(
         request,
-        "review_console/settings_review.html",
+        "review_console/settings/settings_review.html",
         {
             "form": form,
             "problems": problems,

@@ -231,7 +231,7 @@ def source_list(request: HttpRequest) -> HttpResponse:
     ]
     return render(
         request,
-        "review_console/source_list.html",
+        "review_console/sources/source_list.html",
         {"rows": rows, "can_change": request.user.has_perm(CHANGE_SOURCE)},
     )
 
@@ -243,7 +243,7 @@ def source_detail(request: HttpRequest, source_id: int) -> HttpResponse:
     profile = profile_of(source)
     return render(
         request,
-        "review_console/source_detail.html",
+        "review_console/sources/source_detail.html",
         {
             "source": source,
             "profile": profile,
@@ -277,7 +277,9 @@ def _source_confirm_page(
     request: HttpRequest, source: Source, form: forms.Form, **context: Any
 ) -> HttpResponse:
     return render(
-        request, "review_console/source_confirm.html", {"source": source, "form": form, **context}
+        request,
+        "review_console/sources/source_confirm.html",
+        {"source": source, "form": form, **context},
     )
 
 
@@ -395,7 +397,7 @@ def source_secret_add_view(request: HttpRequest, source_id: int) -> HttpResponse
         else:
             response = render(
                 request,
-                "review_console/source_secret_added.html",
+                "review_console/sources/source_secret_added.html",
                 {"source": source, "prefix": added.prefix, "secret": "" if typed else added.secret},
             )
             response["Cache-Control"] = "no-store"

@@ -153,7 +153,7 @@ def _editor(
     shown = preview if preview is not None else current
     return render(
         request,
-        "review_console/source_field_map.html",
+        "review_console/sources/source_field_map.html",
         {
             "source": source,
             "profile": profile,
@@ -276,7 +276,7 @@ def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse
         waiting = _waiting(source)
         return render(
             request,
-            "review_console/source_confirm.html",
+            "review_console/sources/source_confirm.html",
             {
                 "source": source,
                 "form": form,

@@ -51,7 +51,7 @@ def search(request: HttpRequest) -> HttpResponse:
     ]
     return render(
         request,
-        "review_console/search.html",
+        "review_console/submissions/search.html",
         {
             "result": result,
             "rows": rows,
@@ -82,7 +82,7 @@ def submission_detail(request: HttpRequest, event_id: uuid.UUID) -> HttpResponse
     ]
     return render(
         request,
-        "review_console/submission_detail.html",
+        "review_console/submissions/submission_detail.html",
         {
             "event": event,
             "payload": event.payload or {},

@@ -1,5 +1,5 @@
 """`{% held_pair case unmasked as pair %}`: the two submissions of a held duplicate
-(review_console/held.py), for templates/review_console/_hold_actions.html."""
+(review_console/cases/held.py), for templates/review_console/cases/_hold_actions.html."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-/* The case queue's own script (templates/review_console/case_list.html); a file,
+/* The case queue's own script (templates/review_console/cases/case_list.html); a file,
    since the Content-Security-Policy allows scripts from 'self' only.
 
    - "Select all": the header checkbox (data-select-all names the form) ticks or
