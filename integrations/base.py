@@ -22,7 +22,7 @@ Nothing here imports Onefold's models: integrations sit below the core.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -255,6 +255,16 @@ class ConfiguredCrmNames:
 
     def __bool__(self) -> bool:
         return bool(self.enquiry_properties or self.contact_properties or self.assignees)
+
+    def property_checks(
+        self, enquiry: Callable[[str], tuple[bool, str]], contact: Callable[[str], tuple[bool, str]]
+    ) -> list[CapabilityCheck]:
+        """One check per configured property, by name: `enquiry` and `contact` say of a
+        name whether the CRM's schema has it, and what was asked and answered."""
+        return [
+            *(enquiry_property_check(n, *enquiry(n)) for n in sorted(self.enquiry_properties)),
+            *(contact_property_check(n, *contact(n)) for n in sorted(self.contact_properties)),
+        ]
 
 
 def enquiry_property_check(name: str, verified: bool, how: str) -> CapabilityCheck:

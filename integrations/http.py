@@ -33,6 +33,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -291,3 +292,39 @@ def json_object(response: httpx.Response) -> dict[str, Any]:
 def _unclear(*, safe: bool) -> Classification:
     """A request whose fate is unknown: a write may have been applied; a read may not matter."""
     return Classification.RETRYABLE if safe else Classification.AMBIGUOUS
+
+
+class HttpAdapter:
+    """What every HTTP adapter shares: it sends to `base_url` within `timeout`, through
+    the gate the core sets to the destination's budget, with its credentials' headers
+    (`_auth`) under those the call names."""
+
+    # Set by the core to the destination's budget (integrations.http.send).
+    gate: RequestGate | None = None
+    base_url: str
+    timeout: httpx.Timeout
+
+    def _auth(self) -> dict[str, str]:
+        """The headers every request carries (none by default)."""
+        return {}
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {**self._auth(), **(kwargs.pop("headers", None) or {})}
+        return send(
+            method,
+            self.base_url + path,
+            timeout=self.timeout,
+            gate=self.gate,
+            headers=headers,
+            **kwargs,
+        )
+
+
+def path_segment(value: str, refused: str) -> str:
+    """`value` as one path segment: every `/`, `?`, `#` and `%` encoded, so that a typed
+    reference like ../../_sandbox/stats stays where it was put. Dot segments are refused
+    (PERMANENT, "`value` `refused`"): encoding leaves dots alone, and clients resolve
+    `..` before sending."""
+    if value in ("", ".", ".."):
+        raise DestinationError(f"{value!r} {refused}", classification=Classification.PERMANENT)
+    return quote(value, safe="")

@@ -23,11 +23,12 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from integrations.base import Classification, DestinationError, http_reply
-from integrations.http import classify, json_object, send
+from integrations.http import HttpAdapter, classify, json_object, send
 
 # A token is refreshed this long before the expiry the server announced.
 _EARLY_SECONDS = 60.0
@@ -113,3 +114,27 @@ def credentials_forget() -> None:
     """Forgets every shared token of this process (tests; a changed configuration)."""
     with _shared_lock:
         _shared.clear()
+
+
+class BearerAdapter(HttpAdapter):
+    """An HTTP adapter whose requests carry a bearer token of `credentials`. A token
+    answered 401 is forgotten; after the first, the request is made once more with a
+    new one."""
+
+    credentials: ClientCredentials
+
+    def _token(self) -> str:
+        return self.credentials.token(timeout=self.timeout)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = kwargs.pop("headers", None) or {}
+        response = None
+        for _ in range(2):
+            token = self._token()
+            bearer = {**headers, "Authorization": f"Bearer {token}"}
+            response = super()._send(method, path, headers=bearer, **kwargs)
+            if response.status_code != 401:
+                return response
+            self.credentials.invalidate(token)
+        assert response is not None
+        return response

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from integrations.base import (
     CapabilityCheck,
@@ -20,6 +21,9 @@ from integrations.base import (
     read_before_write,
     unknown_owner_error,
 )
+
+# An owner id as the vendor takes it: a string, or Pipedrive's number.
+T = TypeVar("T", str, int)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,21 @@ def owner_id_of(
     if owner is None:
         raise unknown_owner_error(assignee, how)
     return owner.id
+
+
+def task_owner(
+    assignee: str,
+    *,
+    configured: bool,
+    owner_id: Callable[[str], T],
+    own_id: Callable[[str], T | None],
+) -> T | None:
+    """A task's owner. An assignee the configuration chose names one of the CRM's owners
+    (`owner_id`, PERMANENT when none); the source's own label is the owner only when it
+    is an id of the vendor's form already (`own_id`: the id, or None)."""
+    if configured and assignee:
+        return owner_id(assignee)
+    return own_id(assignee) if assignee else None
 
 
 def assignee_checks(

@@ -53,15 +53,12 @@ from integrations.base import (
     Effect,
     RecordContent,
     RequestBudget,
-    RequestGate,
-    contact_property_check,
-    enquiry_property_check,
     http_reply,
 )
 from integrations.env import AdapterSettings
-from integrations.http import json_object, send, status_error, timeout_of
-from integrations.oauth import ClientCredentials, shared_credentials
-from integrations.owners import Owner, assignee_checks, owner_id_of
+from integrations.http import json_object, status_error, timeout_of
+from integrations.oauth import BearerAdapter, ClientCredentials, shared_credentials
+from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
 
 API_PATH = "/api/data/v9.2"
 LIMITS_PAGE = "https://learn.microsoft.com/power-apps/developer/data-platform/api-limits"
@@ -135,12 +132,10 @@ def _guid_lowered(assignee: str) -> str:
     return assignee.lower() if _GUID.fullmatch(assignee) else assignee
 
 
-class DataverseCrm:
+class DataverseCrm(BearerAdapter):
     """`CrmAdapter` for Dataverse: leads and the tasks regarding them."""
 
     # The service protection limit on requests: 6000 per user in 300 seconds.
-    # Set by the core to the destination's budget (integrations.http.send).
-    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=6000, per_seconds=300, source=LIMITS_PAGE
     )
@@ -162,6 +157,7 @@ class DataverseCrm:
         task_ref_column: str = DEFAULT_REF_COLUMN,
     ) -> None:
         self.org_url = org_url.rstrip("/")
+        self.base_url = self.org_url + API_PATH
         self.credentials = credentials
         self.timeout = timeout_of(timeout)
         self.ref_column = ref_column
@@ -178,7 +174,7 @@ class DataverseCrm:
     def verify(self) -> list[CapabilityCheck]:
         """The alternate key on the reference column must exist and be Active."""
         path = "/EntityDefinitions(LogicalName='lead')/Keys"
-        response = self._request(
+        response = self._send(
             "GET", path, params={"$select": "LogicalName,KeyAttributes,EntityKeyIndexStatus"}
         )
         self._raise_for_status(response)
@@ -218,14 +214,7 @@ class DataverseCrm:
         Assignees against the org's enabled users (`systemusers`, by systemuserid,
         internalemailaddress or fullname;
         https://learn.microsoft.com/power-apps/developer/data-platform/reference/entities/systemuser)."""
-        checks = [
-            enquiry_property_check(name, *self._column_verdict(name))
-            for name in sorted(names.enquiry_properties)
-        ]
-        checks += [
-            contact_property_check(name, *self._column_verdict(name))
-            for name in sorted(names.contact_properties)
-        ]
+        checks = names.property_checks(self._column_verdict, self._column_verdict)
         return checks + assignee_checks(
             names.assignees,
             self._enabled_users,
@@ -247,7 +236,7 @@ class DataverseCrm:
 
     def _lead_columns(self) -> dict[str, dict[str, Any]]:
         if self._columns is None:
-            response = self._request(
+            response = self._send(
                 "GET", _ATTRIBUTES, params={"$select": "LogicalName,AttributeType,IsValidForCreate"}
             )
             self._raise_for_status(response)
@@ -266,7 +255,7 @@ class DataverseCrm:
             params: dict[str, str] | None = dict(_USERS_QUERY)
             prefer = {"Prefer": "odata.maxpagesize=5000"}
             while True:
-                response = self._request("GET", path, params=params, headers=prefer)
+                response = self._send("GET", path, params=params, headers=prefer)
                 self._raise_for_status(response)
                 data = json_object(response)
                 users += [
@@ -313,9 +302,7 @@ class DataverseCrm:
         # allow_duplicate is ignored: the Web API suppresses duplicate detection by default.
         guid = record_guid("lead", external_ref)
         body = {**_lead_body(fields, content), self.ref_column: external_ref}
-        response = self._request(
-            "PATCH", f"/leads({guid})", json=body, headers={"If-None-Match": "*"}
-        )
+        response = self._send("PATCH", f"/leads({guid})", json=body, headers={"If-None-Match": "*"})
         if response.status_code != 412:
             self._raise_for_status(response)
             return Effect(ref=guid, reply=http_reply(response.status_code))
@@ -335,13 +322,13 @@ class DataverseCrm:
         guid = _guid(record_id)
         body = _lead_body(fields, content)
         body.pop(self.ref_column, None)
-        response = self._request("PATCH", f"/leads({guid})", json=body, headers={"If-Match": "*"})
+        response = self._send("PATCH", f"/leads({guid})", json=body, headers={"If-Match": "*"})
         self._raise_for_status(response)
         return Effect(ref=guid, reply=http_reply(response.status_code))
 
     def get_record(self, record_id: str) -> dict[str, Any] | None:
         guid = _guid(record_id)
-        response = self._request(
+        response = self._send(
             "GET", f"/leads({guid})", params={"$select": f"{_LEAD_SELECT},{self.ref_column}"}
         )
         if response.status_code == 404:
@@ -358,7 +345,7 @@ class DataverseCrm:
         """By the GUID Onefold chose, then by the alternate key (a lead holding our key
         under another GUID). Reads, not a search: no lag."""
         guid = record_guid("lead", external_ref)
-        response = self._request("GET", f"/leads({guid})", params={"$select": "leadid"})
+        response = self._send("GET", f"/leads({guid})", params={"$select": "leadid"})
         if response.status_code != 404:
             self._raise_for_status(response)
             return guid
@@ -368,7 +355,7 @@ class DataverseCrm:
         """The Merge action (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/merge-entity-using-web-api).
         A duplicate already merged into the survivor is that merge, done: adopted."""
         survivor, duplicate = _guid(survivor_id), _guid(duplicate_id)
-        response = self._request(
+        response = self._send(
             "GET", f"/leads({duplicate})", params={"$select": "leadid,merged,_masterid_value"}
         )
         self._raise_for_status(response)
@@ -381,7 +368,7 @@ class DataverseCrm:
             "Subordinate": {"@odata.type": lead, "leadid": duplicate},
             "PerformParentingChecks": False,
         }
-        response = self._request("POST", "/Merge", json=body)
+        response = self._send("POST", "/Merge", json=body)
         self._raise_for_status(response)
         return Effect(ref=survivor, reply=http_reply(response.status_code))
 
@@ -390,7 +377,7 @@ class DataverseCrm:
         (the Lead_Tasks relationship cascades Delete): DELETE /api/data/v9.2/leads({guid})
         (https://learn.microsoft.com/power-apps/developer/data-platform/webapi/update-delete-entities-using-web-api#basic-delete).
         A 404 is the lead already gone (a repeat after a lost answer)."""
-        response = self._request("DELETE", f"/leads({_guid(record_id)})")
+        response = self._send("DELETE", f"/leads({_guid(record_id)})")
         if response.status_code != 404:
             self._raise_for_status(response)
         return Effect.deletion(record_id, response.status_code)
@@ -413,7 +400,7 @@ class DataverseCrm:
         prefer = {"Prefer": f"odata.maxpagesize={max(1, min(limit, 5000))}"}
         while True:
             path = f"/leads?{cursor}" if cursor else "/leads"
-            response = self._request("GET", path, params=None if cursor else params, headers=prefer)
+            response = self._send("GET", path, params=None if cursor else params, headers=prefer)
             self._raise_for_status(response)
             data = json_object(response)
             next_link = data.get("@odata.nextLink")
@@ -439,11 +426,12 @@ class DataverseCrm:
         assignee is its owner (`ownerid@odata.bind: /systemusers(<id>)`), a systemuser
         found by email or name (`_owner_id`); the source's own label is the owner only
         when it is a GUID. `due_at` is its `scheduledend`, the task's due date."""
-        owner = None
-        if assignee_is_owner and assignee:
-            owner = self._owner_id(assignee)
-        elif _GUID.fullmatch(assignee or ""):
-            owner = assignee.lower()
+        owner = task_owner(
+            assignee,
+            configured=assignee_is_owner,
+            owner_id=self._owner_id,
+            own_id=lambda label: label.lower() if _GUID.fullmatch(label) else None,
+        )
         guid = record_guid("task", external_ref)
         body: dict[str, Any] = {
             "subject": title[:200],
@@ -456,9 +444,7 @@ class DataverseCrm:
             body["ownerid@odata.bind"] = f"/systemusers({owner})"
         if self.task_ref_column:
             body[self.task_ref_column] = external_ref
-        response = self._request(
-            "PATCH", f"/tasks({guid})", json=body, headers={"If-None-Match": "*"}
-        )
+        response = self._send("PATCH", f"/tasks({guid})", json=body, headers={"If-None-Match": "*"})
         if response.status_code == 412:
             return Effect(ref=guid, reply=http_reply(412), adopted=True)
         self._raise_for_status(response)
@@ -466,7 +452,7 @@ class DataverseCrm:
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None:
         guid = record_guid("task", external_ref)
-        response = self._request("GET", f"/tasks({guid})", params={"$select": "activityid"})
+        response = self._send("GET", f"/tasks({guid})", params={"$select": "activityid"})
         if response.status_code == 404:
             return None
         self._raise_for_status(response)
@@ -476,7 +462,7 @@ class DataverseCrm:
 
     def _lead_by_reference(self, external_ref: str) -> str | None:
         value = quote(external_ref.replace("'", "''"), safe="")
-        response = self._request(
+        response = self._send(
             "GET", f"/leads({self.ref_column}='{value}')", params={"$select": "leadid"}
         )
         if response.status_code == 404:
@@ -498,28 +484,8 @@ class DataverseCrm:
             "merged_into": lead.get("_masterid_value") if lead.get("merged") else None,
         }
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One Web API call with a bearer token; after a 401, once more with a new one."""
-        extra = kwargs.pop("headers", None) or {}
-        url = f"{self.org_url}{API_PATH}{path}"
-        response = None
-        for _ in range(2):
-            token = self._token()
-            headers = {
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/json",
-                "OData-MaxVersion": "4.0",
-                "OData-Version": "4.0",
-                **extra,
-            }
-            response = send(
-                method, url, timeout=self.timeout, gate=self.gate, headers=headers, **kwargs
-            )
-            if response.status_code != 401:
-                return response
-            self.credentials.invalidate(token)
-        assert response is not None
-        return response
+    def _auth(self) -> dict[str, str]:
+        return {"Accept": "application/json", "OData-MaxVersion": "4.0", "OData-Version": "4.0"}
 
     def _token(self) -> str:
         try:

@@ -25,10 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
-from zoneinfo import ZoneInfo
 
 import httpx
 
@@ -43,14 +41,20 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
-    RequestGate,
-    contact_property_check,
-    enquiry_property_check,
     http_reply,
 )
 from integrations.env import AdapterSettings, SettingError
-from integrations.http import RETRY_LATER, header_delay, json_object, send, status_error, timeout_of
-from integrations.owners import Owner, assignee_checks, owner_id_of
+from integrations.http import (
+    RETRY_LATER,
+    HttpAdapter,
+    header_delay,
+    json_object,
+    path_segment,
+    status_error,
+    timeout_of,
+)
+from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
+from integrations.times import seconds_to_midnight, utc_instant
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and
@@ -164,7 +168,7 @@ def _type_id(read: AdapterSettings, name: str) -> int | None:
     return int(raw)
 
 
-class HubSpotCrm:
+class HubSpotCrm(HttpAdapter):
     """`CrmAdapter` for HubSpot's CRM v3 objects API (emulated in lab/emulators/hubspot.py)."""
 
     # Free and Starter private apps: 100 requests per 10 seconds and 250,000 a day
@@ -173,8 +177,6 @@ class HubSpotCrm:
     # answers' X-HubSpot-RateLimit-* headers teach the engine. The usage guidelines moved
     # from /docs/guides/apps/api-usage/usage-details to the address below. Search has a
     # limit of its own (five a second), never reached: the adapter does not search.
-    # Set by the core to the destination's budget (integrations.http.send).
-    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=100,
         per_seconds=10,
@@ -255,14 +257,10 @@ class HubSpotCrm:
         against the account's owners (`GET /crm/v3/owners`, every page:
         https://developers.hubspot.com/docs/api/crm/owners), by owner id, email or
         first and last name. A property HubSpot marks read-only is refused too."""
-        checks = [
-            enquiry_property_check(name, *self._property_verdict(self.object_type, name))
-            for name in sorted(names.enquiry_properties)
-        ]
-        checks += [
-            contact_property_check(name, *self._property_verdict("contacts", name))
-            for name in sorted(names.contact_properties)
-        ]
+        checks = names.property_checks(
+            lambda name: self._property_verdict(self.object_type, name),
+            lambda name: self._property_verdict("contacts", name),
+        )
         return checks + assignee_checks(names.assignees, self._owners, asked=f"GET {_OWNERS_PATH}")
 
     def _property_verdict(self, object_type: str, name: str) -> tuple[bool, str]:
@@ -290,26 +288,16 @@ class HubSpotCrm:
     def _owners(self) -> list[Owner]:
         """The account's active owners, every page (`paging.next.after`), read once."""
         if self._owner_list is None:
-            owners: list[Owner] = []
-            params: dict[str, Any] = {"limit": _OWNERS_PAGE}
-            while True:
-                response = self._send("GET", _OWNERS_PATH, params=params)
-                self._raise_for_status(response)
-                data = json_object(response)
-                owners += [
-                    Owner(
-                        id=str(o.get("id")),
-                        name=" ".join(filter(None, (o.get("firstName"), o.get("lastName")))),
-                        email=str(o.get("email") or ""),
-                    )
-                    for o in data.get("results") or []
-                    if isinstance(o, dict) and o.get("id")
-                ]
-                after = ((data.get("paging") or {}).get("next") or {}).get("after")
-                if not after:
-                    break
-                params["after"] = after
-            self._owner_list = owners
+            self._owner_list = [
+                Owner(
+                    id=str(o.get("id")),
+                    name=" ".join(filter(None, (o.get("firstName"), o.get("lastName")))),
+                    email=str(o.get("email") or ""),
+                )
+                for results, _ in self._pages(_OWNERS_PATH, {"limit": _OWNERS_PAGE})
+                for o in results
+                if isinstance(o, dict) and o.get("id")
+            ]
         return self._owner_list
 
     def _owner_id(self, assignee: str) -> str:
@@ -402,27 +390,35 @@ class HubSpotCrm:
         and search lags and stops at 10,000 results, so the whole list is read and
         filtered here; the cursor is HubSpot's own `after`.
         """
-        start, end = _instant(since), _instant(until) if until else None
+        start, end = utc_instant(since), utc_instant(until) if until else None
         params: dict[str, Any] = {
             "limit": min(limit, _PAGE_LIMIT),
             "properties": ",".join(self._read_properties()),
         }
-        while True:
-            if cursor:
-                params["after"] = cursor
-            response = self._send("GET", f"/crm/v3/objects/{self.object_type}", params=params)
-            self._raise_for_status(response)
-            data = json_object(response)
-            cursor = ((data.get("paging") or {}).get("next") or {}).get("after")
-            page = [self._record_of(item) for item in data.get("results") or []]
+        path = f"/crm/v3/objects/{self.object_type}"
+        for results, after in self._pages(path, params, after=cursor):
+            page = [self._record_of(item) for item in results]
             kept = [
                 r
                 for r in page
-                if start <= _instant(r["created_at"])
-                and (end is None or _instant(r["created_at"]) < end)
+                if start <= utc_instant(r["created_at"])
+                and (end is None or utc_instant(r["created_at"]) < end)
             ]
-            yield kept, cursor
-            if not cursor:
+            yield kept, after
+
+    def _pages(
+        self, path: str, params: dict[str, Any], *, after: str | None = None
+    ) -> Iterator[tuple[list[Any], str | None]]:
+        """A list's pages, from the cursor `after`: each page's results, and the cursor
+        that follows it (`paging.next.after`; None after the last page)."""
+        while True:
+            asked = {**params, "after": after} if after else params
+            response = self._send("GET", path, params=asked)
+            self._raise_for_status(response)
+            data = json_object(response)
+            after = ((data.get("paging") or {}).get("next") or {}).get("after")
+            yield list(data.get("results") or []), after
+            if not after:
                 return
 
     def merge_records(self, *, survivor_id: str, duplicate_id: str, key: str) -> Effect:
@@ -512,11 +508,12 @@ class HubSpotCrm:
         through the owners API (`_owner_id`); the source's own label becomes the owner
         only when numeric. The assignee is named in the body too. A task's
         `hs_timestamp` is its due date: `due_at`, else now."""
-        owner = None
-        if assignee_is_owner and assignee:
-            owner = self._owner_id(assignee)
-        elif assignee.isdigit():
-            owner = assignee
+        owner = task_owner(
+            assignee,
+            configured=assignee_is_owner,
+            owner_id=self._owner_id,
+            own_id=lambda label: label if label.isdigit() else None,
+        )
         due = due_at.astimezone(UTC) if due_at is not None else datetime.now(UTC)
         properties = {
             "hs_timestamp": due.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
@@ -553,17 +550,8 @@ class HubSpotCrm:
     def _task_ids_of(self, record_id: str) -> list[str]:
         """Every task associated with the enquiry, page by page."""
         path = f"/crm/v4/objects/{self.object_type}/{record_id}/associations/tasks"
-        params: dict[str, Any] = {"limit": _ASSOCIATIONS_LIMIT}
-        ids: list[str] = []
-        while True:
-            response = self._send("GET", path, params=params)
-            self._raise_for_status(response)
-            data = json_object(response)
-            ids += [str(item["toObjectId"]) for item in data.get("results") or []]
-            after = ((data.get("paging") or {}).get("next") or {}).get("after")
-            if not after:
-                return ids
-            params["after"] = after
+        pages = self._pages(path, {"limit": _ASSOCIATIONS_LIMIT})
+        return [str(item["toObjectId"]) for results, _ in pages for item in results]
 
     def _read_tasks(self, ids: list[str], prop: str) -> list[dict[str, Any]]:
         """The tasks' `prop`, in one batch read; a task archived since is left out
@@ -733,20 +721,12 @@ class HubSpotCrm:
         self._raise_for_status(response)
         return str(json_object(response)["id"])
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _auth(self) -> dict[str, str]:
         if not self.config.token:
             raise DestinationError(
                 "HUBSPOT_TOKEN is not set", classification=Classification.PERMANENT
             )
-        headers = {"Authorization": f"Bearer {self.config.token}"}
-        return send(
-            method,
-            self.base_url + path,
-            timeout=self.timeout,
-            gate=self.gate,
-            headers=headers,
-            **kwargs,
-        )
+        return {"Authorization": f"Bearer {self.config.token}"}
 
     def _refuse(self, response: httpx.Response) -> str:
         self._raise_for_status(response)
@@ -782,15 +762,6 @@ class HubSpotCrm:
         return int(interval) / 1000 if interval.isdigit() else _TEN_SECONDS
 
 
-def seconds_to_midnight(zone: str, *, now: datetime | None = None) -> float:
-    """Seconds from `now` to the next midnight in time zone `zone`."""
-    local = (now or datetime.now(UTC)).astimezone(ZoneInfo(zone))
-    midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    # Subtracted in UTC: aware datetimes of one zone subtract as wall clocks, wrong
-    # across a daylight-saving change.
-    return max(1.0, (midnight.astimezone(UTC) - local.astimezone(UTC)).total_seconds())
-
-
 def _described(response: httpx.Response) -> str:
     """HubSpot's error in one line: status, category or policy, message."""
     data = json_object(response)
@@ -816,19 +787,9 @@ def _checked_id(value: str) -> str:
 
 
 def _segment(value: str) -> str:
-    """`value` as one path segment (every `/`, `?`, `#`, `%` encoded); dot segments refused."""
-    if value in ("", ".", ".."):
-        raise DestinationError(
-            f"{value!r} cannot name a HubSpot object", classification=Classification.PERMANENT
-        )
-    return quote(value, safe="")
+    return path_segment(value, "cannot name a HubSpot object")
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _instant(value: str) -> datetime:
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -39,10 +39,9 @@ import html
 import re
 import uuid
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
-from zoneinfo import ZoneInfo
 
 import httpx
 
@@ -57,23 +56,21 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
-    RequestGate,
-    contact_property_check,
-    enquiry_property_check,
     http_reply,
     read_before_write,
     unknown_property_error,
 )
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
+    HttpAdapter,
     header_delay,
     json_object,
     parse_retry_after,
-    send,
     status_error,
     timeout_of,
 )
-from integrations.owners import Owner, assignee_checks, owner_id_of
+from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
+from integrations.times import seconds_to_midnight, utc_instant
 
 DEFAULT_BASE_URL = "https://api.pipedrive.com"
 # How long after an unclear create the search is worth asking. Pipedrive documents no
@@ -94,15 +91,13 @@ RATE_LIMITS_PAGE = "https://pipedrive.readme.io/docs/core-api-concepts-rate-limi
 _BURST_SECONDS = 2.0
 
 
-class PipedriveCrm:
+class PipedriveCrm(HttpAdapter):
     """`CrmAdapter` for Pipedrive (emulated in lab/emulators/pipedrive.py)."""
 
     # The burst limit of the smallest plan (Lite) for an API token: 20 requests per
     # 2 seconds; the answers' x-ratelimit-* teach the engine a larger plan's. The daily
     # budget is in tokens, company-wide and shared with every other integration, so
     # it is no count of Onefold's requests: its 429 parks the work instead (DAILY).
-    # Set by the core to the destination's budget (integrations.http.send).
-    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=20, per_seconds=2, source=RATE_LIMITS_PAGE
     )
@@ -163,14 +158,15 @@ class PipedriveCrm:
         key is 40 hex characters: https://pipedrive.readme.io/docs/core-api-concepts-custom-fields);
         assignees against the company's active users (`GET /v1/users`,
         https://developers.pipedrive.com/docs/api/v1/Users), by id, email or name."""
-        checks = []
-        for name in sorted(names.enquiry_properties):
-            key, how = _field_key(self._fields_of("leadFields"), name, "GET /v1/leadFields")
-            checks.append(enquiry_property_check(name, key is not None, how))
-        for name in sorted(names.contact_properties):
-            key, how = _field_key(self._fields_of("personFields"), name, "GET /v1/personFields")
-            checks.append(contact_property_check(name, key is not None, how))
+        checks = names.property_checks(
+            lambda name: self._field_verdict("leadFields", name),
+            lambda name: self._field_verdict("personFields", name),
+        )
         return checks + assignee_checks(names.assignees, self._active_users, asked="GET /v1/users")
+
+    def _field_verdict(self, kind: str, name: str) -> tuple[bool, str]:
+        key, how = _field_key(self._fields_of(kind), name, f"GET /v1/{kind}")
+        return key is not None, how
 
     def _fields_of(self, kind: str) -> dict[str, dict[str, Any]]:
         """`leadFields` or `personFields` by key, every page, read once."""
@@ -380,7 +376,7 @@ class PipedriveCrm:
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
         """Leads by add_time, offset-paged (`start`/`limit`), in [since, until): the
         listing has no time filter, so it reads from the start and skips earlier ones."""
-        low, high = _instant(since), _instant(until) if until else None
+        low, high = utc_instant(since), utc_instant(until) if until else None
         start = int(cursor) if cursor and cursor.isdigit() else 0
         page_size = max(1, min(limit, _PAGE))
         while True:
@@ -390,7 +386,7 @@ class PipedriveCrm:
             leads = json_object(response).get("data") or []
             more = _more_items(json_object(response))
             start += len(leads)
-            added = [(_instant(lead["add_time"]), lead) for lead in leads]
+            added = [(utc_instant(lead["add_time"]), lead) for lead in leads]
             page = [
                 self._record(lead)
                 for at, lead in added
@@ -418,11 +414,12 @@ class PipedriveCrm:
         found through the users API (`_owner_id`); the source's own label is the
         owner only when numeric. `due_at` its due_date and due_time (UTC, as Pipedrive
         keeps them)."""
-        owner = None
-        if assignee_is_owner and assignee:
-            owner = self._owner_id(assignee)
-        elif assignee.isdigit():
-            owner = int(assignee)
+        owner = task_owner(
+            assignee,
+            configured=assignee_is_owner,
+            owner_id=self._owner_id,
+            own_id=lambda label: int(label) if label.isdigit() else None,
+        )
         reference = _REFERENCE_LINE.format(html.escape(external_ref))
         note = f"<p>Assignee: {html.escape(assignee)}</p><p>{reference}</p>"
         body: dict[str, Any] = {
@@ -545,17 +542,12 @@ class PipedriveCrm:
             "merged_into": None,
         }
 
+    def _auth(self) -> dict[str, str]:
+        return {"x-api-token": self._token}
+
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request; a 429 is raised here, read as the burst or the day's budget."""
-        headers = {"x-api-token": self._token, **kwargs.pop("headers", {})}
-        response = send(
-            method,
-            self.base_url + path,
-            timeout=self.timeout,
-            gate=self.gate,
-            headers=headers,
-            **kwargs,
-        )
+        response = super()._send(method, path, **kwargs)
         if response.status_code == 429:
             raise rate_limit_error(response, budget_timezone=self.budget_timezone)
         return response
@@ -694,14 +686,6 @@ def rate_limit_error(response: httpx.Response, *, budget_timezone: str) -> Desti
     )
 
 
-def seconds_to_midnight(zone: str, *, now: datetime | None = None) -> float:
-    """Seconds from `now` to the next midnight in time zone `zone`."""
-    local = (now or datetime.now(UTC)).astimezone(ZoneInfo(zone))
-    midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    # Subtracted in UTC: wall clocks of one zone subtract wrongly across a DST change.
-    return max(1.0, (midnight.astimezone(UTC) - local.astimezone(UTC)).total_seconds())
-
-
 def _data(response: httpx.Response) -> dict[str, Any]:
     data = json_object(response).get("data")
     return data if isinstance(data, dict) else {}
@@ -730,13 +714,6 @@ def _primary(emails: Any) -> str:
 def _note_reference(activity: Mapping[str, Any]) -> str | None:
     match = _REFERENCE_IN_NOTE.search(str(activity.get("note") or ""))
     return html.unescape(match.group(1)) if match else None
-
-
-def _instant(value: str) -> datetime:
-    """An ISO 8601 instant; Pipedrive's are UTC ("YYYY-MM-DDTHH:MM:SSZ", v1 models/lead.ts),
-    and so is one written without an offset."""
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _segment(value: str) -> str:

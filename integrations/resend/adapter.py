@@ -37,15 +37,14 @@ from integrations.base import (
     Effect,
     RateLimit,
     RequestBudget,
-    RequestGate,
     http_reply,
 )
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
+    HttpAdapter,
     budget_hint,
     header_delay,
     json_object,
-    send,
     status_error,
     timeout_of,
 )
@@ -94,7 +93,7 @@ def adapter_from_env(
     )
 
 
-class ResendSender:
+class ResendSender(HttpAdapter):
     """`EmailAdapter` for Resend: one message per operation key within 24 hours."""
 
     # Per team, across all its keys, raised per team on request; every answer says the
@@ -102,8 +101,6 @@ class ResendSender:
     # announced for every team (https://resend.com/changelog/api-rate-limit) and what the
     # rate-limit page said then; later versions of the page say 5, then 10. The lowest
     # documented figure: a team that still has 2 is never pushed into 429s.
-    # Set by the core to the destination's budget (integrations.http.send).
-    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=2,
         per_seconds=1,
@@ -230,16 +227,8 @@ class ResendSender:
             )
         raise destination_error(response)
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self._api_key}", **kwargs.pop("headers", {})}
-        return send(
-            method,
-            self.base_url + path,
-            timeout=self.timeout,
-            gate=self.gate,
-            headers=headers,
-            **kwargs,
-        )
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"}
 
 
 def destination_error(response: httpx.Response) -> DestinationError:

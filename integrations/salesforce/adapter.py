@@ -57,7 +57,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -72,9 +72,6 @@ from integrations.base import (
     RateLimit,
     RecordContent,
     RequestBudget,
-    RequestGate,
-    contact_property_check,
-    enquiry_property_check,
     http_reply,
 )
 from integrations.env import AdapterSettings, SettingError
@@ -82,14 +79,14 @@ from integrations.http import (
     budget_hint,
     header_delay,
     json_object,
-    send,
+    path_segment,
     status_error,
     timeout_of,
 )
-from integrations.oauth import shared_credentials
-from integrations.owners import Owner, assignee_checks, owner_id_of
+from integrations.oauth import BearerAdapter, shared_credentials
+from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
+from integrations.salesforce.ids import KEY_PREFIXES, id_problem, user_id
 
-KEY_PREFIXES = {"Lead": "00Q", "Contact": "003", "Task": "00T"}
 DEFAULT_API_VERSION = "62.0"
 DEFAULT_REFERENCE_FIELD = "Onefold_Ref__c"
 # Salesforce's API allocation is a rolling 24 hours and its 403 names no time:
@@ -104,8 +101,6 @@ LIMITS_PAGE = (
 )
 # [FIELDS]: the lengths of the fields Onefold writes (Lead and Contact).
 _NAME_LENGTHS = {"FirstName": 40, "LastName": 80, "Company": 255, "Phone": 40}
-_ID = re.compile(r"[A-Za-z0-9]{15}(?:[A-Za-z0-9]{3})?")
-_SUFFIX = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"
 # The active users a task may be assigned to (the User object: IsActive, Name, Email,
 # https://developer.salesforce.com/docs/atlas.en-us.object_reference.meta/object_reference/sforce_api_objects_user.htm).
 _USERS_SOQL = "SELECT Id, Name, Email FROM User WHERE IsActive = true ORDER BY Id"
@@ -193,14 +188,12 @@ def adapter_from_env(
     return SalesforceCrm(config, timeout=timeout, problems=problems)
 
 
-class SalesforceCrm:
+class SalesforceCrm(BearerAdapter):
     """`CrmAdapter` for Salesforce's REST API (see the module's docstring)."""
 
     # The org's total API requests in any 24 hours: 15,000 for Developer Edition, the
     # smallest allocation (Enterprise: 100,000 plus 1,000 per licence); the answers'
     # Sforce-Limit-Info teaches the engine the org's own.
-    # Set by the core to the destination's budget (integrations.http.send).
-    gate: RequestGate | None = None
     request_budget: RequestBudget | None = RequestBudget(
         requests=15_000, per_seconds=24 * 3600, daily=15_000, source=LIMITS_PAGE
     )
@@ -213,6 +206,7 @@ class SalesforceCrm:
         if config.sobject not in KEY_PREFIXES or config.sobject == "Task":
             self.problems.append("the enquiry object must be Lead or Contact")
         self.timeout = timeout_of(timeout)
+        self.base_url = config.instance_url + self.api
         self.credentials = shared_credentials(
             config.token_url, config.client_id, config.client_secret
         )
@@ -285,14 +279,7 @@ class SalesforceCrm:
         https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/resources_sobject_describe.htm)
         that can be written on create (`createable`). Assignees against the org's active
         users (SOQL on User), by id, email or name."""
-        checks = [
-            enquiry_property_check(name, *self._field_verdict(name))
-            for name in sorted(names.enquiry_properties)
-        ]
-        checks += [
-            contact_property_check(name, *self._field_verdict(name))
-            for name in sorted(names.contact_properties)
-        ]
+        checks = names.property_checks(self._field_verdict, self._field_verdict)
         return checks + assignee_checks(
             names.assignees, self._active_users, asked=self._users_asked
         )
@@ -328,24 +315,15 @@ class SalesforceCrm:
     def _active_users(self) -> list[Owner]:
         """The org's active users, every page of the query (nextRecordsUrl), read once."""
         if self._users is None:
-            users: list[Owner] = []
-            response = self._call("GET", "/query", params={"q": _USERS_SOQL})
-            while True:
-                data = json_object(response)
-                users += [
-                    Owner(
-                        id=str(r["Id"]),
-                        name=str(r.get("Name") or ""),
-                        email=str(r.get("Email") or ""),
-                    )
-                    for r in data.get("records", [])
-                    if isinstance(r, dict) and r.get("Id")
-                ]
-                next_url = data.get("nextRecordsUrl") if data.get("done") is False else None
-                if not next_url:
-                    break
-                response = self._call("GET", _api_relative(next_url, self.api))
-            self._users = users
+            first = self._call("GET", "/query", params={"q": _USERS_SOQL})
+            self._users = [
+                Owner(
+                    id=str(r["Id"]), name=str(r.get("Name") or ""), email=str(r.get("Email") or "")
+                )
+                for records, _ in self._query_pages(first)
+                for r in records
+                if r.get("Id")
+            ]
         return self._users
 
     def _owner_id(self, assignee: str) -> str:
@@ -355,7 +333,7 @@ class SalesforceCrm:
             assignee,
             self._active_users,
             asked=self._users_asked,
-            is_id=lambda name: _id_problem(name, "005", "User") is None,
+            is_id=user_id,
         )
 
     # -- records ---------------------------------------------------------------------
@@ -390,10 +368,15 @@ class SalesforceCrm:
 
     def reference_check(self, record_id: str) -> str | None:
         prefix = KEY_PREFIXES[self.config.sobject]
-        return _id_problem(record_id, prefix, self.config.sobject)
+        return id_problem(record_id, prefix, self.config.sobject)
+
+    def _reference_checked(self, record_id: str) -> None:
+        problem = self.reference_check(record_id)
+        if problem:
+            raise DestinationError(problem, classification=Classification.PERMANENT)
 
     def get_record(self, record_id: str) -> dict[str, Any] | None:
-        if _id_problem(record_id, KEY_PREFIXES[self.config.sobject], self.config.sobject):
+        if id_problem(record_id, KEY_PREFIXES[self.config.sobject], self.config.sobject):
             return None
         response = self._call(
             "GET", f"/sobjects/{self.config.sobject}/{record_id}", missing_ok=True
@@ -406,9 +389,7 @@ class SalesforceCrm:
         self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
     ) -> Effect:
         """PATCH by id with `Sforce-Auto-Assign: FALSE` ([ASSIGN]): 204. Twice is as once."""
-        problem = self.reference_check(record_id)
-        if problem:
-            raise DestinationError(problem, classification=Classification.PERMANENT)
+        self._reference_checked(record_id)
         response = self._call(
             "PATCH",
             f"/sobjects/{self.config.sobject}/{record_id}",
@@ -430,9 +411,7 @@ class SalesforceCrm:
         (https://developer.salesforce.com/docs/atlas.en-us.api_rest.meta/api_rest/dome_delete_record.htm;
         emptied within 15 days, or by the Bulk API's hardDelete). A 404 is that part
         already gone (a repeat after a lost answer)."""
-        problem = self.reference_check(record_id)
-        if problem:
-            raise DestinationError(problem, classification=Classification.PERMANENT)
+        self._reference_checked(record_id)
         for task_id in task_ids:
             self._call("DELETE", f"/sobjects/Task/{_segment(task_id)}", missing_ok=True)
         response = self._call(
@@ -453,11 +432,18 @@ class SalesforceCrm:
             response = self._call(
                 "GET", "/query", headers=headers, params={"q": self._soql(since, until)}
             )
+        for records, next_url in self._query_pages(response, headers=headers):
+            yield [self._listed(r) for r in records], next_url
+
+    def _query_pages(
+        self, response: httpx.Response, *, headers: dict[str, str] | None = None
+    ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
+        """A query's records, page by page from its first answer, each with the
+        nextRecordsUrl that continues after it (None on the last page)."""
         while True:
             data = json_object(response)
             next_url = data.get("nextRecordsUrl") if data.get("done") is False else None
-            records = [self._listed(r) for r in data.get("records", []) if isinstance(r, dict)]
-            yield records, next_url
+            yield [r for r in data.get("records", []) if isinstance(r, dict)], next_url
             if not next_url:
                 return
             response = self._call("GET", _api_relative(next_url, self.api), headers=headers)
@@ -543,11 +529,9 @@ class SalesforceCrm:
         (`_owner_id`); the source's own label becomes OwnerId only when it is a user id
         (005...), else it is named in the Description and the task stays with the
         integration user. `due_at` becomes its ActivityDate, a date (UTC)."""
-        owner = None
-        if assignee_is_owner and assignee:
-            owner = self._owner_id(assignee)
-        elif assignee and _id_problem(assignee, "005", "User") is None:
-            owner = assignee
+        owner = task_owner(
+            assignee, configured=assignee_is_owner, owner_id=self._owner_id, own_id=user_id
+        )
         body: dict[str, Any] = {
             "Subject": title[:255],
             "WhoId": record_id,
@@ -567,11 +551,9 @@ class SalesforceCrm:
 
     # -- create once ------------------------------------------------------------------
 
-    def _ref_path(self, sobject: str, external_ref: str) -> str:
-        name = (
-            self.config.task_reference_field if sobject == "Task" else self.config.reference_field
-        )
-        return f"/sobjects/{sobject}/{name}/{_segment(external_ref)}"
+    def _reference_field(self, sobject: str) -> str:
+        config = self.config
+        return config.task_reference_field if sobject == "Task" else config.reference_field
 
     def _create_once(
         self,
@@ -581,16 +563,13 @@ class SalesforceCrm:
         *,
         headers: dict[str, str] | None = None,
     ) -> Effect:
-        name = (
-            self.config.task_reference_field if sobject == "Task" else self.config.reference_field
-        )
+        name = self._reference_field(sobject)
         existing = self._find(sobject, name, external_ref)
         if existing:
             return Effect(ref=existing, reply=http_reply(200), adopted=True)
         try:
-            response = self._call(
-                "PATCH", self._ref_path(sobject, external_ref), json=body, headers=headers
-            )
+            path = f"/sobjects/{sobject}/{name}/{_segment(external_ref)}"
+            response = self._call("PATCH", path, json=body, headers=headers)
         except DestinationError as exc:
             if not _duplicate_value(exc):
                 raise
@@ -628,29 +607,13 @@ class SalesforceCrm:
     # -- HTTP --------------------------------------------------------------------------
 
     def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        missing_ok: bool = False,
-        headers: dict[str, str] | None = None,
-        **kwargs: Any,
+        self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
     ) -> httpx.Response:
         """One API call with a bearer token; after a 401 the token is fetched again and
         the call made once more ([ERRORS]). Answers classified; 404 returned when
         `missing_ok`."""
         self._require_config()
-        url = self.config.instance_url + self.api + path
-        for attempt in (1, 2):
-            token = self.credentials.token(timeout=self.timeout)
-            sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
-            response = send(
-                method, url, timeout=self.timeout, gate=self.gate, headers=sent, **kwargs
-            )
-            if response.status_code == 401 and attempt == 1:
-                self.credentials.invalidate(token)
-                continue
-            break
+        response = self._send(method, path, **kwargs)
         if response.is_success or (missing_ok and response.status_code == 404):
             return response
         raise self._error(response)
@@ -784,31 +747,8 @@ def _description(fields: Mapping[str, Any]) -> str:
     return "\n".join(line for line in lines if line)[:32000]
 
 
-def _id_problem(value: str, prefix: str, sobject: str) -> str | None:
-    """[IDS]: 15 or 18 letters and digits, starting with the object's key prefix; an
-    18-character id's last three characters are the case checksum of the first 15."""
-    shape = f"Salesforce {sobject} ids are 15 or 18 letters and digits starting with {prefix}"
-    if not _ID.fullmatch(value) or not value.startswith(prefix):
-        return shape
-    if len(value) == 18 and value[15:].upper() != _checksum(value[:15]):
-        return f"{shape}; the last three characters of this one do not match the first 15"
-    return None
-
-
-def _checksum(id15: str) -> str:
-    suffix = ""
-    for start in range(0, 15, 5):
-        bits = sum(1 << i for i, ch in enumerate(id15[start : start + 5]) if "A" <= ch <= "Z")
-        suffix += _SUFFIX[bits]
-    return suffix
-
-
 def _segment(value: str) -> str:
-    if value in ("", ".", ".."):
-        raise DestinationError(
-            f"{value!r} cannot be an external id value", classification=Classification.PERMANENT
-        )
-    return quote(value, safe="")
+    return path_segment(value, "cannot be an external id value")
 
 
 def _api_relative(url: str, api: str) -> str:

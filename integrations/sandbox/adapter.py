@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -26,24 +25,19 @@ from integrations.base import (
     Effect,
     RecordContent,
     RequestBudget,
-    RequestGate,
     assignee_check,
-    contact_property_check,
-    enquiry_property_check,
     http_reply,
 )
-from integrations.http import json_object, send, status_error, timeout_of
+from integrations.http import HttpAdapter, json_object, path_segment, status_error, timeout_of
 
 # The sandbox names records rec_000001, rec_000002, ... (store.record_id).
 _RECORD_ID = re.compile(r"rec_\d{6,}")
 
 
-class SandboxCrm:
+class SandboxCrm(HttpAdapter):
     """`CrmAdapter` for the sandbox's CRM API (lab/sandbox/__init__.py)."""
 
     # The sandbox has no rate limit (docs/destinations.md).
-    # Set by the core to the destination's budget (integrations.http.send).
-    gate: RequestGate | None = None
     request_budget: RequestBudget | None = None
 
     def __init__(
@@ -73,10 +67,9 @@ class SandboxCrm:
     def names_check(self, names: ConfiguredCrmNames) -> list[CapabilityCheck]:
         """The sandbox takes any property (a record keeps non-core keys in `extra`) and
         any assignee (a task keeps it as written): every name holds, asking nothing."""
-        kept = "the sandbox keeps any property in the record's extra"
+        kept = (True, "the sandbox keeps any property in the record's extra")
         return [
-            *(enquiry_property_check(n, True, kept) for n in sorted(names.enquiry_properties)),
-            *(contact_property_check(n, True, kept) for n in sorted(names.contact_properties)),
+            *names.property_checks(lambda _: kept, lambda _: kept),
             *(
                 assignee_check(n, True, "the sandbox keeps any assignee as written")
                 for n in sorted(names.assignees)
@@ -225,9 +218,6 @@ class SandboxCrm:
             )
         return str(results[0]["id"]) if results else None
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return send(method, self.base_url + path, timeout=self.timeout, gate=self.gate, **kwargs)
-
     @staticmethod
     def _raise_for_status(response: httpx.Response) -> None:
         if response.is_success:
@@ -251,11 +241,4 @@ def _record_body(fields: dict[str, Any], content: RecordContent) -> dict[str, An
 
 
 def _segment(value: str) -> str:
-    """`value` as one path segment: every `/`, `?`, `#` and `%` encoded, so that a typed
-    reference like ../../_sandbox/stats stays inside /crm/records/. Dot segments are
-    refused: encoding leaves dots alone, and clients resolve `..` before sending."""
-    if value in ("", ".", ".."):
-        raise DestinationError(
-            f"{value!r} cannot name a record", classification=Classification.PERMANENT
-        )
-    return quote(value, safe="")
+    return path_segment(value, "cannot name a record")

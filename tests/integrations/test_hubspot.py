@@ -25,7 +25,8 @@ from integrations.base import (
     RecordContent,
 )
 from integrations.http import shared_client
-from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env, seconds_to_midnight
+from integrations.hubspot.adapter import HubSpotCrm, adapter_from_env
+from integrations.times import seconds_to_midnight
 from lab.emulators.hubspot import DEFAULT_TOKEN, HubSpotEmulator
 
 ADA = {

@@ -23,7 +23,7 @@ from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_create_with_key
 from idempotency_core.models import Attempt, DestinationBudget, Event, Operation, ReviewCase
 from idempotency_core.reconciliation.compare import reconcile, run_summary
-from integrations.hubspot.adapter import seconds_to_midnight
+from integrations.times import seconds_to_midnight
 from lab.emulators.hubspot import DEFAULT_TOKEN, HubSpotEmulator
 from tests.factories import completed, ingest, op, submission
 from tests.support.processes import wait_for

@@ -15,12 +15,8 @@ import httpx
 import pytest
 
 from integrations.base import Classification, CrmAdapter, DestinationError, RateLimit
-from integrations.pipedrive.adapter import (
-    DEFAULT_SETTLE_SECONDS,
-    PipedriveCrm,
-    adapter_from_env,
-    seconds_to_midnight,
-)
+from integrations.pipedrive.adapter import DEFAULT_SETTLE_SECONDS, PipedriveCrm, adapter_from_env
+from integrations.times import seconds_to_midnight
 from lab.emulators.pipedrive import (
     DEFAULT_API_TOKEN,
     MESSAGE_FIELD_KEY,
