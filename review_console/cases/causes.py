@@ -127,6 +127,36 @@ def cause_words(cause: Cause) -> str:
     return f"{words} ({step_label(cause.step)})"
 
 
+# The category a group's decision starts on: a group of duplicates was sent twice;
+# any other cause shared by many cases is most often one that will not be fixed.
+SENT_TWICE_KINDS = ("suspected_duplicate", "duplicate_held", "duplicate_rule", "recon_duplicate")
+
+
+def group_decision_defaults(group: dict[str, Any]) -> None:
+    """Fills in `group`'s label and the decision its page starts on: a category and a
+    reason naming the cause, so that one key press decides (the reviewer may change
+    either first)."""
+    cause = group["cause"]
+    group["label"] = cause_words(cause)
+    group["preset"] = "duplicate_submission" if cause.kind in SENT_TWICE_KINDS else "not_fixable"
+    group["note"] = f"the same cause for all {group['count']}: {group['label']}"
+
+
+def case_cause(case: ReviewCase) -> tuple[Cause, int] | None:
+    """`case`'s cause and how many open cases share it (itself included); None for a
+    case without a step, which no group holds."""
+    row = (
+        with_cause(ReviewCase.objects.filter(pk=case.pk, operation__isnull=False))
+        .values(*COMPONENTS)
+        .first()
+    )
+    if row is None or row["c_destination"] is None:
+        return None
+    cause = Cause(row["kind"], row["c_step"], row["c_destination"], row["c_error"], row["c_status"])
+    open_cases = with_cause(ReviewCase.objects.filter(status__in=ReviewCase.OPEN_STATUSES))
+    return cause, open_cases.filter(cause.condition()).count()
+
+
 def holds_in_force(*, now: datetime | None = None) -> list[CauseHold]:
     return list(CauseHold.objects.filter(until__gt=now or timezone.now()).order_by("created_at"))
 

@@ -40,8 +40,9 @@ AGE_BUCKETS: tuple[tuple[str, timedelta | None], ...] = (
 )
 
 
-def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
-    """The dashboard's figures; the viewer's own cases come from `my_cases`."""
+def dashboard_summary(*, now: datetime | None = None, user: Any = None) -> dict[str, Any]:
+    """The dashboard's figures; the viewer's own cases come from `my_cases`, and what
+    waits is what *Next case* would give `user`."""
     now = now or timezone.now()
     open_cases = ReviewCase.objects.filter(status__in=ReviewCase.OPEN_STATUSES)
     buckets: dict[str, Any] = {}
@@ -85,8 +86,8 @@ def dashboard_summary(*, now: datetime | None = None) -> dict[str, Any]:
         "ages_chart": age_chart(by_kind),
         "reconciliation": last_reconciliation(),
         "pauses": destination_pauses(now=now),
-        "waiting_total": next_case_waiting().count(),
-        "oldest_waiting": next_case_waiting().order_by("created_at", "id").first(),
+        "waiting_total": next_case_waiting(user).count(),
+        "oldest_waiting": next_case_waiting(user).order_by("created_at", "id").first(),
         **failures_summary(now=now),
     }
 

@@ -36,7 +36,7 @@ from review_console.cases.causes import holds_in_force, without_held
 from review_console.filters import CaseFilter
 from review_console.glossary import kind_label
 from review_console.masking import contact_for
-from review_console.settings.routing import routed_first
+from review_console.settings.routing import handed_elsewhere, routed_first
 
 # name -> (label, ordering fields). Each sort ends in a unique column so the
 # keyset is total; all fields of one sort share a direction.
@@ -178,15 +178,17 @@ def _chip(
 def next_case_candidates(user: Any = None) -> QuerySet[ReviewCase]:
     """The cases "Next case" may take (review/cases.py `case_take_next` keeps only the
     open ones nobody owns): not those a held cause keeps in its group (causes.py); with
-    `user`, those routed to them first (routing.py)."""
+    `user`, not those handed on to a group of others, and those routed to them first
+    (routing.py)."""
     cases = without_held(ReviewCase.objects.all(), holds_in_force())
-    return cases if user is None else routed_first(cases, user)
+    return cases if user is None else routed_first(handed_elsewhere(cases, user), user)
 
 
-def next_case_waiting() -> QuerySet[ReviewCase]:
-    """What "Next case" would give someone: the dashboard's "N cases wait" counts these."""
+def next_case_waiting(user: Any = None) -> QuerySet[ReviewCase]:
+    """What "Next case" would give someone (`user`): the dashboard's "N cases wait"
+    counts these."""
     Status = ReviewCase.Status
-    return next_case_candidates().filter(status=Status.OPEN, owner__isnull=True)
+    return next_case_candidates(user).filter(status=Status.OPEN, owner__isnull=True)
 
 
 def case_filterset(params: QueryDict, *, request: Any = None) -> CaseFilter:

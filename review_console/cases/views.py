@@ -37,7 +37,7 @@ from idempotency_core.review.merge import (
 from review_console.cases.causes import (
     HOLD_CHOICES,
     cause_groups,
-    cause_words,
+    group_decision_defaults,
     holds_in_force,
     without_held,
 )
@@ -97,7 +97,7 @@ def _dashboard(request: HttpRequest) -> HttpResponse:
         request,
         "review_console/cases/dashboard.html",
         {
-            "summary": dashboard_summary(),
+            "summary": dashboard_summary(user=request.user),
             "mine": my_cases(request.user),
             "reveals": recent_reveals() if overseer else None,
         },
@@ -123,22 +123,26 @@ def case_list(request: HttpRequest) -> HttpResponse:
             after=request.GET.get("after", ""),
             before=request.GET.get("before", ""),
         )
-        if not (request.GET.get("after") or request.GET.get("before") or request.GET.get("cause")):
+        # Narrowed to one cause ("Decide all", or Next case), the list is that group's.
+        if not (request.GET.get("after") or request.GET.get("before")):
             groups = cause_groups(filterset.qs, holds=holds)
             for group in groups:
-                group["label"] = cause_words(group["cause"])
+                group_decision_defaults(group)
     else:
         page = KeysetPage(items=[])
     queue_customers(page.items, unmasked=request.user.has_perm(VIEW_CONTACT))
     for case in page.items:
         case.line = queue_line(case)
-    chosen = [k for k in request.GET if k not in ("after", "before", "sort") and request.GET[k]]
+    chosen = [
+        k for k in request.GET if k not in ("after", "before", "sort", "cause") and request.GET[k]
+    ]
     return render(
         request,
         "review_console/cases/case_list.html",
         {
             "filters_active": len(chosen),
             "groups": groups,
+            "group_focus": bool(request.GET.get("cause")),
             "now": timezone.now(),
             "hold_choices": HOLD_CHOICES[1:],
             "close_presets": list(CLOSE.values()),

@@ -18,7 +18,7 @@ from django.http import (
 )
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 
 from idempotency_core.review.cases import (
     case_reopen,
@@ -30,6 +30,7 @@ from idempotency_core.review.refusals import ActionRefusedError
 from review_console.cases.causes import (
     Cause,
     MomentInvalidError,
+    case_cause,
     cause_close,
     cause_hold_stop,
     seen_moment,
@@ -55,12 +56,22 @@ from review_console.permissions import CHANGE_CASES, VIEW_CONTACT, acting_user, 
 @console_permission(CHANGE_CASES)
 def case_next(request: HttpRequest) -> HttpResponse:
     """Takes the oldest open case nobody owns (review/cases.py, a conditional UPDATE:
-    two reviewers never get the same one) and opens it."""
+    two reviewers never get the same one) and opens it; or, when it shares its cause
+    with other open cases, opens their group, whose one decision settles them all."""
     actor = acting_user(request)
     case = case_take_next(actor=actor, candidates=next_case_candidates(actor))
     if case is None:
         messages.info(request, "Nothing waits for a person: every open case has an owner.")
         return redirect(reverse("console:case-list") + "?owner=me")
+    shared = case_cause(case)
+    if shared is not None and shared[1] > 1:
+        cause, count = shared
+        messages.info(
+            request,
+            f"Case {case.pk} is yours. It has the same cause as {counted(count - 1, 'other case')}"
+            ": decide all of them together here, or open one of them below.",
+        )
+        return redirect(reverse("console:case-list") + "?" + urlencode({"cause": cause.token()}))
     return redirect(case_url(case))
 
 

@@ -27,6 +27,22 @@ def routed_first(cases: QuerySet[ReviewCase], user: Any) -> QuerySet[ReviewCase]
     return cases.annotate(routed_to_me=Exists(mine)).order_by("-routed_to_me", "created_at", "id")
 
 
+def handed_elsewhere(cases: QuerySet[ReviewCase], user: Any) -> QuerySet[ReviewCase]:
+    """`cases` without those handed on to a group `user` is not in: handed on because
+    their people decide them, they never come back to *Next case* of whoever could not
+    (nor of their colleagues). A superuser decides anything."""
+    if user.is_superuser:
+        return cases
+    groups = user.groups.all()
+    theirs = (
+        Q(user_id=user.pk)
+        | Q(group__in=groups)
+        | Q(escalated_at__isnull=False, escalated_to__in=groups.values("name"))
+    )
+    away = CaseRoute.objects.filter(case=OuterRef("pk"), handed_on_at__isnull=False).exclude(theirs)
+    return cases.exclude(Exists(away))
+
+
 def failures_summary(*, now: datetime) -> dict[str, Any]:
     failures = notification_failures(since=now - FAILURES_SINCE)
     return {

@@ -22,6 +22,7 @@ from idempotency_core.review.merge import duplicate_merge_request
 from idempotency_core.review.replay import operation_replay
 from review_console.cases.presets import CLOSE
 from tests.factories import duplicate_case, ingest, permanent_case
+from tests.support.case_kinds import waiting_case
 from tests.support.console_pages import interrupted_email
 from tests.support.jargon import main_text
 
@@ -44,7 +45,12 @@ def page_text(client: Client, case: ReviewCase) -> str:
 
 def test_next_case_takes_the_oldest_open_case_nobody_owns_and_opens_it(users):
     rita, rex = users["reviewer"], users["replay_admin"]
-    owned, oldest, younger = (permanent_case(f"next-{i}") for i in range(3))
+    # Three causes: none is one of a group, which Next case would give instead
+    # (test_cause_groups_browser.py).
+    owned, oldest, younger = (
+        waiting_case(ReviewCase.Kind.PERMANENT, f"next-{i}", {"http_status": status})
+        for i, status in enumerate((400, 409, 422))
+    )
     case_take_ownership(case_ids=[owned.pk], actor=rex)
     response = client_as(rita).post(reverse("console:case-next"))
     assert response.status_code == 302

@@ -5,6 +5,8 @@ dashboard."""
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 import pytest
 from django.contrib.auth.models import Group
 from django.core import mail
@@ -25,6 +27,7 @@ from idempotency_core.models import (
 )
 from idempotency_core.review.cases import case_take_ownership
 from tests.factories import ingest, make_user, op, permanent_case
+from tests.support.case_kinds import waiting_case
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +54,8 @@ def test_a_case_routed_to_my_group_comes_first_in_my_next_case(users):
     sam = make_user("sam", groups=("Reviewers", "Sales desk"))
     older = permanent_case("first-older")
     review(routes=[{"match": {"kind": "permanent_failure"}, "to": "Sales desk"}])
-    routed = permanent_case("first-routed")
+    # Another cause than the older case's: Next case gives it alone, not their group.
+    routed = waiting_case(ReviewCase.Kind.PERMANENT, "first-routed", {"http_status": 422})
     tasks.case_notify(routed.pk)
     assert CaseRoute.objects.get(case=routed).target == "Sales desk"
     # rita is not in Sales desk: she gets the oldest, as before.
@@ -73,7 +77,7 @@ def test_the_dashboard_counts_what_next_case_would_give(users, sandbox):
     first = [refused(sandbox, f"held-{i}") for i in range(2)]
     rita = client_as(users["reviewer"])
     html = rita.get(reverse("console:case-list")).content.decode()
-    token = html.split('name="cause" value="', 1)[1].split('"', 1)[0].replace("&quot;", '"')
+    token = unquote(html.split('href="?cause=', 1)[1].split('"', 1)[0])
     rita.post(
         reverse("console:cause-settle"),
         {
@@ -98,7 +102,7 @@ def test_hand_on_releases_my_case_to_the_group_that_decides_it_notified_and_firs
     rita, rex = users["reviewer"], with_address(users["replay_admin"], "rex@staff.example")
     other_admin = make_user("ray", groups=("Replay admins",))
     older = permanent_case("hand-older")
-    case = permanent_case("hand-1")
+    case = waiting_case(ReviewCase.Kind.PERMANENT, "hand-1", {"http_status": 422})
     case_take_ownership(case_ids=[case.pk], actor=rita)
     client = client_as(rita)
     page = client.get(reverse("console:case-detail", args=[case.pk])).content.decode()
@@ -184,3 +188,22 @@ def test_a_notification_that_cannot_be_sent_shows_on_the_dashboard(users):
     html = client_as(users["reviewer"]).get(reverse("console:dashboard")).content.decode()
     assert "1 notification could not be sent" in html
     assert f"Case #{case.pk}" in html and "Nobody in Empty desk can receive it" in html
+
+
+def test_a_case_handed_on_never_comes_back_to_next_case_nor_to_its_count(users):
+    """Handed on because its group decides it: Next case no longer gives it to Reviewers
+    (it would come back to whoever could not decide it), and their dashboard does not
+    count it; the group's people get it and count it."""
+    case = permanent_case("hand-back")
+    rita = client_as(users["reviewer"])
+    rita.post(reverse("console:case-next"))
+    rita.post(reverse("console:case-hand-on", args=[case.pk]), {"preset": "cannot_decide"})
+    case.refresh_from_db()
+    assert (case.owner, case.status) == (None, "open")
+    assert "No case waits for someone right now." in rita.get(reverse("console:dashboard")).text
+    assert "Nothing waits for a person" in rita.post(reverse("console:case-next"), follow=True).text
+    rex = client_as(users["replay_admin"])
+    assert "1 case waits for someone" in rex.get(reverse("console:dashboard")).text
+    rex.post(reverse("console:case-next"))
+    case.refresh_from_db()
+    assert case.owner == users["replay_admin"]
