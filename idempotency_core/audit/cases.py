@@ -12,7 +12,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from idempotency_core.audit.entries import audit_record
+from idempotency_core.audit.entries import audit_record, case_audit
 from idempotency_core.audit.notice_queue import case_notify_enqueue
 from idempotency_core.models import Event, Operation, ReviewCase
 
@@ -100,12 +100,10 @@ def review_case_requeue(
         updated_at=now,
     )
     if moved:
-        audit_record(
+        case_audit(
+            case,
             action="replay_failed",
             system=system,
-            case=case,
-            event=case.event,
-            operation=case.operation,
             reason="Tried again and it failed again: back in the queue, for anyone to take.",
             details={"previous_owner": previous, "attempt": evidence.get("attempt")},
         )
@@ -192,13 +190,12 @@ def review_case_settle(
     )
     if not settled:
         details = {**(details or {}), "case_already_settled": True}
-    audit_record(
+    case_audit(
+        case,
         action=action,
         actor=actor,
         system=system,
-        case=case,
-        event=case.event,
-        operation=operation if operation is not None else case.operation,
+        operation=operation,
         reason=reason,
         details=details,
     )

@@ -36,3 +36,27 @@ def audit_record(
         reason=reason,
         details=details or {},
     )
+
+
+def case_audit(
+    case: ReviewCase,
+    *,
+    action: str,
+    actor: User | None = None,
+    system: str = "",
+    operation: Operation | None = None,
+    reason: str = "",
+    details: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """An entry about `case`: it names the case's event and its operation (or
+    `operation`), so that each of their trails shows the decision."""
+    return audit_record(
+        action=action,
+        actor=actor,
+        system=system,
+        case=case,
+        event=case.event,
+        operation=operation if operation is not None else case.operation,
+        reason=reason,
+        details=details,
+    )

@@ -31,7 +31,6 @@ from idempotency_core.execution.content import next_content_render
 from idempotency_core.execution.enqueue import operation_enqueue
 from idempotency_core.execution.perform import AttemptResult, operation_state
 from idempotency_core.execution.policy import (
-    AttemptReport,
     Decision,
     Recovery,
     RetryPolicy,
@@ -61,16 +60,7 @@ def operation_record_outcome(
     now = timezone.now()
     decision = decide(
         state=operation_state(operation, attempt_number=claim.attempt.number),
-        report=AttemptReport(
-            outcome=result.outcome,
-            message=result.message,
-            retry_after=result.retry_after,
-            absence_unproven=result.absence_unproven,
-            matches=result.matches,
-            create_anyway=result.create_anyway,
-            held=result.held,
-            capability_lost=result.capability_lost,
-        ),
+        report=result,
         capabilities=partial(capabilities_for, operation),
         now=now,
         policy=RetryPolicy.from_settings(),

@@ -28,7 +28,7 @@ from idempotency_core.execution.destinations import (
     adapter_for,
     destination_ready,
 )
-from idempotency_core.execution.policy import OperationState, Recovery, recovery_for
+from idempotency_core.execution.policy import AttemptReport, OperationState, Recovery, recovery_for
 from idempotency_core.execution.steps import (
     Step,
     StepContext,
@@ -44,23 +44,14 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class AttemptResult:
-    outcome: str
-    message: str = ""
+class AttemptResult(AttemptReport):
+    """What the call did: the report `policy.decide()` reads, and what the attempt
+    records besides."""
+
     error_class: str = ""
     reply: Reply | None = None
     destination_ref: str = ""
     adopted: bool = False
-    retry_after: float | None = None
-    # A lookup found nothing, and the destination's lookup cannot prove absence.
-    absence_unproven: bool = False
-    # A duplicate rule's refusal: the records matched, and whether a create may insist.
-    matches: tuple[str, ...] = ()
-    create_anyway: bool = False
-    # Onefold held the step before calling anyone (a confirmation over its limits).
-    held: bool = False
-    # A capability recovery relies on no longer holds (policy.AttemptReport).
-    capability_lost: str = ""
 
 
 def operation_state(operation: Operation, *, attempt_number: int | None = None) -> OperationState:

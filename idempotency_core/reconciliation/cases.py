@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_settle
-from idempotency_core.audit.entries import audit_record
+from idempotency_core.audit.entries import case_audit
 from idempotency_core.models import Operation, ReconciliationFinding, ReconciliationRun, ReviewCase
 
 SYSTEM = "reconciliation"
@@ -62,12 +62,10 @@ def finding_evidence_add(
     ]
     case.evidence = {**(case.evidence or {}), "reconciliation": [*kept[-FINDINGS_KEPT:], entry]}
     ReviewCase.objects.filter(pk=case.pk).update(evidence=case.evidence, updated_at=timezone.now())
-    audit_record(
+    case_audit(
+        case,
         action="reconciliation_evidence_added",
         system=SYSTEM,
-        case=case,
-        event=case.event,
-        operation=case.operation,
         details={"finding": finding.kind, "reconciliation_run": evidence.get("reconciliation_run")},
     )
 

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_settle
-from idempotency_core.audit.entries import audit_record
+from idempotency_core.audit.entries import case_audit
 from idempotency_core.execution.outcomes import operation_release_next, operation_unhold_later
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.review.email_cases import is_email_case
@@ -96,12 +96,10 @@ def case_take_ownership(
             ReviewCase.objects.filter(pk=case.pk).update(
                 owner=actor, status=ReviewCase.Status.IN_PROGRESS, updated_at=now
             )
-            audit_record(
+            case_audit(
+                case,
                 action="case_taken",
                 actor=actor,
-                case=case,
-                event=case.event,
-                operation=case.operation,
                 reason=reason.strip(),
                 details={"previous_owner": previous},
             )
@@ -295,12 +293,10 @@ def case_take_next(*, actor: User, candidates: QuerySet[ReviewCase]) -> ReviewCa
                 if not taken:
                     continue  # another reviewer took it first
                 case = ReviewCase.objects.select_related("event", "operation").get(pk=pk)
-                audit_record(
+                case_audit(
+                    case,
                     action="case_taken",
                     actor=actor,
-                    case=case,
-                    event=case.event,
-                    operation=case.operation,
                     details={"previous_owner": "", "next_case": True},
                 )
                 return case
@@ -385,12 +381,10 @@ def case_reopen(*, case_id: int, actor: User, reason: str) -> ReviewCase:
             resolved_at=None,
             updated_at=now,
         )
-        audit_record(
+        case_audit(
+            case,
             action="case_reopened",
             actor=actor,
-            case=case,
-            event=case.event,
-            operation=case.operation,
             reason=reason,
             details={**previous, "restored_operations": restored},
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -78,12 +79,8 @@ def email_receipt_confirm(*, case_id: int, actor: User, reason: str) -> ReviewCa
         )
         unheld = operation_unhold_later(operation, now=now)
         released = operation_release_next(operation, now=now)
-        review_case_settle(
+        _receipt_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
-            code="customer_confirmed_receipt",
-            note=reason,
-            action="email_receipt_confirmed",
             actor=actor,
             reason=reason,
             now=now,
@@ -100,17 +97,31 @@ def _earlier_cases_settle(operation: Operation, *, actor: User, reason: str, now
     for earlier_case in ReviewCase.objects.filter(
         pk__in=earlier, status__in=ReviewCase.OPEN_STATUSES
     ):
-        review_case_settle(
-            earlier_case,
-            status=ReviewCase.Status.RESOLVED,
-            code="customer_confirmed_receipt",
-            note=reason,
-            action="email_receipt_confirmed",
-            actor=actor,
-            reason=reason,
-            now=now,
-            operation=operation,
-        )
+        _receipt_settle(earlier_case, actor=actor, reason=reason, now=now, operation=operation)
+
+
+def _receipt_settle(
+    case: ReviewCase,
+    *,
+    actor: User,
+    reason: str,
+    now: datetime,
+    operation: Operation | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """A case resolved by the customer's receipt, and audited."""
+    review_case_settle(
+        case,
+        status=ReviewCase.Status.RESOLVED,
+        code="customer_confirmed_receipt",
+        note=reason,
+        action="email_receipt_confirmed",
+        actor=actor,
+        reason=reason,
+        now=now,
+        operation=operation,
+        details=details,
+    )
 
 
 def email_send_again(*, case_id: int, actor: User, reason: str) -> Operation:

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from idempotency_core.audit.entries import audit_record
+from idempotency_core.audit.entries import case_audit
 from idempotency_core.models import ReviewCase
 from idempotency_core.review.notifications import case_hand_on_route, hand_on_group
 from idempotency_core.review.refusals import CaseActionRefusedError
@@ -38,12 +38,10 @@ def case_hand_on(*, case_id: int, actor: User, reason: str) -> tuple[ReviewCase,
         ReviewCase.objects.filter(pk=case.pk, owner=actor).update(
             owner=None, status=ReviewCase.Status.OPEN, updated_at=now
         )
-        audit_record(
+        case_audit(
+            case,
             action="case_handed_on",
             actor=actor,
-            case=case,
-            event=case.event,
-            operation=case.operation,
             reason=reason,
             details={"to": group, "previous_owner": actor.get_username()},
         )
