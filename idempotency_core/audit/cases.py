@@ -137,6 +137,16 @@ def review_cases_supersede(case: ReviewCase, *, system: str, now: datetime) -> l
     return [other.pk for other in older]
 
 
+def review_cases_in_progress(case_ids: list[int], *, actor: User, now: datetime) -> int:
+    """Cases that wait on a try a person asked for (a replay, a send again): in
+    progress, kept by whoever holds them, else the actor's."""
+    return ReviewCase.objects.filter(pk__in=case_ids).update(
+        status=ReviewCase.Status.IN_PROGRESS,
+        owner_id=Coalesce(F("owner_id"), Value(actor.pk)),
+        updated_at=now,
+    )
+
+
 def review_cases_settle(
     cases: QuerySet[ReviewCase],
     *,

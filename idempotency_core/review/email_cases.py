@@ -7,11 +7,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from idempotency_core.audit.cases import review_case_settle
+from idempotency_core.audit.cases import review_case_settle, review_cases_in_progress
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.outcomes import operation_release_next, operation_unhold_later
@@ -140,11 +138,7 @@ def email_send_again(*, case_id: int, actor: User, reason: str) -> Operation:
         )
         unheld = operation_unhold_later(original, now=now)
         released = operation_release_next(original, now=now)
-        ReviewCase.objects.filter(pk=case.pk).update(
-            status=ReviewCase.Status.IN_PROGRESS,
-            owner_id=Coalesce(F("owner_id"), Value(actor.pk)),
-            updated_at=now,
-        )
+        review_cases_in_progress([case.pk], actor=actor, now=now)
         audit_record(
             action="email_send_again",
             actor=actor,

@@ -8,10 +8,9 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from idempotency_core.audit.cases import review_cases_in_progress
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.confirmations import confirmation_within_limits
 from idempotency_core.execution.destinations import capabilities_of
@@ -70,11 +69,7 @@ def operation_replay(
         # The cases stay open, in progress, until the replayed attempt succeeds (the
         # engine settles them in the success's transaction, as a merge's); a replay
         # that fails again leaves them open with the new attempt on their page.
-        ReviewCase.objects.filter(pk__in=[c.pk for c in cases]).update(
-            status=ReviewCase.Status.IN_PROGRESS,
-            owner_id=Coalesce(F("owner_id"), Value(actor.pk)),
-            updated_at=now,
-        )
+        review_cases_in_progress([c.pk for c in cases], actor=actor, now=now)
         audit_record(
             action="replay",
             actor=actor,

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
+from idempotency_core.management.instants import parse_instant
 from idempotency_core.models import Destination, ReconciliationRun, Source
 from idempotency_core.reconciliation.compare import (
     FINDING_KINDS,
@@ -25,19 +23,6 @@ from idempotency_core.reconciliation.compare import (
     reconcile,
     run_summary,
 )
-
-
-def parse_instant(value: str) -> datetime:
-    """ISO 8601 date or date-time; naive values are UTC."""
-    parsed = parse_datetime(value)
-    if parsed is None:
-        day = parse_date(value)
-        if day is None:
-            raise ValueError(f"not an ISO 8601 date or time: {value!r}")
-        parsed = datetime(day.year, day.month, day.day)
-    if timezone.is_naive(parsed):
-        parsed = timezone.make_aware(parsed, UTC)
-    return parsed
 
 
 class ProgressBar:

@@ -5,14 +5,12 @@ as ordinary submissions under their original keys (intake/remap.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
 from idempotency_core.intake.remap import events_remap
+from idempotency_core.management.instants import parse_instant
 from idempotency_core.models import Source
 
 
@@ -34,7 +32,10 @@ class Command(BaseCommand):
             raise CommandError(f"No source {source!r}.")
         if found.profile == "api":
             raise CommandError(f"{source!r} posts the JSON API: it has no field map to re-run.")
-        start = _instant(since)
+        try:
+            start = parse_instant(since)
+        except ValueError:
+            raise CommandError(f"--since {since!r} is not an ISO date or date-time.") from None
         changes = errors = 0
 
         def progress(number: int) -> None:
@@ -67,13 +68,3 @@ class Command(BaseCommand):
             self.stdout.write(f"{change.key}: {verb} {', '.join(change.changed)}{update}")
         what = "would change" if dry_run else "changed"
         self.stdout.write(f"{changes} event(s) {what}, {errors} could not be re-mapped.")
-
-
-def _instant(value: str) -> datetime:
-    moment = parse_datetime(value)
-    if moment is None:
-        day = parse_date(value)
-        if day is None:
-            raise CommandError(f"--since {value!r} is not an ISO date or date-time.")
-        moment = datetime.combine(day, time())
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment, UTC)
