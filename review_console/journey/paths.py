@@ -407,18 +407,12 @@ class _Facts:
         """The first delivery, which the retry and the replay start from (rendered once)."""
         return _first_delivery(self)
 
-    @property
-    def enquiry_ref(self) -> str:
-        """The enquiry's CRM reference as the page names it."""
-        ref = self.renderer.refs[ENQUIRY]
-        return f"record {ref}" if ref != REFERENCE_PLACEHOLDER else "this submission's record"
-
 
 def _first_delivery(facts: _Facts) -> JourneyPath:
     return _planned(
         facts,
         slug="first",
-        title="First delivery",
+        title="The first time",
         what="The submission arrives for the first time and each step of the form's "
         "pipeline runs once.",
         steps=facts.steps,
@@ -492,8 +486,7 @@ def _record_side(facts: _Facts, payload: Mapping[str, Any], step: str) -> Side:
         verb = "created"
     else:  # an edit's update_enquiry
         summary = (
-            f"The record of the submission it revises ({facts.enquiry_ref}) takes the edit's "
-            "content; no new record."
+            "The CRM's record of the submission it revises takes the edit's content; no new record."
         )
         verb = "updated"
     return Side(verb, summary, lines=tuple(_record_lines(content)), rule=f"step {step}")
@@ -590,7 +583,7 @@ def _retry(facts: _Facts) -> JourneyPath:
 
     def side(step: str, what: str, was: Side) -> Side:
         if step not in facts.steps or not was.touched:
-            return Side("none", f"Nothing new: no {what} on the first delivery either.")
+            return Side("none", f"Nothing new: no {what} the first time either.")
         rule = facts.retry[step]
         table = RETRY_MESSAGE if step == CONFIRMATION else RETRY_RECORD
         summary = table.get(rule, RETRY_RECORD[Recovery.REVIEW]).format(what=what)
@@ -736,8 +729,8 @@ def _same_enquiry(facts: _Facts) -> JourneyPath:
         ),
         record=Side(
             "linked",
-            f"Nothing written: the held submission is linked to {facts.enquiry_ref}, which the "
-            "case and its audit entry name; there is nothing to merge later.",
+            "Nothing written: the held submission is linked to the CRM's record of the first "
+            "one, which the case names; there is nothing to merge later.",
             rule=rule,
         ),
         task=Side("none", "No task: this submission's task stays the only one.", rule=rule),

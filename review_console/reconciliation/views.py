@@ -31,8 +31,15 @@ def reconciliation_finding_list_select(*, run: ReconciliationRun) -> QuerySet:
     )
 
 
+# The kinds of finding in words: the model's label of a duplicate names a technical term.
+FINDING_LABELS = {
+    **dict(ReconciliationFinding.Kind.choices),
+    ReconciliationFinding.Kind.DUPLICATE: "Two CRM records for one submission",
+}
+
+
 class FindingFilter(django_filters.FilterSet):
-    kind = django_filters.ChoiceFilter(choices=ReconciliationFinding.Kind.choices)
+    kind = django_filters.ChoiceFilter(choices=list(FINDING_LABELS.items()))
     is_new = django_filters.BooleanFilter(label="New in this run")
 
     class Meta:
@@ -81,6 +88,7 @@ def reconciliation_run(request: HttpRequest, run_id: int) -> HttpResponse:
             "filter": findings,
             "page": page,
             "counts": counts,
+            "finding_labels": FINDING_LABELS,
             "querystring": query.urlencode(),
         },
     )

@@ -90,8 +90,8 @@ SPECS: dict[str, tuple[Spec, ...]] = {
             "assignee",
             "assignee",
             "Assignee",
-            "A name; or YAML: {round_robin: [ana, ben]}, or {from_field: fields.region, "
-            "map: {north: ana}, default: ben}. Empty: the source's own assignee.",
+            "A name; or several people in turn, or one chosen by a field of the form "
+            "(how: technical details). Empty: the source's own assignee.",
         ),
         Spec("due_in_hours", "hours", "Due in (hours)", "Empty: no due date."),
     ),
@@ -141,7 +141,7 @@ class SectionForm(forms.Form):
     reason = forms.CharField(
         required=False,
         strip=True,
-        label="Why (for the version history and the audit trail)",
+        label="Why (kept with the version and the decision, in their history)",
         help_text=REASON_HELP,
         widget=forms.TextInput(attrs={"class": "reason", "autocomplete": "off"}),
     )

@@ -102,7 +102,7 @@ class ReviewBlockForm(forms.Form):
     )
     reason = forms.CharField(
         widget=forms.TextInput(attrs={"autocomplete": "off"}),
-        help_text="Written to the version history and the audit trail.",
+        help_text="Kept with the version, in the history of versions and decisions.",
     )
 
 

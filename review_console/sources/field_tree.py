@@ -58,9 +58,10 @@ class Leaf:
 
     @property
     def shown(self) -> str:
-        """What a person picks: the form's label where known, else the path."""
+        """What a person picks: the form's label where known, else the path in words
+        (`event_id` reads "event id")."""
         if not self.title:
-            return self.label
+            return " \u203a ".join(str(part).replace("_", " ") for part in self.path)
         return " \u203a ".join([self.title, *(str(part) for part in self.path[1:])])
 
     @property

@@ -252,10 +252,10 @@ def source_field_map_save(request: HttpRequest, source_id: int) -> HttpResponse:
     waiting = _waiting(source)
     messages.success(
         request,
-        f"The field map of {source.name} is saved (version {version}); it reads every "
-        "delivery from now on."
+        f"How the fields of {source.name} are read is saved (version {version}); every "
+        "submission from now on is read so."
         + (
-            f" {waiting} unreadable deliver{'y waits' if waiting == 1 else 'ies wait'} for "
+            f" {waiting} unreadable submission{' waits' if waiting == 1 else 's wait'} for "
             "it: apply it to them below."
             if waiting
             else ""
@@ -280,12 +280,12 @@ def source_field_map_apply(request: HttpRequest, source_id: int) -> HttpResponse
             {
                 "source": source,
                 "form": form,
-                "title": f"Apply the field map of {source.name} to {waiting} waiting "
-                f"deliver{'y' if waiting == 1 else 'ies'}",
+                "title": f"Read the {waiting} waiting submission{'' if waiting == 1 else 's'} "
+                f"of {source.name} with the saved choices",
                 "action": reverse("console:source-field-map-apply", args=[source.pk]),
                 "submit": "Apply the map",
-                "explanation": "Each waiting unreadable delivery that the saved map now reads "
-                "becomes an ordinary submission under its original key: its enquiry, task and "
+                "explanation": "Each waiting submission whose fields the saved choices now read "
+                "becomes an ordinary one under its original key: its enquiry, task and "
                 "confirmation run as for any other, and its case is resolved. The ones it "
                 "still cannot read keep waiting. Applying it again changes nothing.",
             },

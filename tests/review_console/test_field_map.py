@@ -133,7 +133,7 @@ def test_saved_as_a_version_then_applied_once_under_the_original_key():
 
     apply = reverse("console:source-field-map-apply", args=[source.pk])
     confirm = admin.post(apply)
-    assert confirm.status_code == 200 and "to 1 waiting delivery" in confirm.content.decode()
+    assert confirm.status_code == 200 and "the 1 waiting submission" in confirm.content.decode()
     done = admin.post(apply, {"confirm": "yes", "reason": "Read with the student's name"})
     assert done.status_code == 302
     event.refresh_from_db()
@@ -225,7 +225,7 @@ def test_the_source_page_says_how_many_wait_and_links_to_the_editor(users):
         .get(reverse("console:source-detail", args=[source.pk]))
         .content.decode()
     )
-    assert "1 unreadable delivery waits" in html
+    assert "1 unreadable submission waits" in html
     assert reverse("console:source-field-map", args=[source.pk]) in html
 
 

@@ -49,7 +49,7 @@ def test_the_journey_page_lists_every_path_and_passes_axe(page, sandbox):  # noq
     page.wait_for_url("**/console/journey/website/contact/")
     sections = page.locator("section.journey-path h2")
     assert sections.all_inner_texts() == [
-        "First delivery",
+        "The first time",
         "A retry after a lost answer",
         "A replay",
         "“Send again”",
