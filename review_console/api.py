@@ -27,6 +27,7 @@ from rest_framework import routers, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.pagination import Cursor, CursorPagination
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -213,6 +214,27 @@ def _staff_answers(
     return answers
 
 
+def _decision(
+    body: type[serializers.Serializer],
+    *,
+    permission: type[BasePermission] = CanChangeCases,
+    url_path: str | None = None,
+) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+    """A decision on one case (POST cases/<id>/<url_path>/): its body, the case's page
+    as the answer, and the errors any decision may answer, in the schema."""
+
+    def declare(view: Callable[..., Response]) -> Callable[..., Response]:
+        routed = action(
+            detail=True, methods=["post"], permission_classes=[permission], url_path=url_path
+        )(view)
+        return extend_schema(
+            request=body,
+            responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
+        )(routed)
+
+    return declare
+
+
 @extend_schema_view(
     list=extend_schema(
         responses=_staff_answers(
@@ -276,11 +298,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         service(case_id=case.pk, actor=acting_user(request), **body.validated_data)
         return self._done(case)
 
-    @extend_schema(
-        request=TakeSerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
+    @_decision(TakeSerializer)
     def take(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
         body = TakeSerializer(data=request.data)
@@ -327,11 +345,7 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         )
         return Response(result.as_details())
 
-    @extend_schema(
-        request=ReplaySerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(detail=True, methods=["post"], permission_classes=[CanReplay])
+    @_decision(ReplaySerializer, permission=CanReplay)
     def replay(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
         body = ReplaySerializer(data=request.data)
@@ -346,65 +360,29 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         )
         return self._done(case)
 
-    @extend_schema(
-        request=ResolveSerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
+    @_decision(ResolveSerializer)
     def resolve(self, request: Request, pk: Any = None) -> Response:
         return self._decide(request, ResolveSerializer, case_mark_resolved)
 
-    @extend_schema(
-        request=CloseSerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
+    @_decision(CloseSerializer)
     def close(self, request: Request, pk: Any = None) -> Response:
         return self._decide(request, CloseSerializer, case_close)
 
-    @extend_schema(
-        request=ReasonSerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(
-        detail=True,
-        methods=["post"],
-        permission_classes=[CanChangeCases],
-        url_path="not-duplicate",
-    )
+    @_decision(ReasonSerializer, url_path="not-duplicate")
     def not_duplicate(self, request: Request, pk: Any = None) -> Response:
         return self._decide(request, ReasonSerializer, case_mark_not_duplicate)
 
-    @extend_schema(
-        request=ReasonSerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(
-        detail=True, methods=["post"], permission_classes=[CanChangeCases], url_path="same-enquiry"
-    )
+    @_decision(ReasonSerializer, url_path="same-enquiry")
     def same_enquiry(self, request: Request, pk: Any = None) -> Response:
         """A held suspected duplicate is the same enquiry: linked, nothing written."""
         return self._decide(request, ReasonSerializer, held_duplicate_link)
 
-    @extend_schema(
-        request=ReasonSerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(
-        detail=True,
-        methods=["post"],
-        permission_classes=[CanChangeCases],
-        url_path="separate-enquiry",
-    )
+    @_decision(ReasonSerializer, url_path="separate-enquiry")
     def separate_enquiry(self, request: Request, pk: Any = None) -> Response:
         """A held suspected duplicate is a separate enquiry: it is written as usual."""
         return self._decide(request, ReasonSerializer, held_duplicate_separate)
 
-    @extend_schema(
-        request=MergeSerializer,
-        responses=_staff_answers({200: CaseDetailSerializer}, 400, 403, 404, 409, 415),
-    )
-    @action(detail=True, methods=["post"], permission_classes=[CanChangeCases])
+    @_decision(MergeSerializer)
     def merge(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
         body = MergeSerializer(data=request.data)
