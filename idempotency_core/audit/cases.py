@@ -137,6 +137,14 @@ def review_cases_supersede(case: ReviewCase, *, system: str, now: datetime) -> l
     return [other.pk for other in older]
 
 
+def review_case_locked(case_id: int, *related: str) -> ReviewCase:
+    """The case, its row locked until the transaction ends, read with `related`."""
+    # `of=self`: PostgreSQL cannot lock the nullable side of the outer join.
+    return (
+        ReviewCase.objects.select_for_update(of=("self",)).select_related(*related).get(pk=case_id)
+    )
+
+
 def review_cases_in_progress(case_ids: list[int], *, actor: User, now: datetime) -> int:
     """Cases that wait on a try a person asked for (a replay, a send again): in
     progress, kept by whoever holds them, else the actor's."""

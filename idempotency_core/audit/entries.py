@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.contrib.auth.models import User
 
@@ -38,25 +38,24 @@ def audit_record(
     )
 
 
+class _About(TypedDict, total=False):
+    """Who decided (a person or a named system part), and why: as `audit_record`."""
+
+    actor: User | None
+    system: str
+    reason: str
+    details: dict[str, Any] | None
+
+
 def case_audit(
-    case: ReviewCase,
-    *,
-    action: str,
-    actor: User | None = None,
-    system: str = "",
-    operation: Operation | None = None,
-    reason: str = "",
-    details: dict[str, Any] | None = None,
+    case: ReviewCase, *, action: str, operation: Operation | None = None, **about: Unpack[_About]
 ) -> AuditEntry:
     """An entry about `case`: it names the case's event and its operation (or
     `operation`), so that each of their trails shows the decision."""
     return audit_record(
         action=action,
-        actor=actor,
-        system=system,
         case=case,
         event=case.event,
         operation=operation if operation is not None else case.operation,
-        reason=reason,
-        details=details,
+        **about,
     )

@@ -12,14 +12,14 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from idempotency_core.audit.cases import review_case_settle
+from idempotency_core.audit.cases import review_case_locked, review_case_settle
 from idempotency_core.audit.entries import case_audit
 from idempotency_core.execution.outcomes import operation_release_next, operation_unhold_later
 from idempotency_core.models import AuditEntry, Operation, ReviewCase
 from idempotency_core.review.email_cases import is_email_case
 from idempotency_core.review.lookup import reference_verify
 from idempotency_core.review.merge import DUPLICATE_KINDS
-from idempotency_core.review.refusals import CaseActionRefusedError
+from idempotency_core.review.refusals import CaseActionRefusedError, require_reason
 
 logger = logging.getLogger(__name__)
 
@@ -40,20 +40,9 @@ class OwnershipResult:
     skipped: list[int]
 
 
-def _require_reason(reason: str) -> str:
-    reason = reason.strip()
-    if not reason:
-        raise CaseActionRefusedError("Give a reason: the audit trail records why, not only what.")
-    return reason
-
-
-def _locked_open_case(case_id: int) -> ReviewCase:
-    # `of=self`: PostgreSQL cannot lock the nullable side of the outer join.
-    case = (
-        ReviewCase.objects.select_for_update(of=("self",))
-        .select_related("operation")
-        .get(pk=case_id)
-    )
+def open_case_locked(case_id: int) -> ReviewCase:
+    """The case, locked, with its operation; refused unless it is open."""
+    case = review_case_locked(case_id, "operation")
     if case.status not in ReviewCase.OPEN_STATUSES:
         raise CaseActionRefusedError(
             f"Case {case.pk} is already {case.get_status_display().lower()}; nothing to do."
@@ -115,7 +104,7 @@ def case_mark_resolved(
     it and releases the next step; a CRM reference is checked against the CRM first, so
     a typo cannot mark an absent effect done.
     """
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     destination_ref = destination_ref.strip()
     if not destination_ref:
         raise CaseActionRefusedError("Give the reference you verified in the destination.")
@@ -124,10 +113,10 @@ def case_mark_resolved(
     verification = reference_verify(case.operation, destination_ref)  # network: before the lock
     now = timezone.now()
     with transaction.atomic():
-        case = _locked_open_case(case_id)
+        case = open_case_locked(case_id)
         operation = case.operation
         completed, unheld, released = (
-            _operation_complete(operation, destination_ref=destination_ref, now=now)
+            operation_complete(operation, destination_ref=destination_ref, now=now)
             if operation is not None
             else (False, [], [])
         )
@@ -171,7 +160,7 @@ def _refuse_unless_resolvable_by_reference(case: ReviewCase) -> None:
         )
 
 
-def _operation_complete(
+def operation_complete(
     operation: Operation, *, destination_ref: str, now: datetime
 ) -> tuple[bool, list[int], list[int]]:
     """The reviewer's verified reference is the operation's success: (completed,
@@ -200,12 +189,12 @@ def case_close(*, case_id: int, actor: User, resolution_code: str, reason: str) 
     """Closes a case without the effect: the reviewer decided it will not happen. A held
     operation and its event's later steps not yet run are cancelled; nothing is undone.
     """
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     if resolution_code not in RESOLUTION_CODES:
         raise CaseActionRefusedError(f"Unknown resolution code {resolution_code!r}.")
     now = timezone.now()
     with transaction.atomic():
-        case = _locked_open_case(case_id)
+        case = open_case_locked(case_id)
         cancelled: list[int] = []
         operation = case.operation
         if operation is not None and operation.status == Operation.Status.NEEDS_REVIEW:
@@ -243,10 +232,10 @@ def case_close(*, case_id: int, actor: User, resolution_code: str, reason: str) 
 
 def case_mark_not_duplicate(*, case_id: int, actor: User, reason: str) -> ReviewCase:
     """Resolves a suspected duplicate as two genuine, separate records: nothing merges."""
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     now = timezone.now()
     with transaction.atomic():
-        case = _locked_open_case(case_id)
+        case = open_case_locked(case_id)
         if case.kind not in DUPLICATE_KINDS:
             raise CaseActionRefusedError("Only a suspected duplicate can be 'not a duplicate'.")
         review_case_settle(
@@ -343,14 +332,10 @@ def case_reopen(*, case_id: int, actor: User, reason: str) -> ReviewCase:
     where the settlement changed something outside Onefold for good (a CRM merge, an
     email sent again, a submission written), and where another open case of the same
     kind is about the same thing (one open case per subject and kind)."""
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     now = timezone.now()
     with transaction.atomic():
-        case = (
-            ReviewCase.objects.select_for_update(of=("self",))
-            .select_related("operation")
-            .get(pk=case_id)
-        )
+        case = review_case_locked(case_id, "operation")
         check = case_reopen_check(case)
         if not check.possible:
             raise CaseActionRefusedError(
@@ -443,7 +428,7 @@ def cases_settle_many(
     """Settles each case in turn by the one-case service (`case_close`, or
     `case_mark_not_duplicate` for "not_duplicate"), so each meets the same guards and
     gets its own audit entry; a refused case is reported and the others go on."""
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     if decision not in ("close", "not_duplicate"):
         raise CaseActionRefusedError(f"Unknown decision {decision!r}.")
     if len(case_ids) > MANY_LIMIT:

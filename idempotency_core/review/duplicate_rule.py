@@ -10,8 +10,8 @@ from django.utils import timezone
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import Operation, ReviewCase
-from idempotency_core.review.cases import _locked_open_case, _operation_complete, _require_reason
-from idempotency_core.review.refusals import CaseActionRefusedError
+from idempotency_core.review.cases import open_case_locked, operation_complete
+from idempotency_core.review.refusals import CaseActionRefusedError, require_reason
 from idempotency_core.review.replay import REPLAY_PERMISSION, operation_replay
 
 RULE_KIND = ReviewCase.Kind.DUPLICATE_RULE
@@ -27,7 +27,7 @@ def create_anyway_offered(case: ReviewCase) -> bool:
 
 
 def _rule_case(case_id: int) -> ReviewCase:
-    case = _locked_open_case(case_id)
+    case = open_case_locked(case_id)
     if case.kind != RULE_KIND or case.operation is None:
         raise CaseActionRefusedError(
             "Only an enquiry the CRM matched to an existing record can be decided this way."
@@ -37,7 +37,7 @@ def _rule_case(case_id: int) -> ReviewCase:
 
 def duplicate_rule_link(*, case_id: int, actor: User, record_id: str, reason: str) -> ReviewCase:
     """'Link to record X': the enquiry is the matched record; nothing new is created."""
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     record_id = record_id.strip()
     now = timezone.now()
     with transaction.atomic():
@@ -49,7 +49,7 @@ def duplicate_rule_link(*, case_id: int, actor: User, record_id: str, reason: st
             )
         operation = case.operation
         assert operation is not None  # _rule_case checked
-        completed, unheld, released = _operation_complete(
+        completed, unheld, released = operation_complete(
             operation, destination_ref=record_id, now=now
         )
         if not completed:
@@ -81,7 +81,7 @@ def duplicate_rule_create_anyway(*, case_id: int, actor: User, reason: str) -> R
     duplicate. Refused unless the rule only alerts; a replay's refusals apply too."""
     if not actor.has_perm(REPLAY_PERMISSION):
         raise PermissionDenied("Creating anyway needs the replay permission (Replay admins).")
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     with transaction.atomic():
         case = _rule_case(case_id)
         if not create_anyway_offered(case):

@@ -9,14 +9,18 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from idempotency_core.audit.cases import review_case_settle, review_cases_in_progress
+from idempotency_core.audit.cases import (
+    review_case_locked,
+    review_case_settle,
+    review_cases_in_progress,
+)
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.outcomes import operation_release_next, operation_unhold_later
 from idempotency_core.execution.steps import step_of
 from idempotency_core.keys import operation_key
 from idempotency_core.models import Attempt, Operation, ReviewCase
-from idempotency_core.review.refusals import CaseActionRefusedError
+from idempotency_core.review.refusals import CaseActionRefusedError, require_reason
 
 # After the pipeline, remaps (90) and merges (100): releasing "the next step"
 # after a pipeline success never picks a send-again, nor the other way round.
@@ -40,14 +44,8 @@ def email_may_have_gone(case: ReviewCase) -> bool:
 
 
 def _locked_email_case(case_id: int, reason: str) -> tuple[ReviewCase, Operation, str]:
-    reason = reason.strip()
-    if not reason:
-        raise CaseActionRefusedError("Give a reason: the audit trail records why, not only what.")
-    case = (
-        ReviewCase.objects.select_for_update(of=("self",))
-        .select_related("operation__event__source", "operation__destination")
-        .get(pk=case_id)
-    )
+    reason = require_reason(reason)
+    case = review_case_locked(case_id, "operation__event__source", "operation__destination")
     if case.status not in ReviewCase.OPEN_STATUSES:
         raise CaseActionRefusedError(f"Case {case.pk} is no longer open; nothing to do.")
     operation = case.operation

@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from idempotency_core.audit.cases import review_case_locked
 from idempotency_core.audit.entries import case_audit
 from idempotency_core.models import ReviewCase
 from idempotency_core.review.notifications import case_hand_on_route, hand_on_group
@@ -25,11 +26,7 @@ def case_hand_on(*, case_id: int, actor: User, reason: str) -> tuple[ReviewCase,
         raise CaseActionRefusedError("Give a reason: the next person reads why it came to them.")
     now = timezone.now()
     with transaction.atomic():
-        case = (
-            ReviewCase.objects.select_for_update(of=("self",))
-            .select_related("event")
-            .get(pk=case_id)
-        )
+        case = review_case_locked(case_id, "event")
         if case.status not in ReviewCase.OPEN_STATUSES:
             raise CaseActionRefusedError(f"Case {case.pk} is already settled; nothing to hand on.")
         if case.owner_id != actor.pk:

@@ -12,14 +12,14 @@ from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.outcomes import operation_unhold_later
 from idempotency_core.models import Attempt, Operation, ReviewCase
-from idempotency_core.review.cases import _locked_open_case, _require_reason
-from idempotency_core.review.refusals import CaseActionRefusedError
+from idempotency_core.review.cases import open_case_locked
+from idempotency_core.review.refusals import CaseActionRefusedError, require_reason
 
 HELD_KIND = ReviewCase.Kind.DUPLICATE_HELD
 
 
 def _held_case(case_id: int) -> ReviewCase:
-    case = _locked_open_case(case_id)
+    case = open_case_locked(case_id)
     if case.kind != HELD_KIND or case.operation is None:
         raise CaseActionRefusedError(
             "Only a submission held as a suspected duplicate can be decided this way."
@@ -29,7 +29,7 @@ def _held_case(case_id: int) -> ReviewCase:
 
 def held_duplicate_separate(*, case_id: int, actor: User, reason: str) -> ReviewCase:
     """'Separate enquiry': the held submission is written as usual."""
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     now = timezone.now()
     with transaction.atomic():
         case = _held_case(case_id)
@@ -70,7 +70,7 @@ def held_duplicate_separate(*, case_id: int, actor: User, reason: str) -> Review
 
 def held_duplicate_link(*, case_id: int, actor: User, reason: str) -> ReviewCase:
     """'Same enquiry': the held submission is linked to the first; nothing is written."""
-    reason = _require_reason(reason)
+    reason = require_reason(reason)
     now = timezone.now()
     with transaction.atomic():
         case = _held_case(case_id)

@@ -17,3 +17,11 @@ class CaseActionRefusedError(ActionRefusedError):
 
 class MergeRefusedError(ActionRefusedError):
     """The merge cannot be done."""
+
+
+def require_reason(reason: str) -> str:
+    """The reason a person gave, refused when empty."""
+    reason = reason.strip()
+    if not reason:
+        raise CaseActionRefusedError("Give a reason: the audit trail records why, not only what.")
+    return reason
