@@ -156,3 +156,26 @@ def test_an_unacknowledged_row_comes_back_when_its_lock_expires_and_ack_deletes_
     assert broker.dequeue() == [(task_id, "task-0")]  # the lease ran out: redelivered
     broker.acknowledge(task_id)
     assert not OrmQ.objects.filter(pk=task_id).exists()
+
+
+def test_an_empty_queue_is_asked_again_sooner_shortly_after_a_task(monkeypatch):
+    """At a steady rate the next task is near: after one, the pusher does not wait out
+    the whole poll; once the queue has been quiet a while, it does (an idle cluster's
+    dequeues stay at Conf.POLL's rate)."""
+    from idempotency_core import broker as module
+
+    slept: list[float] = []
+    monkeypatch.setattr(module, "sleep", slept.append)
+    clock = [1000.0]
+    monkeypatch.setattr(module, "monotonic", lambda: clock[0])
+    key = queue_of(1)
+    broker = SkipLockedORM(list_key=key)
+
+    assert len(broker.dequeue() or []) == 1  # the one task: no sleep
+    assert slept == []
+    assert broker.dequeue() is None
+    clock[0] += module._BUSY_SECONDS + 0.1
+    assert broker.dequeue() is None
+
+    assert slept == [module._BUSY_POLL, Conf.POLL]
+    assert module._BUSY_POLL < Conf.POLL
