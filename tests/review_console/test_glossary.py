@@ -51,7 +51,8 @@ class VisibleText(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag in ("br", "input", "meta", "link", "img", "hr"):
             return
-        hidden = tag in self.HIDDEN or (tag == "details" and ("class", "technical") in attrs)
+        classes = (dict(attrs).get("class") or "").split()
+        hidden = tag in self.HIDDEN or (tag == "details" and "technical" in classes)
         self.stack.append(hidden)
         self.depth += hidden
 

@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.subjects import operation_subject
@@ -27,8 +28,9 @@ from idempotency_core.review.cases import RESOLUTION_CODES, case_close, case_mar
 from idempotency_core.review.email_cases import email_receipt_confirm
 from idempotency_core.review.replay import operation_replay
 from review_console import glossary
+from review_console.cases.causes import case_cause
 from review_console.models import BulkReplayJob
-from tests.factories import completed, duplicate_case, ingest, op, permanent_case
+from tests.factories import completed, configured, duplicate_case, ingest, op, permanent_case
 from tests.support.senders import ANOTHER_FORMS_MAP, jotform_tutoring
 
 
@@ -116,8 +118,35 @@ def seed(sandbox, ambiguous_case, users) -> dict:
     return {"cases": cases, "done": done, "no_address": without_address("gl-no-address")}
 
 
+# A form's configured effects, so that the settings pages show each part.
+FORMS = {
+    "contact": {
+        "confirmation": {"subject": "Thanks, {{ contact.name }}", "send": True},
+        "task": {"title": "Call {{ contact.name }}"},
+    }
+}
+
+
+def _group_and_settings_urls() -> list[tuple[str, str, dict | None]]:
+    """The queue narrowed to a cause's group (a second refusal like the seeded one makes
+    it), and the settings pages of a configured form."""
+    cause, count = case_cause(permanent_case("gl-perm-again")) or (None, 0)
+    assert cause is not None and count >= 2
+    configured(FORMS)
+    return [
+        ("get", reverse("console:case-list") + "?" + urlencode({"cause": cause.token()}), None),
+        ("get", reverse("console:settings"), None),
+        ("get", reverse("console:settings-form", args=["website", "contact"]), None),
+        ("get", reverse("console:settings-section", args=["website", "contact", "task"]), None),
+        ("get", reverse("console:settings-versions"), None),
+        ("get", reverse("console:settings-version", args=[1]), None),
+        ("get", reverse("console:journey", args=["website", "contact"]), None),
+    ]
+
+
 def page_urls(seeded: dict, client: Client) -> list[tuple[str, str, dict | None]]:
     """(method, url, data) of every console page: GET pages and confirmation steps."""
+    urls = _group_and_settings_urls()
     now = timezone.now()
     run = ReconciliationRun.objects.create(
         destination=Destination.objects.get(name="crm"),
@@ -129,7 +158,7 @@ def page_urls(seeded: dict, client: Client) -> list[tuple[str, str, dict | None]
     )
     job = BulkReplayJob.objects.create(created_by=User.objects.get(username="rex"), reason="x")
     source = Event.objects.filter(key="gl-done").values_list("source_id", flat=True).get()
-    urls: list[tuple[str, str, dict | None]] = [
+    urls += [
         ("get", reverse("console:dashboard"), None),
         ("get", reverse("console:case-list"), None),
         ("get", reverse("console:case-list") + "?status=resolved&status=closed", None),
