@@ -40,7 +40,7 @@ from idempotency_core.intake.sources import (
 )
 from idempotency_core.models import Delivery, Event, ReviewCase, Source
 from idempotency_core.review.refusals import ActionRefusedError
-from review_console.confirm import confirmed, confirmed_action
+from review_console.confirm import Done, confirmed, confirmed_action
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
 from review_console.journey.selectors import journey_forms
@@ -283,47 +283,69 @@ def _source_confirm_page(
     )
 
 
-def _source_switch(request: HttpRequest, source_id: int, *, enabled: bool) -> HttpResponse:
-    source = get_object_or_404(Source, pk=source_id)
-    form = ReasonForm(request.POST if confirmed(request) else None)
-    verb = "enabled" if enabled else "disabled"
+def _source_action(
+    request: HttpRequest,
+    source: Source,
+    form: forms.Form,
+    *,
+    service: Callable[..., object],
+    success: Done,
+    page: dict[str, Any] | Callable[[], dict[str, Any]],
+    fields: dict[str, str] | None = None,
+    given: dict[str, Any] | None = None,
+) -> HttpResponse:
+    """A source's confirmed action: `service(source=, actor=, reason=)` with the form's
+    `fields` (the service's argument: the form's field) and the `given` arguments, a
+    refusal of the source service shown on the page again, then the source's page.
+    `page` is the confirmation's title, action, submit and explanation."""
 
-    def page() -> HttpResponse:
-        hooked = source.profile in PRESETS
-        if enabled:
-            explanation = "Deliveries are accepted again from now on; senders that were told to "
-            explanation += "retry deliver what they kept."
-        elif hooked:
-            explanation = (
-                "Its hook answers every delivery 503 with Retry-After until it is enabled "
-            )
-            explanation += "again: senders keep the submission and retry, nothing is stored."
-        else:
-            explanation = "Its API keys are refused (403) until it is enabled again; the sender "
-            explanation += "must retry later."
-        return _source_confirm_page(
-            request,
-            source,
-            form,
-            title=f"{'Enable' if enabled else 'Disable'} {source.name}",
-            action=reverse(
-                f"console:source-{'enable' if enabled else 'disable'}", args=[source.pk]
-            ),
-            submit=f"{'Enable' if enabled else 'Disable'} the source",
-            explanation=explanation,
+    def act(data: dict[str, Any]) -> object:
+        chosen = {argument: data[field] for argument, field in (fields or {}).items()}
+        return service(
+            source=source,
+            actor=acting_user(request),
+            reason=data["reason"],
+            **chosen,
+            **(given or {}),
         )
 
     return confirmed_action(
         request,
         form,
-        act=_refusing(
-            lambda data: source_enable(
-                source=source, actor=acting_user(request), enabled=enabled, reason=data["reason"]
-            )
-        ),
-        success=f"{source.name} {verb}.",
+        act=_refusing(act),
+        success=success,
         done_url=_source_url(source),
-        page=page,
+        page=lambda: _source_confirm_page(
+            request, source, form, **(page() if callable(page) else page)
+        ),
+    )
+
+
+def _source_switch(request: HttpRequest, source_id: int, *, enabled: bool) -> HttpResponse:
+    source = get_object_or_404(Source, pk=source_id)
+    verb = "Enable" if enabled else "Disable"
+    if enabled:
+        explanation = "Deliveries are accepted again from now on; senders that were told to "
+        explanation += "retry deliver what they kept."
+    elif source.profile in PRESETS:
+        explanation = "Its hook answers every delivery 503 with Retry-After until it is "
+        explanation += "enabled again: senders keep the submission and retry, nothing is stored."
+    else:
+        explanation = "Its API keys are refused (403) until it is enabled again; the sender "
+        explanation += "must retry later."
+    return _source_action(
+        request,
+        source,
+        ReasonForm(request.POST if confirmed(request) else None),
+        service=source_enable,
+        given={"enabled": enabled},
+        success=f"{source.name} {verb.lower()}d.",
+        page={
+            "title": f"{verb} {source.name}",
+            "action": reverse(f"console:source-{verb.lower()}", args=[source.pk]),
+            "submit": f"{verb} the source",
+            "explanation": explanation,
+        },
     )
 
 
@@ -349,30 +371,20 @@ def source_settings_view(request: HttpRequest, source_id: int) -> HttpResponse:
         form = SourceSettingsForm(
             initial={"thank_you_url": source.thank_you_url, "duplicates": source.duplicates}
         )
-    return confirmed_action(
+    return _source_action(
         request,
+        source,
         form,
-        act=_refusing(
-            lambda data: source_settings_change(
-                source=source,
-                actor=acting_user(request),
-                thank_you_url=data["thank_you_url"],
-                duplicates=data["duplicates"],
-                reason=data["reason"],
-            )
-        ),
+        service=source_settings_change,
+        fields={"thank_you_url": "thank_you_url", "duplicates": "duplicates"},
         success=f"The settings of {source.name} were saved.",
-        done_url=_source_url(source),
-        page=lambda: _source_confirm_page(
-            request,
-            source,
-            form,
-            title=f"Settings of {source.name}",
-            action=reverse("console:source-settings", args=[source.pk]),
-            submit="Save the settings",
-            explanation="The change applies to the next delivery and is written to the audit "
-            "trail with its reason.",
-        ),
+        page={
+            "title": f"Settings of {source.name}",
+            "action": reverse("console:source-settings", args=[source.pk]),
+            "submit": "Save the settings",
+            "explanation": "The change applies to the next delivery and is written to the "
+            "audit trail with its reason.",
+        },
     )
 
 
@@ -426,38 +438,29 @@ def source_secret_remove_view(request: HttpRequest, source_id: int) -> HttpRespo
             initial={"secret_prefix": request.POST.get("secret_prefix", "")}, source=source
         )
 
-    def page() -> HttpResponse:
+    def page() -> dict[str, Any]:
         explanation = "Deliveries signed with it are refused (401) from now on."
         if source.secrets.count() <= 1:
             explanation += (
                 " It is the source's only secret: every signed delivery will be refused until "
                 "a new secret is added and the sender uses it."
             )
-        return _source_confirm_page(
-            request,
-            source,
-            form,
-            title=f"Remove a signing secret of {source.name}",
-            action=reverse("console:source-secret-remove", args=[source.pk]),
-            submit="Remove the secret",
-            explanation=explanation,
-        )
+        return {
+            "title": f"Remove a signing secret of {source.name}",
+            "action": reverse("console:source-secret-remove", args=[source.pk]),
+            "submit": "Remove the secret",
+            "explanation": explanation,
+        }
 
-    return confirmed_action(
+    return _source_action(
         request,
+        source,
         form,
-        act=_refusing(
-            lambda data: source_secret_revoke(
-                source=source,
-                actor=acting_user(request),
-                prefix=data["secret_prefix"],
-                reason=data["reason"],
-            )
-        ),
+        service=source_secret_revoke,
+        fields={"prefix": "secret_prefix"},
         success=lambda data, _: (
             f"The secret {data['secret_prefix']}… of {source.name} was removed."
         ),
-        done_url=_source_url(source),
         page=page,
     )
 
@@ -503,35 +506,25 @@ def source_captcha_view(request: HttpRequest, source_id: int) -> HttpResponse:
         request.POST if confirmed(request) else None,
         initial={"provider": source.captcha_provider},
     )
-    return confirmed_action(
+    return _source_action(
         request,
+        source,
         form,
-        act=_refusing(
-            lambda data: source_captcha_set(
-                source=source,
-                actor=acting_user(request),
-                provider=data["provider"],
-                secret=data["secret"],
-                reason=data["reason"],
-            )
-        ),
+        service=source_captcha_set,
+        fields={"provider": "provider", "secret": "secret"},
         success=lambda data, _: (
             f"{source.name} now requires {CAPTCHA_PROVIDERS[data['provider']].label}."
             if data["provider"]
             else f"{source.name} no longer requires a CAPTCHA."
         ),
-        done_url=_source_url(source),
-        page=lambda: _source_confirm_page(
-            request,
-            source,
-            form,
-            title=f"The CAPTCHA of {source.name}",
-            action=reverse("console:source-captcha", args=[source.pk]),
-            submit="Save",
-            explanation="With a CAPTCHA, a submission without a token the provider accepts is "
-            "refused before anything is kept (the visitor sees why and can try again); when the "
-            "provider cannot answer, the submission is kept and its confirmation email waits for "
-            "a person. Put the provider's widget inside the form on the website first, or every "
-            "visitor is refused.",
-        ),
+        page={
+            "title": f"The CAPTCHA of {source.name}",
+            "action": reverse("console:source-captcha", args=[source.pk]),
+            "submit": "Save",
+            "explanation": "With a CAPTCHA, a submission without a token the provider accepts "
+            "is refused before anything is kept (the visitor sees why and can try again); when "
+            "the provider cannot answer, the submission is kept and its confirmation email "
+            "waits for a person. Put the provider's widget inside the form on the website "
+            "first, or every visitor is refused.",
+        },
     )
