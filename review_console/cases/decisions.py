@@ -114,6 +114,31 @@ def case_decision(
     )
 
 
+def case_act(
+    request: HttpRequest,
+    case: ReviewCase,
+    service: Callable[..., object],
+    *,
+    fields: dict[str, str] | None = None,
+    **given: Any,
+) -> Callable[[dict[str, Any]], object]:
+    """The `act` of a decision taken by a case service: `service(case_id=, actor=,
+    reason=)` with the form's `fields` (the service's argument: the form's field) and
+    the `given` arguments."""
+
+    def act(data: dict[str, Any]) -> object:
+        chosen = {argument: data[field] for argument, field in (fields or {}).items()}
+        return service(
+            case_id=case.pk,
+            actor=acting_user(request),
+            reason=data["reason"],
+            **chosen,
+            **given,
+        )
+
+    return act
+
+
 def reason_decision(
     request: HttpRequest,
     case: ReviewCase,
@@ -130,8 +155,6 @@ def reason_decision(
         request,
         case,
         ReasonForm(data, initial=initial),
-        act=lambda data: service(
-            case_id=case.pk, actor=acting_user(request), reason=data["reason"]
-        ),
+        act=case_act(request, case, service),
         **words,
     )

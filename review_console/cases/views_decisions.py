@@ -39,6 +39,7 @@ from idempotency_core.review.notifications import hand_on_group
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import UNPROVEN, operation_replay
 from review_console.cases.decisions import (
+    case_act,
     case_decision,
     case_url,
     decision_data,
@@ -191,11 +192,8 @@ def case_resolve(request: HttpRequest, case_id: int) -> HttpResponse:
         request,
         case,
         form,
-        act=lambda data: case_mark_resolved(
-            case_id=case.pk,
-            actor=acting_user(request),
-            destination_ref=data["destination_ref"],
-            reason=data["reason"],
+        act=case_act(
+            request, case, case_mark_resolved, fields={"destination_ref": "destination_ref"}
         ),
         success=lambda data, _: (
             f"Case {case.pk} resolved with reference {data['destination_ref']}."
@@ -235,13 +233,7 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
         request,
         case,
         form,
-        act=lambda data: case_mark_resolved(
-            case_id=case.pk,
-            actor=acting_user(request),
-            destination_ref=ref,
-            reason=data["reason"],
-            from_lookup=lookup.pk,
-        ),
+        act=case_act(request, case, case_mark_resolved, destination_ref=ref, from_lookup=lookup.pk),
         success=f"Case {case.pk} resolved: it is in the CRM (the record the lookup found).",
         url_name="console:case-resolve-found",
         title=f"Resolve with record {ref}",
@@ -271,12 +263,7 @@ def case_close_view(request: HttpRequest, case_id: int) -> HttpResponse:
         request,
         case,
         form,
-        act=lambda data: case_close(
-            case_id=case.pk,
-            actor=acting_user(request),
-            resolution_code=data["resolution_code"],
-            reason=data["reason"],
-        ),
+        act=case_act(request, case, case_close, fields={"resolution_code": "resolution_code"}),
         success=f"Case {case.pk} closed. It can be reopened if that was wrong.",
         url_name="console:case-close",
         title=f"Close case {case.pk}",

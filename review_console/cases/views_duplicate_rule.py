@@ -13,11 +13,17 @@ from idempotency_core.review.duplicate_rule import (
     duplicate_rule_create_anyway,
     duplicate_rule_link,
 )
-from review_console.cases.decisions import case_decision, decision_data, open_case, reason_decision
+from review_console.cases.decisions import (
+    case_act,
+    case_decision,
+    decision_data,
+    open_case,
+    reason_decision,
+)
 from review_console.cases.presets import CREATE_ANYWAY, LINK_RECORD
 from review_console.forms import ReasonForm
 from review_console.http import require_POST
-from review_console.permissions import CHANGE_CASES, REPLAY, acting_user, console_permission
+from review_console.permissions import CHANGE_CASES, REPLAY, console_permission
 
 
 class LinkRecordForm(ReasonForm):
@@ -34,12 +40,7 @@ def case_duplicate_rule_link(request: HttpRequest, case_id: int) -> HttpResponse
         request,
         case,
         LinkRecordForm(data, initial={"record": record, **initial}),
-        act=lambda data: duplicate_rule_link(
-            case_id=case.pk,
-            actor=acting_user(request),
-            record_id=data["record"],
-            reason=data["reason"],
-        ),
+        act=case_act(request, case, duplicate_rule_link, fields={"record_id": "record"}),
         success=f"Case {case.pk} resolved: the enquiry is linked to the record the CRM matched.",
         url_name="console:case-duplicate-rule-link",
         title=f"Case {case.pk}: link to record {record}",
