@@ -81,7 +81,7 @@ def test_replay_a_failed_task_in_three_actions(
     qcluster_factory,
 ):
     case = permanent_case("clicks-replay")
-    sign_in(page, "rex", next_url=f"/console/cases/{case.pk}/")
+    sign_in(page, "rita", next_url=f"/console/cases/{case.pk}/")  # a plain Reviewer
     act = Actions(page)
     act.click("button:has-text('Try again…')")
     expect(page.locator("h1")).to_contain_text("Try again")  # the confirmation is open

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from idempotency_core.models import AuditEntry, CaseRoute, ReviewCase
 from tests.factories import permanent_case
 from tests.support.browser import browser, page, sign_in  # noqa: F401  (fixtures)
+from tests.support.case_kinds import waiting_case
 
 pytestmark = [
     pytest.mark.browser,
@@ -25,7 +26,8 @@ def test_a_reviewer_hands_a_case_on_in_two_actions_from_the_dashboard(
     client,
 ):
     older = permanent_case("browser-older")
-    case = permanent_case("browser-hand-on")
+    # Another cause than the older case's, so that Next case gives it alone.
+    case = waiting_case(ReviewCase.Kind.PERMANENT, "browser-hand-on", {"http_status": 422})
     ReviewCase.objects.filter(pk=older.pk).update(owner=users["superuser"], status="in_progress")
     sign_in(page, "rita")
     page.click("button:has-text('Next case')")  # 1
