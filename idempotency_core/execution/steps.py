@@ -61,21 +61,21 @@ class StepContext:
 
     @property
     def crm(self) -> CrmAdapter:
-        if not _conforms(self.adapter, CrmAdapter):
-            raise DestinationError(
-                f"{self.operation.step} needs a CRM, and its destination is not one",
-                classification=Classification.PERMANENT,
-            )
-        return cast(CrmAdapter, self.adapter)
+        return cast(CrmAdapter, self._adapter_as(CrmAdapter, "a CRM"))
 
     @property
     def mail(self) -> EmailAdapter:
-        if not _conforms(self.adapter, EmailAdapter):
+        return cast(EmailAdapter, self._adapter_as(EmailAdapter, "a mail service"))
+
+    def _adapter_as(self, protocol: type, what: str) -> Adapter:
+        """The destination's adapter, refused (PERMANENT) unless it is `what` the step
+        needs (`protocol`)."""
+        if not _conforms(self.adapter, protocol):
             raise DestinationError(
-                f"{self.operation.step} needs a mail service, and its destination is not one",
+                f"{self.operation.step} needs {what}, and its destination is not one",
                 classification=Classification.PERMANENT,
             )
-        return cast(EmailAdapter, self.adapter)
+        return self.adapter
 
     @property
     def payload(self) -> dict[str, Any]:
