@@ -69,7 +69,7 @@ def check_task_queue_timings(
     return errors
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     """Whether an ALLOWED_HOSTS entry can only be reached from this machine."""
     name = host.strip().lower().lstrip(".").rstrip(".")
     if name.startswith("[") and name.endswith("]"):
@@ -93,7 +93,7 @@ def check_secret_key(
     (an Error stops `check`, `migrate`, `runserver` and every command)."""
     if settings.DEBUG or settings.SECRET_KEY != settings.INSECURE_SECRET_KEY:
         return []
-    public = [host for host in settings.ALLOWED_HOSTS if not _is_loopback(host)]
+    public = [host for host in settings.ALLOWED_HOSTS if not is_loopback(host)]
     if public:
         return [
             Error(

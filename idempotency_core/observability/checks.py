@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Tags, Warning, register
 
 # The same test of a host as onefold.E008's (the development key beyond loopback).
-from idempotency_core.checks import _is_loopback as is_loopback
+from idempotency_core.checks import is_loopback
 
 
 @register(Tags.security)
