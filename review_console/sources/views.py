@@ -12,13 +12,11 @@ added it: not in a message (cookie storage), not on the source's page.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django import forms
-from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -38,23 +36,20 @@ from idempotency_core.intake.sources import (
     source_settings_change,
     thank_you_url_check,
 )
-from idempotency_core.models import Delivery, Event, ReviewCase, Source
+from idempotency_core.models import Event, Source
 from idempotency_core.review.refusals import ActionRefusedError
 from review_console.confirm import Done, confirmed, confirmed_action
 from review_console.forms import ReasonForm
 from review_console.http import require_GET, require_POST
 from review_console.journey.selectors import journey_forms
 from review_console.permissions import CHANGE_SOURCE, VIEW_CASES, acting_user, console_permission
+from review_console.sources.selectors import (
+    RECENT_DELIVERIES,
+    latest_refusal,
+    recent_deliveries,
+    recent_outcomes,
+)
 
-RECENT_DELIVERIES = 50
-# A delivery outcome -> the console's badge colour (base.html): green taken, yellow
-# to be retried by the sender, grey ignored, red refused.
-OUTCOME_BADGES = {
-    "accepted": "succeeded",
-    "replayed": "succeeded",
-    "disabled": "pending",
-    "honeypot": "cancelled",
-}
 DUPLICATE_POLICIES = {
     "flag": "Flag: both are processed; a case offers a merge",
     "hold": "Hold: the later one waits for a person before its CRM write",
@@ -139,71 +134,6 @@ def profile_label(name: str) -> str:
         return "JSON API (API key)"
     preset = PRESETS.get(name)
     return preset.label if preset else f"{name} (unknown profile)"
-
-
-def outcome_badge(outcome: str) -> str:
-    return OUTCOME_BADGES.get(outcome, "needs_review")
-
-
-def recent_outcomes(*, since: datetime) -> dict[int, list[dict[str, Any]]]:
-    """source id -> its deliveries since `since` counted by outcome, one grouped query."""
-    labels = dict(Delivery.Outcome.choices)
-    rows = (
-        Delivery.objects.filter(received_at__gte=since)
-        .values("source_id", "outcome")
-        # Receipts, not rows: a minute's failed verifications share one row.
-        .annotate(n=Sum("receipts"))
-        .order_by("source_id", "outcome")
-    )
-    counts: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        outcome = row["outcome"]
-        counts[row["source_id"]].append(
-            {
-                "outcome": outcome,
-                "label": labels.get(outcome, outcome),
-                "badge": outcome_badge(outcome),
-                "n": row["n"],
-            }
-        )
-    return counts
-
-
-def recent_deliveries(source: Source) -> list[Delivery]:
-    """The last deliveries, each with `cases` (its event's review cases, maybe none).
-    Only what the page shows is read: never `raw_body`, never the event's payload."""
-    deliveries = list(
-        Delivery.objects.filter(source=source)
-        .only(
-            "received_at", "outcome", "status_code", "verification", "receipts", "event", "source"
-        )
-        .order_by("-received_at", "-id")[:RECENT_DELIVERIES]
-    )
-    event_ids = {d.event_id for d in deliveries if d.event_id is not None}
-    cases: dict[Any, list[int]] = defaultdict(list)
-    for event_id, case_id in (
-        ReviewCase.objects.filter(event_id__in=event_ids)
-        .order_by("-created_at", "-id")
-        .values_list("event_id", "pk")
-    ):
-        cases[event_id].append(case_id)
-    for delivery in deliveries:
-        delivery.cases = cases.get(delivery.event_id, [])  # type: ignore[attr-defined]
-        delivery.badge = outcome_badge(delivery.outcome)  # type: ignore[attr-defined]
-    return deliveries
-
-
-def latest_refusal(source: Source) -> Delivery | None:
-    """The source's latest failed verification, however long ago: why its sender is
-    refused ("no Typeform-Signature header"), which the sender's own answer never says
-    (every refusal, and an unknown source, get the same 401)."""
-    # delivery_source_refused_idx: the newest row of a partial index, one probe.
-    return (
-        Delivery.objects.filter(source=source, outcome=Delivery.Outcome.UNAUTHORIZED)
-        .only("received_at", "verification", "receipts", "source")
-        .order_by("-received_at")
-        .first()
-    )
 
 
 def hook_of(request: HttpRequest, source: Source, profile: Profile | None) -> dict[str, Any]:
