@@ -503,6 +503,8 @@ class QClusterOptions(TypedDict, total=False):
     catch_up: bool
     save_limit: int
     poll: float
+    recycle: int
+    guard_cycle: float
     label: str
     broker_class: str
     ALT_CLUSTERS: dict[str, QClusterOptions]
@@ -531,6 +533,14 @@ Q_CLUSTER: QClusterOptions = {
     # wait, and a submission's later steps run in its first task). Shorter answers an idle
     # queue sooner and costs more empty dequeues (docs/benchmarks.md, `--poll`).
     "poll": env_float("ONEFOLD_Q_POLL", 0.05, minimum=0.01),
+    # Tasks a worker runs before django-q2 replaces it. A replacement is missing until
+    # the sentinel's next guard cycle and its own start (the destinations' verification),
+    # and the tasks behind it wait: django-q2's 500 put that wait in the latency's tail
+    # under a steady rate (docs/operations.md, Workers).
+    "recycle": env_int("ONEFOLD_Q_RECYCLE", 5000, minimum=1),
+    # Seconds between the sentinel's checks of its workers (django-q2's default 0.5):
+    # how long a recycled worker goes unreplaced.
+    "guard_cycle": env_float("ONEFOLD_Q_GUARD_CYCLE", 0.2, minimum=0.05),
     "label": "Task queue",
     # django-q2's ORM broker, its dequeue one statement with SKIP LOCKED on PostgreSQL
     # (idempotency_core/broker.py): clusters never race for the same row.
