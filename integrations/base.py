@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict, Unpack, runtime_checkable
 
 if TYPE_CHECKING:
     import httpx
@@ -325,6 +325,62 @@ class VerificationError(Exception):
         super().__init__(f"destination {destination} refused: {reasons}")
 
 
+# The keyword arguments of the adapters' calls, declared once here for the protocols and
+# every adapter (`**record: Unpack[NewRecord]`); an absent key takes the default noted.
+
+
+class NewRecord(TypedDict):
+    """`CrmAdapter.create_record`'s arguments."""
+
+    external_ref: str
+    fields: dict[str, Any]
+    allow_duplicate: NotRequired[bool]  # default False
+    content: NotRequired[RecordContent]  # default NO_CONTENT
+
+
+class RecordUpdate(TypedDict):
+    """`CrmAdapter.update_record`'s arguments."""
+
+    record_id: str
+    fields: dict[str, Any]
+    content: NotRequired[RecordContent]  # default NO_CONTENT
+
+
+class NewTask(TypedDict):
+    """`CrmAdapter.create_task`'s arguments."""
+
+    record_id: str
+    external_ref: str
+    title: str
+    assignee: str
+    due_at: NotRequired[datetime | None]  # default None
+    assignee_is_owner: NotRequired[bool]  # default False
+
+
+# How many records a page of `CrmAdapter.iter_records` asks for when the caller names none.
+LISTING_LIMIT = 2000
+
+
+class RecordListing(TypedDict):
+    """`CrmAdapter.iter_records`'s arguments."""
+
+    since: str
+    until: NotRequired[str | None]  # default None
+    cursor: NotRequired[str | None]  # default None
+    limit: NotRequired[int]  # default LISTING_LIMIT
+
+
+class MailMessage(TypedDict):
+    """`EmailAdapter.send`'s arguments."""
+
+    operation_key: str
+    to: str
+    subject: str
+    body: str
+    html: NotRequired[str | None]  # default None
+    reply_to: NotRequired[str | None]  # default None
+
+
 @runtime_checkable
 class CrmAdapter(Protocol):
     """A CRM: enquiries (records) and the tasks linked to them, keyed by our reference."""
@@ -346,22 +402,13 @@ class CrmAdapter(Protocol):
         name). One check per name, saying what was asked and what the CRM answered."""
         ...
 
-    def create_record(
-        self,
-        *,
-        external_ref: str,
-        fields: dict[str, Any],
-        allow_duplicate: bool = False,
-        content: RecordContent = NO_CONTENT,
-    ) -> Effect:
+    def create_record(self, **record: Unpack[NewRecord]) -> Effect:
         """`allow_duplicate`: a reviewer decided to create despite the destination's
         duplicate rule (DestinationError.create_anyway); ignored where there is none.
         `content`: the configured properties, contact properties, pipeline and stage."""
         ...
 
-    def update_record(
-        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
-    ) -> Effect: ...
+    def update_record(self, **update: Unpack[RecordUpdate]) -> Effect: ...
 
     def get_record(self, record_id: str) -> dict[str, Any] | None: ...
 
@@ -372,16 +419,7 @@ class CrmAdapter(Protocol):
 
     def find_record(self, *, external_ref: str) -> str | None: ...
 
-    def create_task(
-        self,
-        *,
-        record_id: str,
-        external_ref: str,
-        title: str,
-        assignee: str,
-        due_at: datetime | None = None,
-        assignee_is_owner: bool = False,
-    ) -> Effect:
+    def create_task(self, **task: Unpack[NewTask]) -> Effect:
         """`assignee` is the name the configuration chose, or the source's own label.
         `assignee_is_owner` (the configuration chose it): it names one of the CRM's
         owners, and the task is that owner's: an owner id is used as it is, a name or
@@ -403,7 +441,7 @@ class CrmAdapter(Protocol):
         ...
 
     def iter_records(
-        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+        self, **listing: Unpack[RecordListing]
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]: ...
 
 
@@ -416,16 +454,7 @@ class EmailAdapter(Protocol):
 
     def verify(self) -> list[CapabilityCheck]: ...
 
-    def send(
-        self,
-        *,
-        operation_key: str,
-        to: str,
-        subject: str,
-        body: str,
-        html: str | None = None,
-        reply_to: str | None = None,
-    ) -> Effect:
+    def send(self, **message: Unpack[MailMessage]) -> Effect:
         """`body` is the plain text; `html`, when given, its HTML alternative; `reply_to`
         one address for the Reply-To. The same arguments on every retry (rendered once)."""
         ...

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC
+from typing import Any, Unpack
 
 import httpx
 
 from integrations.base import (
+    LISTING_LIMIT,
     NO_CONTENT,
     Capabilities,
     CapabilityCheck,
@@ -23,7 +24,10 @@ from integrations.base import (
     ConfiguredCrmNames,
     DestinationError,
     Effect,
-    RecordContent,
+    NewRecord,
+    NewTask,
+    RecordListing,
+    RecordUpdate,
     RequestBudget,
     assignee_check,
     http_reply,
@@ -78,16 +82,10 @@ class SandboxCrm(HttpAdapter):
 
     # -- records -------------------------------------------------------------
 
-    def create_record(
-        self,
-        *,
-        external_ref: str,
-        fields: dict[str, Any],
-        allow_duplicate: bool = False,
-        content: RecordContent = NO_CONTENT,
-    ) -> Effect:
+    def create_record(self, **record: Unpack[NewRecord]) -> Effect:
         # allow_duplicate is ignored: the sandbox has no duplicate rule.
-        body = {**_record_body(fields, content), "external_ref": external_ref}
+        external_ref = record["external_ref"]
+        body = {**_record_body(record), "external_ref": external_ref}
         return self._create("POST", "/crm/records", body, idempotency_key=external_ref)
 
     def find_record(self, *, external_ref: str) -> str | None:
@@ -105,12 +103,11 @@ class SandboxCrm(HttpAdapter):
         self._raise_for_status(response)
         return json_object(response)
 
-    def update_record(
-        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
-    ) -> Effect:
+    def update_record(self, **update: Unpack[RecordUpdate]) -> Effect:
         """PATCH: the same update twice leaves the record as once."""
+        record_id = update["record_id"]
         response = self._send(
-            "PATCH", f"/crm/records/{_segment(record_id)}", json=_record_body(fields, content)
+            "PATCH", f"/crm/records/{_segment(record_id)}", json=_record_body(update)
         )
         self._raise_for_status(response)
         return Effect(
@@ -119,11 +116,15 @@ class SandboxCrm(HttpAdapter):
         )
 
     def iter_records(
-        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+        self, **listing: Unpack[RecordListing]
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
         """Yields (page, cursor to resume after this page) until the listing ends."""
+        until, cursor = listing.get("until"), listing.get("cursor")
         while True:
-            params: dict[str, Any] = {"since": since, "limit": limit}
+            params: dict[str, Any] = {
+                "since": listing["since"],
+                "limit": listing.get("limit", LISTING_LIMIT),
+            }
             if until:
                 params["until"] = until
             if cursor:
@@ -154,23 +155,18 @@ class SandboxCrm(HttpAdapter):
 
     # -- tasks ---------------------------------------------------------------
 
-    def create_task(
-        self,
-        *,
-        record_id: str,
-        external_ref: str,
-        title: str,
-        assignee: str,
-        due_at: datetime | None = None,
-        assignee_is_owner: bool = False,
-    ) -> Effect:
+    def create_task(self, **task: Unpack[NewTask]) -> Effect:
         # The sandbox has no owners: any assignee is kept as written.
-        body: dict[str, Any] = {"external_ref": external_ref, "title": title, "assignee": assignee}
+        external_ref, due_at = task["external_ref"], task.get("due_at")
+        body: dict[str, Any] = {
+            "external_ref": external_ref,
+            "title": task["title"],
+            "assignee": task["assignee"],
+        }
         if due_at is not None:
             body["due_at"] = due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return self._create(
-            "POST", f"/crm/records/{_segment(record_id)}/tasks", body, idempotency_key=external_ref
-        )
+        path = f"/crm/records/{_segment(task['record_id'])}/tasks"
+        return self._create("POST", path, body, idempotency_key=external_ref)
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None:
         return self._find(f"/crm/records/{_segment(record_id)}/tasks", external_ref)
@@ -226,11 +222,12 @@ class SandboxCrm(HttpAdapter):
         raise status_error(response, f"HTTP {response.status_code}: {detail}")
 
 
-def _record_body(fields: dict[str, Any], content: RecordContent) -> dict[str, Any]:
-    """A record's body: the core fields, then the configured properties as keys of their
-    own (the sandbox keeps every key but the core ones in `extra`), the contact's under
-    `contact`, and `pipeline` and `stage` when set."""
-    body = {**fields, **content.properties}
+def _record_body(given: NewRecord | RecordUpdate) -> dict[str, Any]:
+    """A record's body: the core fields, then the configured properties (`content`) as keys
+    of their own (the sandbox keeps every key but the core ones in `extra`), the contact's
+    under `contact`, and `pipeline` and `stage` when set."""
+    content = given.get("content", NO_CONTENT)
+    body = {**given["fields"], **content.properties}
     if content.contact_properties:
         body["contact"] = dict(content.contact_properties)
     if content.pipeline:
