@@ -2,7 +2,7 @@
 over HTTP to gunicorn, a django-q2 cluster doing the work, the sandbox CRM and SMTP
 sink counting what arrives.
 
-tests/intake/test_unreadable.py proves the decisions in process; this proves that a
+test_unreadable.py proves the decisions in process; this proves that a
 delivery kept unreadable does no work until its map is corrected, then becomes
 exactly one record and one task under its original key (the confirmation skipped:
 no address), once however often the map is applied or the sender repeats it; and

@@ -1,7 +1,7 @@
 """Hooks end to end on real parts: every preset's sample over HTTP to gunicorn, a
 django-q2 cluster doing the work, the sandbox CRM and SMTP sink receiving it.
 
-tests/intake/test_hooks.py proves the hook's decisions in process; this proves a
+test_hooks.py proves the hook's decisions in process; this proves a
 sender's delivery becomes exactly one record, one task and one email through
 the real stack, that the provider's retry (signed anew) changes nothing there,
 and that a forged or stale delivery is refused without a trace of its content.

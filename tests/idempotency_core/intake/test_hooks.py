@@ -1,7 +1,7 @@
 """Hooks in process: every preset's sample verified, mapped and ingested once.
 
 Business logic over Django's test client (the real view, the real database);
-tests/intake/test_hooks_end_to_end.py proves the same on a running server with a
+test_hooks_end_to_end.py proves the same on a running server with a
 worker cluster and the sandbox.
 """
 
@@ -177,7 +177,7 @@ def test_a_disabled_source_answers_503_with_retry_after_and_keeps_nothing():
 
 
 def test_no_hook_for_an_api_source_or_an_unknown_one():
-    # The very answer to a wrong credential (tests/intake/test_hook_abuse.py compares
+    # The very answer to a wrong credential (test_hook_abuse.py compares
     # them byte for byte), never a 404 that would tell which sources exist.
     source_get_or_create(name="api-only")
     for path in ("/hooks/api-only/", "/hooks/nobody/"):
@@ -208,7 +208,7 @@ def test_malformed_bodies_get_400():
     ],
 )
 def test_a_verified_body_that_parses_but_does_not_map_is_kept_not_refused(body):
-    """tests/intake/test_unreadable.py follows such a delivery to its case and its fix."""
+    """test_unreadable.py follows such a delivery to its case and its fix."""
     source, path = hook_source("generic")
     sample = Sample("generic", body, "application/json", ("", "", ""), sign=SAMPLES["generic"].sign)
     response = deliver(Client(), path, sample, **{"Idempotency-Key": "k-1"})

@@ -13,7 +13,7 @@ is counted, the steps run in this process against the sandbox:
 - for every preset's sample: without its email it is processed without a
   confirmation; with nothing to contact it is an `unreadable_submission`; never a 4xx.
 
-tests/intake/test_unreadable_end_to_end.py proves the same on gunicorn, a worker
+test_unreadable_end_to_end.py proves the same on gunicorn, a worker
 cluster and the sandbox.
 """
 

@@ -1,0 +1,1 @@
+"""Tests of idempotency_core: a folder per sub-package, its top-level modules here."""
