@@ -26,11 +26,12 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
 from integrations.base import (
+    LISTING_LIMIT,
     NO_CONTENT,
     Capabilities,
     CapabilityCheck,
@@ -38,8 +39,11 @@ from integrations.base import (
     ConfiguredCrmNames,
     DestinationError,
     Effect,
+    NewRecord,
+    NewTask,
     RateLimit,
-    RecordContent,
+    RecordListing,
+    RecordUpdate,
     RequestBudget,
     http_reply,
 )
@@ -307,18 +311,13 @@ class HubSpotCrm(HttpAdapter):
 
     # -- records -------------------------------------------------------------------
 
-    def create_record(
-        self,
-        *,
-        external_ref: str,
-        fields: dict[str, Any],
-        allow_duplicate: bool = False,
-        content: RecordContent = NO_CONTENT,
-    ) -> Effect:
+    def create_record(self, **record: Unpack[NewRecord]) -> Effect:
         """The contact (found or created by email), then the enquiry associated to it.
         The configured properties go on each (`content`), and its pipeline and stage
         over HUBSPOT_PIPELINE and HUBSPOT_STAGE; the reference property stays ours."""
         # allow_duplicate is ignored: HubSpot has no duplicate rule that refuses a create.
+        fields, external_ref = record["fields"], record["external_ref"]
+        content = record.get("content", NO_CONTENT)
         contact_id = self._contact_for(fields, content.contact_properties)
         shape = self._shape
         properties = {
@@ -363,12 +362,11 @@ class HubSpotCrm(HttpAdapter):
         record.update(name=name, email=contact.get("email") or "")
         return record
 
-    def update_record(
-        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
-    ) -> Effect:
+    def update_record(self, **update: Unpack[RecordUpdate]) -> Effect:
         """PATCH the enquiry's title, text and configured properties: the same update
         twice leaves it as once."""
-        properties = {**self._enquiry_properties(fields), **content.properties}
+        record_id, content = update["record_id"], update.get("content", NO_CONTENT)
+        properties = {**self._enquiry_properties(update["fields"]), **content.properties}
         properties.pop(self.config.reference_property, None)
         response = self._send(
             "PATCH",
@@ -382,7 +380,7 @@ class HubSpotCrm(HttpAdapter):
         )
 
     def iter_records(
-        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+        self, **listing: Unpack[RecordListing]
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
         """Pages of enquiries created in [since, until), resumable after each page.
 
@@ -390,13 +388,14 @@ class HubSpotCrm(HttpAdapter):
         and search lags and stops at 10,000 results, so the whole list is read and
         filtered here; the cursor is HubSpot's own `after`.
         """
-        start, end = utc_instant(since), utc_instant(until) if until else None
+        until = listing.get("until")
+        start, end = utc_instant(listing["since"]), utc_instant(until) if until else None
         params: dict[str, Any] = {
-            "limit": min(limit, _PAGE_LIMIT),
+            "limit": min(listing.get("limit", LISTING_LIMIT), _PAGE_LIMIT),
             "properties": ",".join(self._read_properties()),
         }
         path = f"/crm/v3/objects/{self.object_type}"
-        for results, after in self._pages(path, params, after=cursor):
+        for results, after in self._pages(path, params, after=listing.get("cursor")):
             page = [self._record_of(item) for item in results]
             kept = [
                 r
@@ -493,31 +492,24 @@ class HubSpotCrm(HttpAdapter):
 
     # -- tasks ---------------------------------------------------------------------
 
-    def create_task(
-        self,
-        *,
-        record_id: str,
-        external_ref: str,
-        title: str,
-        assignee: str,
-        due_at: datetime | None = None,
-        assignee_is_owner: bool = False,
-    ) -> Effect:
+    def create_task(self, **task: Unpack[NewTask]) -> Effect:
         """A task with its own reference, associated to the enquiry. HubSpot owners are
         numeric ids (`hubspot_owner_id`): a configured assignee is mapped to its owner
         through the owners API (`_owner_id`); the source's own label becomes the owner
         only when numeric. The assignee is named in the body too. A task's
         `hs_timestamp` is its due date: `due_at`, else now."""
+        record_id, external_ref = task["record_id"], task["external_ref"]
+        assignee, due_at = task["assignee"], task.get("due_at")
         owner = task_owner(
             assignee,
-            configured=assignee_is_owner,
+            configured=task.get("assignee_is_owner", False),
             owner_id=self._owner_id,
             own_id=lambda label: label if label.isdigit() else None,
         )
         due = due_at.astimezone(UTC) if due_at is not None else datetime.now(UTC)
         properties = {
             "hs_timestamp": due.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
-            "hs_task_subject": title,
+            "hs_task_subject": task["title"],
             "hs_task_status": "NOT_STARTED",
             "hs_task_body": f"Assignee: {assignee}" if assignee else "",
             self.config.reference_property: external_ref,
