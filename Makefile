@@ -71,7 +71,7 @@ test: install
 test-fast: install
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(XDIST) -m "not slow and not browser" $(PYTEST_ARGS)
 
-# The promise model (tests/core/test_promise_model.py) for many more examples than
+# The promise model (tests/test_promise_model.py) for many more examples than
 # `make test` runs, one process; prints how often each rule ran and how many examples
 # ran (the test process's own log lines go to test-artifacts/soak.log). A failure is
 # kept in test-artifacts/soak-examples/ and replayed first by the next soak.
@@ -81,7 +81,7 @@ soak: install
 	DATABASE_URL=$(TEST_DATABASE_URL) ONEFOLD_SOAK_EXAMPLES=$(ONEFOLD_SOAK_EXAMPLES) \
 		ONEFOLD_PROMISE_DATABASE=$(CURDIR)/test-artifacts/soak-examples \
 		$(PY) -m pytest -p no:cacheprovider -s -p no:logging \
-		tests/core/test_promise_model.py -k whatever_the_paths $(PYTEST_ARGS) \
+		tests/test_promise_model.py -k whatever_the_paths $(PYTEST_ARGS) \
 		2>test-artifacts/soak.log
 
 lint: install

@@ -24,7 +24,8 @@ for name, value in {
     "DATABASE_CONN_MAX_AGE": "0",
     # The suite's factories write to one address (ada@example.com) and from one source
     # far more than the product allows in a day; the tests of those limits
-    # (tests/core/test_confirmation_limits*.py) put the product's defaults back.
+    # (tests/idempotency_core/execution/test_confirmation_limits*.py) put the
+    # product's defaults back.
     "ONEFOLD_CONFIRMATIONS_PER_RECIPIENT_PER_DAY": "1000000",
     "ONEFOLD_CONFIRMATIONS_PER_SOURCE_PER_DAY": "1000000",
 }.items():

@@ -145,8 +145,8 @@ class Column:
 # psycopg's Int2/Int4/Int8, which name its exact type. Everything else (dates, JSON,
 # UUIDs, a subclass) takes the field's own path, but for an aware datetime
 # (`Column.aware_unchanged`). Preparing every value of ingest's rows through each
-# field's path is the slow way; tests/core/test_prepared_once.py holds each class and
-# type here to the field's own preparation.
+# field's path is the slow way; tests/idempotency_core/test_prepared_once.py holds
+# each class and type here to the field's own preparation.
 _NONE = type(None)
 _UNCHANGED: dict[type[Field[Any, Any]], tuple[type, ...]] = {
     models.CharField: (str, _NONE),
@@ -232,9 +232,9 @@ def instance_new(model: type[M], values: dict[str, object]) -> M:
     """`model(**values)`, with `values` by attribute name (`event_id`, not `event`),
     through the positional path that Django's `from_db` takes: every field's value in
     field order. Django's keyword path looks each field up in the keywords and asks it
-    for its default, several times the cost (tests/core/test_prepared_once.py holds the
-    two to the same instance). A name that is no field's attribute raises TypeError,
-    as the keyword would."""
+    for its default, several times the cost
+    (tests/idempotency_core/test_prepared_once.py holds the two to the same instance).
+    A name that is no field's attribute raises TypeError, as the keyword would."""
     if not values.keys() <= _attribute_names(model):
         unknown = sorted(values.keys() - _attribute_names(model))
         raise TypeError(f"{model.__name__} has no field attribute {', '.join(unknown)}")

@@ -70,7 +70,8 @@ def unhurried_chain(settings) -> None:
     4 s leave half a second for every step before, which a loaded machine can
     spend on one: the next step is then queued (correctly), and no test that runs
     the task in process runs the queue. For tests about what the chain does, not
-    about its deadline (that is tests/core/test_pipeline_perf.py's, with seconds=0).
+    about its deadline (that is
+    tests/idempotency_core/execution/test_pipeline_perf.py's, with seconds=0).
     """
     settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 60}
 

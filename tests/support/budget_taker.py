@@ -1,5 +1,6 @@
-"""A worker of the shared-budget test (tests/core/test_budget.py), run as a process of
-its own: `python -m tests.support.budget_taker DESTINATION_ID SECONDS REQUESTS PER_SECONDS`.
+"""A worker of the shared-budget test (tests/idempotency_core/execution/test_budget.py),
+run as a process of its own:
+`python -m tests.support.budget_taker DESTINATION_ID SECONDS REQUESTS PER_SECONDS`.
 Reserves requests as fast as the budget allows and prints the time each was reserved
 for (the database's clock), as
 JSON, when done."""

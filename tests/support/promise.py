@@ -1,4 +1,4 @@
-"""What the promise model (tests/core/test_promise_model.py) reads from the real system.
+"""What the promise model (tests/test_promise_model.py) reads from the real system.
 
 The promise: per logical submission at most one CRM record, one task and one
 confirmation (plus the "send again"s a person asked for), and whatever is not done

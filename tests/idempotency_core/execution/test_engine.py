@@ -1,7 +1,8 @@
 """The engine against the real sandbox over loopback: claim, execute, record, release.
 
 These call the services in-process (no broker) to prove the business rules; the
-delivery behaviour of django-q2 is proven in test_end_to_end.py with a real cluster.
+delivery behaviour of django-q2 is proven in tests/test_end_to_end.py with a real
+cluster.
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 EXAMPLES = int(os.environ.get("ONEFOLD_SCHEMATHESIS_EXAMPLES", "250"))
 MIN_REQUESTS = int(os.environ.get("ONEFOLD_SCHEMATHESIS_MIN_REQUESTS", "500"))
-REPO = str(Path(__file__).resolve().parents[2])
 SEED = os.environ.get("ONEFOLD_SCHEMATHESIS_SEED", "20261129")
 
 
@@ -153,6 +152,7 @@ def test_generated_requests_find_no_server_error_and_no_schema_violation(web_ser
     # Imported here: `st` loads this module as its hooks, where Django is not set up.
     from idempotency_core.intake.sources import source_create_with_key
     from idempotency_core.models import Source
+    from tests.support.processes import REPO
 
     source, _, key = source_create_with_key(name="schemathesis")
     # The run sends thousands of requests a minute; the rate limit is not under test.
@@ -162,7 +162,12 @@ def test_generated_requests_find_no_server_error_and_no_schema_violation(web_ser
     print("\n" + " ".join(command).replace(key, "<key>"))
     run = subprocess.run(
         command,
-        env={**os.environ, "SCHEMATHESIS_HOOKS": __name__, "NO_COLOR": "1", "PYTHONPATH": REPO},
+        env={
+            **os.environ,
+            "SCHEMATHESIS_HOOKS": __name__,
+            "NO_COLOR": "1",
+            "PYTHONPATH": str(REPO),
+        },
         cwd=tmp_path,  # schemathesis keeps a cache in its working directory
         capture_output=True,
         text=True,

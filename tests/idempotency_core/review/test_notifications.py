@@ -3,7 +3,7 @@ person and reason whatever runs twice, escalation once, digests, a send that fai
 visibly, and a send whose worker died sent again under its Message-ID.
 
 The tasks are called as a worker calls them (idempotency_core.tasks); the delivery
-through a real cluster and SMTP sink is tests/core/test_notifications_cluster.py's.
+through a real cluster and SMTP sink is test_notifications_cluster.py's.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests of the lab: its drill, bench commands, emulators and sandbox."""
