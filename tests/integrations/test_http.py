@@ -1,7 +1,7 @@
 """The one rule from an HTTP answer to the engine's vocabulary (integrations/http.py).
 
 Pure logic: answers are built in memory, nothing is sent. The vendors' own readings
-that come before this rule are proven against their emulators (test_<vendor>.py);
+that come before this rule are proven against their emulators (<vendor>/test_<vendor>.py);
 the rule over real sockets, through the sandbox's adapter, in test_classification.py.
 """
 

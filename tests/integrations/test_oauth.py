@@ -1,7 +1,8 @@
 """Which adapters share a process's OAuth token (`integrations.oauth.shared_credentials`).
 
 Pure logic; that the shared token spares real token calls is shown against the
-Dataverse and Salesforce emulators (test_dataverse.py, test_salesforce.py).
+Dataverse and Salesforce emulators (dataverse/test_dataverse.py,
+salesforce/test_salesforce.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """A vendor's emulator as the default destination, its controls, and delivery storms:
-shared by the vendor pipeline tests (tests/integrations/test_<vendor>_pipeline.py)."""
+shared by the vendor pipeline tests
+(tests/integrations/<vendor>/test_<vendor>_pipeline.py)."""
 
 from __future__ import annotations
 

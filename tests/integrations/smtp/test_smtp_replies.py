@@ -1,7 +1,7 @@
 """The one rule from an SMTP reply to the engine's vocabulary (integrations/smtp).
 
 Pure logic. The sender applies it at each command against scripted servers and the
-sandbox's sink in test_classification.py.
+sandbox's sink in tests/integrations/test_classification.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each test is one rule of Resend's documentation (cited in lab/emulators/resend.py)
 seen from a client that speaks raw HTTP: the key, the team's rate limit, the
 quotas, the domains and the checks of a send. The adapter's view of the same
-rules is in test_resend.py.
+rules is in tests/integrations/resend/test_resend.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Each rule cites its page in lab/emulators/dataverse.py (Entra ID's client
 credentials flow, the service protection limits, the lead and task column
-references); the adapter's reading of them is in test_dataverse.py.
+references); the adapter's reading of them is in
+tests/integrations/dataverse/test_dataverse.py.
 """
 
 from __future__ import annotations

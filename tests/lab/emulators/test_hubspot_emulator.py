@@ -1,9 +1,10 @@
 """The HubSpot emulator's rules, each shown over loopback HTTP as a client meets them.
 
 Every rule here is one HubSpot documents (the source is cited beside it in
-lab/emulators/hubspot*.py); the adapter's own tests are in test_hubspot.py. The
-request limiter's clock is the one thing tested without the wire, with a clock the
-test moves: waiting ten real seconds to see a window roll would prove nothing more.
+lab/emulators/hubspot*.py); the adapter's own tests are in
+tests/integrations/hubspot/test_hubspot.py. The request limiter's clock is the one
+thing tested without the wire, with a clock the test moves: waiting ten real seconds
+to see a window roll would prove nothing more.
 """
 
 from __future__ import annotations

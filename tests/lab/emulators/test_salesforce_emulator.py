@@ -1,9 +1,9 @@
 """The Salesforce emulator's rules, shown over loopback HTTP as a client meets them.
 
 Each rule cites its page in lab/emulators/salesforce_store.py ([OAUTH], [ERRORS],
-[LIMITS], [FIELDS]); the adapter's reading of them is in test_salesforce.py. The
-rolling window behind the 24-hour allocation is shown with a clock the test moves:
-no test waits a day.
+[LIMITS], [FIELDS]); the adapter's reading of them is in
+tests/integrations/salesforce/test_salesforce.py. The rolling window behind the
+24-hour allocation is shown with a clock the test moves: no test waits a day.
 """
 
 from __future__ import annotations

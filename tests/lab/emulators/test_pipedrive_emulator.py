@@ -2,7 +2,7 @@
 
 Each rule cites its page in lab/emulators/pipedrive.py (authentication, the rate
 limiting page's budget and burst limits, v2's validation); the adapter's reading
-of them is in test_pipedrive.py.
+of them is in tests/integrations/pipedrive/test_pipedrive.py.
 """
 
 from __future__ import annotations

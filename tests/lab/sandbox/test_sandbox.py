@@ -24,8 +24,7 @@ import httpx
 import pytest
 
 from lab.sandbox import SandboxServer
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import REPO
 
 
 @pytest.fixture(scope="module")
@@ -848,7 +847,7 @@ def test_the_command_serves_until_sigterm_and_exits_cleanly(tmp_path: Path) -> N
     with stderr_path.open("w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "manage.py", "sandbox", "--http-port", "0", "--smtp-port", "0"],
-            cwd=REPO_ROOT,
+            cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
             stderr=stderr,
