@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from integrations.base import (
     CapabilityCheck,
+    NewTask,
     assignee_check,
     read_before_write,
     unknown_owner_error,
@@ -84,16 +85,14 @@ def owner_id_of(
 
 
 def task_owner(
-    assignee: str,
-    *,
-    configured: bool,
-    owner_id: Callable[[str], T],
-    own_id: Callable[[str], T | None],
+    task: NewTask, *, owner_id: Callable[[str], T], own_id: Callable[[str], T | None]
 ) -> T | None:
-    """A task's owner. An assignee the configuration chose names one of the CRM's owners
-    (`owner_id`, PERMANENT when none); the source's own label is the owner only when it
-    is an id of the vendor's form already (`own_id`: the id, or None)."""
-    if configured and assignee:
+    """A task's owner. An assignee the configuration chose (`assignee_is_owner`) names
+    one of the CRM's owners (`owner_id`, PERMANENT when none); the source's own label is
+    the owner only when it is an id of the vendor's form already (`own_id`: the id, or
+    None)."""
+    assignee = task["assignee"]
+    if task.get("assignee_is_owner", False) and assignee:
         return owner_id(assignee)
     return own_id(assignee) if assignee else None
 

@@ -38,12 +38,13 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import quote, urlsplit
 
 import httpx
 
 from integrations.base import (
+    LISTING_LIMIT,
     NO_CONTENT,
     Capabilities,
     CapabilityCheck,
@@ -51,7 +52,10 @@ from integrations.base import (
     ConfiguredCrmNames,
     DestinationError,
     Effect,
-    RecordContent,
+    NewRecord,
+    NewTask,
+    RecordListing,
+    RecordUpdate,
     RequestBudget,
     http_reply,
 )
@@ -287,21 +291,15 @@ class DataverseCrm(BearerAdapter):
 
     # -- leads ---------------------------------------------------------------
 
-    def create_record(
-        self,
-        *,
-        external_ref: str,
-        fields: dict[str, Any],
-        allow_duplicate: bool = False,
-        content: RecordContent = NO_CONTENT,
-    ) -> Effect:
+    def create_record(self, **record: Unpack[NewRecord]) -> Effect:
         """The lead, created once by the GUID derived from our key. A lead is the enquiry
         and its person in one row: the configured properties and contact properties are
         its columns (logical names, `companyname`); it has no pipeline or stage of its
         own (an opportunity's are), so those are not sent."""
         # allow_duplicate is ignored: the Web API suppresses duplicate detection by default.
+        external_ref = record["external_ref"]
         guid = record_guid("lead", external_ref)
-        body = {**_lead_body(fields, content), self.ref_column: external_ref}
+        body = {**_lead_body(record), self.ref_column: external_ref}
         response = self._send("PATCH", f"/leads({guid})", json=body, headers={"If-None-Match": "*"})
         if response.status_code != 412:
             self._raise_for_status(response)
@@ -315,12 +313,10 @@ class DataverseCrm(BearerAdapter):
             raise self._error(response, "412 on the alternate key, yet no lead holds the key")
         return Effect(ref=found, reply=http_reply(412), adopted=True)
 
-    def update_record(
-        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
-    ) -> Effect:
+    def update_record(self, **update: Unpack[RecordUpdate]) -> Effect:
         """PATCH with If-Match: * only updates (404 when the lead is gone, never a create)."""
-        guid = _guid(record_id)
-        body = _lead_body(fields, content)
+        guid = _guid(update["record_id"])
+        body = _lead_body(update)
         body.pop(self.ref_column, None)
         response = self._send("PATCH", f"/leads({guid})", json=body, headers={"If-Match": "*"})
         self._raise_for_status(response)
@@ -383,13 +379,14 @@ class DataverseCrm(BearerAdapter):
         return Effect.deletion(record_id, response.status_code)
 
     def iter_records(
-        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+        self, **listing: Unpack[RecordListing]
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
         """Leads created in [since, until), unmerged, by (createdon, leadid); the cursor is
         the query of Dataverse's @odata.nextLink (server-driven paging, `Prefer:
         odata.maxpagesize`). Dataverse keeps whole seconds, so both ends are cut to the
         second: consecutive windows still share no lead."""
-        conditions = [f"createdon ge {_instant(since)}", "merged eq false"]
+        until, cursor = listing.get("until"), listing.get("cursor")
+        conditions = [f"createdon ge {_instant(listing['since'])}", "merged eq false"]
         if until:
             conditions.insert(1, f"createdon lt {_instant(until)}")
         params: dict[str, str] | None = {
@@ -397,7 +394,8 @@ class DataverseCrm(BearerAdapter):
             "$filter": " and ".join(conditions),
             "$orderby": "createdon asc,leadid asc",
         }
-        prefer = {"Prefer": f"odata.maxpagesize={max(1, min(limit, 5000))}"}
+        page_size = max(1, min(listing.get("limit", LISTING_LIMIT), 5000))
+        prefer = {"Prefer": f"odata.maxpagesize={page_size}"}
         while True:
             path = f"/leads?{cursor}" if cursor else "/leads"
             response = self._send("GET", path, params=None if cursor else params, headers=prefer)
@@ -412,31 +410,22 @@ class DataverseCrm(BearerAdapter):
 
     # -- tasks ---------------------------------------------------------------
 
-    def create_task(
-        self,
-        *,
-        record_id: str,
-        external_ref: str,
-        title: str,
-        assignee: str,
-        due_at: datetime | None = None,
-        assignee_is_owner: bool = False,
-    ) -> Effect:
+    def create_task(self, **task: Unpack[NewTask]) -> Effect:
         """A task regarding the lead, created once by its derived GUID. A configured
         assignee is its owner (`ownerid@odata.bind: /systemusers(<id>)`), a systemuser
         found by email or name (`_owner_id`); the source's own label is the owner only
         when it is a GUID. `due_at` is its `scheduledend`, the task's due date."""
+        external_ref, assignee, due_at = task["external_ref"], task["assignee"], task.get("due_at")
         owner = task_owner(
-            assignee,
-            configured=assignee_is_owner,
+            task,
             owner_id=self._owner_id,
             own_id=lambda label: label.lower() if _GUID.fullmatch(label) else None,
         )
         guid = record_guid("task", external_ref)
         body: dict[str, Any] = {
-            "subject": title[:200],
+            "subject": task["title"][:200],
             "description": f"Assignee: {assignee}"[:_DESCRIPTION_LENGTH] if assignee else "",
-            "regardingobjectid_lead_task@odata.bind": f"/leads({_guid(record_id)})",
+            "regardingobjectid_lead_task@odata.bind": f"/leads({_guid(task['record_id'])})",
         }
         if due_at is not None:
             body["scheduledend"] = due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -530,10 +519,11 @@ def _guid(record_id: str) -> str:
     return record_id.lower()
 
 
-def _lead_body(fields: Mapping[str, Any], content: RecordContent = NO_CONTENT) -> dict[str, Any]:
+def _lead_body(given: NewRecord | RecordUpdate) -> dict[str, Any]:
     """The enquiry as lead columns: the topic (subject), the person (lastname holds the
     whole name, Dataverse builds fullname from it), email, phone, and the message with
     the form's other data after it in the description; then the configured columns."""
+    fields, content = given["fields"], given.get("content", NO_CONTENT)
     name = str(fields.get("name") or "").strip()
     trailer = [
         f"{label}: {fields[key]}"

@@ -501,10 +501,7 @@ class HubSpotCrm(HttpAdapter):
         record_id, external_ref = task["record_id"], task["external_ref"]
         assignee, due_at = task["assignee"], task.get("due_at")
         owner = task_owner(
-            assignee,
-            configured=task.get("assignee_is_owner", False),
-            owner_id=self._owner_id,
-            own_id=lambda label: label if label.isdigit() else None,
+            task, owner_id=self._owner_id, own_id=lambda label: label if label.isdigit() else None
         )
         due = due_at.astimezone(UTC) if due_at is not None else datetime.now(UTC)
         properties = {

@@ -39,13 +39,14 @@ import html
 import re
 import uuid
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC
+from typing import Any, Unpack
 from urllib.parse import quote
 
 import httpx
 
 from integrations.base import (
+    LISTING_LIMIT,
     NO_CONTENT,
     Capabilities,
     CapabilityCheck,
@@ -53,8 +54,11 @@ from integrations.base import (
     ConfiguredCrmNames,
     DestinationError,
     Effect,
+    NewRecord,
+    NewTask,
     RateLimit,
-    RecordContent,
+    RecordListing,
+    RecordUpdate,
     RequestBudget,
     http_reply,
     read_before_write,
@@ -219,19 +223,14 @@ class PipedriveCrm(HttpAdapter):
 
     # -- records (leads) -----------------------------------------------------
 
-    def create_record(
-        self,
-        *,
-        external_ref: str,
-        fields: dict[str, Any],
-        allow_duplicate: bool = False,
-        content: RecordContent = NO_CONTENT,
-    ) -> Effect:
+    def create_record(self, **record: Unpack[NewRecord]) -> Effect:
         """The person (found by email, else created), then the lead. The configured
         properties are the lead's fields, the contact properties the person's, each by
         its key (a custom field's is its 40-hex key; a field's name is mapped to it,
         `_keyed`); a lead has no pipeline or stage (a deal's are), so those are not sent."""
         # allow_duplicate is ignored: Pipedrive has no duplicate rule that refuses a create.
+        fields, external_ref = record["fields"], record["external_ref"]
+        content = record.get("content", NO_CONTENT)
         properties = self._keyed("leadFields", content.properties) if content.properties else {}
         contact = (
             self._keyed("personFields", content.contact_properties)
@@ -260,11 +259,11 @@ class PipedriveCrm(HttpAdapter):
         _raise_for_status(response)
         return Effect(ref=str(_data(response)["id"]), reply=http_reply(response.status_code))
 
-    def update_record(
-        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
-    ) -> Effect:
+    def update_record(self, **update: Unpack[RecordUpdate]) -> Effect:
         """PATCH the lead's title, person and configured fields: the same update twice
         leaves it as once."""
+        record_id, fields = update["record_id"], update["fields"]
+        content = update.get("content", NO_CONTENT)
         body: dict[str, Any] = {
             **(self._keyed("leadFields", content.properties) if content.properties else {}),
             "title": _title(fields),
@@ -372,13 +371,14 @@ class PipedriveCrm(HttpAdapter):
         return not person.get("is_deleted") and person.get("active_flag") is not False
 
     def iter_records(
-        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+        self, **listing: Unpack[RecordListing]
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
         """Leads by add_time, offset-paged (`start`/`limit`), in [since, until): the
         listing has no time filter, so it reads from the start and skips earlier ones."""
-        low, high = utc_instant(since), utc_instant(until) if until else None
+        until, cursor = listing.get("until"), listing.get("cursor")
+        low, high = utc_instant(listing["since"]), utc_instant(until) if until else None
         start = int(cursor) if cursor and cursor.isdigit() else 0
-        page_size = max(1, min(limit, _PAGE))
+        page_size = max(1, min(listing.get("limit", LISTING_LIMIT), _PAGE))
         while True:
             params = {"start": start, "limit": page_size, "sort": "add_time ASC"}
             response = self._send("GET", "/v1/leads", params=params)
@@ -400,32 +400,23 @@ class PipedriveCrm(HttpAdapter):
 
     # -- tasks (activities) --------------------------------------------------
 
-    def create_task(
-        self,
-        *,
-        record_id: str,
-        external_ref: str,
-        title: str,
-        assignee: str,
-        due_at: datetime | None = None,
-        assignee_is_owner: bool = False,
-    ) -> Effect:
+    def create_task(self, **task: Unpack[NewTask]) -> Effect:
         """An activity on the lead. A configured assignee is its `owner_id`, a user
         found through the users API (`_owner_id`); the source's own label is the
         owner only when numeric. `due_at` its due_date and due_time (UTC, as Pipedrive
         keeps them)."""
+        external_ref, assignee, due_at = task["external_ref"], task["assignee"], task.get("due_at")
         owner = task_owner(
-            assignee,
-            configured=assignee_is_owner,
+            task,
             owner_id=self._owner_id,
             own_id=lambda label: int(label) if label.isdigit() else None,
         )
         reference = _REFERENCE_LINE.format(html.escape(external_ref))
         note = f"<p>Assignee: {html.escape(assignee)}</p><p>{reference}</p>"
         body: dict[str, Any] = {
-            "subject": title,
+            "subject": task["title"],
             "type": self.activity_type,
-            "lead_id": record_id,
+            "lead_id": task["record_id"],
             "note": note,
         }
         if owner is not None:

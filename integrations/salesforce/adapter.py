@@ -56,12 +56,13 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 import httpx
 
 from integrations.base import (
+    LISTING_LIMIT,
     NO_CONTENT,
     Capabilities,
     CapabilityCheck,
@@ -69,8 +70,12 @@ from integrations.base import (
     ConfiguredCrmNames,
     DestinationError,
     Effect,
+    NewRecord,
+    NewTask,
     RateLimit,
     RecordContent,
+    RecordListing,
+    RecordUpdate,
     RequestBudget,
     http_reply,
 )
@@ -338,21 +343,15 @@ class SalesforceCrm(BearerAdapter):
 
     # -- records ---------------------------------------------------------------------
 
-    def create_record(
-        self,
-        *,
-        external_ref: str,
-        fields: dict[str, Any],
-        allow_duplicate: bool = False,
-        content: RecordContent = NO_CONTENT,
-    ) -> Effect:
+    def create_record(self, **record: Unpack[NewRecord]) -> Effect:
         """`allow_duplicate`: a reviewer's decision on a suspected duplicate whose rule
         only alerts: the same create, with `Sforce-Duplicate-Rule-Header:
         allowSave=true` ([DUPRULE]). A blocking rule refuses it still. `content`: the
         configured fields (`_record_body`)."""
-        headers = {"Sforce-Duplicate-Rule-Header": "allowSave=true"} if allow_duplicate else None
+        allowed = record.get("allow_duplicate", False)
+        headers = {"Sforce-Duplicate-Rule-Header": "allowSave=true"} if allowed else None
         return self._create_once(
-            self.config.sobject, external_ref, self._record_body(fields, content), headers=headers
+            self.config.sobject, record["external_ref"], self._record_body(record), headers=headers
         )
 
     def create_record_allowing_duplicates(
@@ -385,15 +384,14 @@ class SalesforceCrm(BearerAdapter):
             return None
         return self._record_of(json_object(response))
 
-    def update_record(
-        self, *, record_id: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
-    ) -> Effect:
+    def update_record(self, **update: Unpack[RecordUpdate]) -> Effect:
         """PATCH by id with `Sforce-Auto-Assign: FALSE` ([ASSIGN]): 204. Twice is as once."""
+        record_id = update["record_id"]
         self._reference_checked(record_id)
         response = self._call(
             "PATCH",
             f"/sobjects/{self.config.sobject}/{record_id}",
-            json=self._record_body(fields, content),
+            json=self._record_body(update),
             headers={"Sforce-Auto-Assign": "FALSE"},
         )
         return Effect(ref=record_id, reply=http_reply(response.status_code))
@@ -420,18 +418,18 @@ class SalesforceCrm(BearerAdapter):
         return Effect.deletion(record_id, response.status_code)
 
     def iter_records(
-        self, *, since: str, until: str | None = None, cursor: str | None = None, limit: int = 2000
+        self, **listing: Unpack[RecordListing]
     ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
         """[QUERY]: one SOQL query by CreatedDate, then its nextRecordsUrl pages; the
         cursor to resume after a page is that page's nextRecordsUrl."""
-        batch = max(200, min(2000, limit))
+        cursor = listing.get("cursor")
+        batch = max(200, min(2000, listing.get("limit", LISTING_LIMIT)))
         headers = {"Sforce-Query-Options": f"batchSize={batch}"}
         if cursor:
             response = self._call("GET", _api_relative(cursor, self.api), headers=headers)
         else:
-            response = self._call(
-                "GET", "/query", headers=headers, params={"q": self._soql(since, until)}
-            )
+            query = self._soql(listing["since"], listing.get("until"))
+            response = self._call("GET", "/query", headers=headers, params={"q": query})
         for records, next_url in self._query_pages(response, headers=headers):
             yield [self._listed(r) for r in records], next_url
 
@@ -479,15 +477,14 @@ class SalesforceCrm(BearerAdapter):
             "merged_into": None,
         }
 
-    def _record_body(
-        self, fields: Mapping[str, Any], content: RecordContent = NO_CONTENT
-    ) -> dict[str, Any]:
+    def _record_body(self, given: NewRecord | RecordUpdate) -> dict[str, Any]:
         """Onefold's enquiry as Lead (or Contact) fields. LastName is required on both and
         Company on Lead; a missing one is written "[not provided]". A Lead is the
         enquiry and its person in one object: the configured properties and contact
         properties both become its fields (API names, `Budget__c`), and the stage its
         `Status`; a Lead has no pipeline, so `content.pipeline` is not sent. The
         reference field stays Onefold's."""
+        fields, content = given["fields"], given.get("content", NO_CONTENT)
         name = str(fields.get("name") or "").strip()
         first, _, last = name.rpartition(" ")
         body: dict[str, Any] = {
@@ -514,27 +511,17 @@ class SalesforceCrm(BearerAdapter):
 
     # -- tasks ----------------------------------------------------------------------
 
-    def create_task(
-        self,
-        *,
-        record_id: str,
-        external_ref: str,
-        title: str,
-        assignee: str,
-        due_at: datetime | None = None,
-        assignee_is_owner: bool = False,
-    ) -> Effect:
+    def create_task(self, **task: Unpack[NewTask]) -> Effect:
         """[VENDOR]: Task with WhoId (a lead as WhoId leaves WhatId empty). A configured
         assignee becomes OwnerId, mapped to its user through a SOQL query on User
         (`_owner_id`); the source's own label becomes OwnerId only when it is a user id
         (005...), else it is named in the Description and the task stays with the
         integration user. `due_at` becomes its ActivityDate, a date (UTC)."""
-        owner = task_owner(
-            assignee, configured=assignee_is_owner, owner_id=self._owner_id, own_id=user_id
-        )
+        assignee, due_at = task["assignee"], task.get("due_at")
+        owner = task_owner(task, owner_id=self._owner_id, own_id=user_id)
         body: dict[str, Any] = {
-            "Subject": title[:255],
-            "WhoId": record_id,
+            "Subject": task["title"][:255],
+            "WhoId": task["record_id"],
             "Status": "Not Started",
             "Priority": "Normal",
         }
@@ -544,7 +531,7 @@ class SalesforceCrm(BearerAdapter):
             body["OwnerId"] = owner
         elif assignee:
             body["Description"] = f"Assignee: {assignee}"
-        return self._create_once("Task", external_ref, body)
+        return self._create_once("Task", task["external_ref"], body)
 
     def find_task(self, *, record_id: str, external_ref: str) -> str | None:
         return self._find("Task", self.config.task_reference_field, external_ref)
