@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 from django.conf import settings
@@ -35,6 +35,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    MailMessage,
     RateLimit,
     RequestBudget,
     http_reply,
@@ -182,20 +183,13 @@ class ResendSender(HttpAdapter):
         )
         return CapabilityCheck("sender_domain", False, how)
 
-    def send(
-        self,
-        *,
-        operation_key: str,
-        to: str,
-        subject: str,
-        body: str,
-        html: str | None = None,
-        reply_to: str | None = None,
-    ) -> Effect:
+    def send(self, **message: Unpack[MailMessage]) -> Effect:
         """POST /emails (https://resend.com/docs/api-reference/emails/send-email): `text`,
         and `html` and `reply_to` when given. Built from the arguments alone, which are
         the operation's stored content: a retry's body is the first one's, byte for
         byte, as Resend's idempotency key requires."""
+        operation_key = message["operation_key"]
+        html, reply_to = message.get("html"), message.get("reply_to")
         if not 1 <= len(operation_key) <= MAX_KEY_LENGTH:
             raise DestinationError(
                 "the operation key does not fit Resend's 1-256 character idempotency key",
@@ -203,9 +197,9 @@ class ResendSender(HttpAdapter):
             )
         payload: dict[str, Any] = {
             "from": self.sender,
-            "to": [to.strip()],
-            "subject": subject,
-            "text": body,
+            "to": [message["to"].strip()],
+            "subject": message["subject"],
+            "text": message["body"],
             # Recognisable in the mailbox and in Resend's logs; fixed per operation.
             "headers": {"X-Onefold-Operation": operation_key},
         }

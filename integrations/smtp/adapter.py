@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import format_datetime, parsedate_to_datetime
+from typing import Unpack
 
 import idna
 from django.utils import timezone
@@ -54,6 +55,7 @@ from integrations.base import (
     Classification,
     DestinationError,
     Effect,
+    MailMessage,
     RequestBudget,
     smtp_reply,
 )
@@ -287,35 +289,24 @@ class SmtpSender:
         self.timeout = timeout
         self.sender = sender
 
-    def send(
-        self,
-        *,
-        operation_key: str,
-        to: str,
-        subject: str,
-        body: str,
-        html: str | None = None,
-        reply_to: str | None = None,
-    ) -> Effect:
-        sender, recipient = envelope_address(self.sender), envelope_address(to)
+    def send(self, **message: Unpack[MailMessage]) -> Effect:
+        reply_to = message.get("reply_to")
+        sender, recipient = envelope_address(self.sender), envelope_address(message["to"])
         utf8 = not (sender.isascii() and recipient.isascii())
         extra = (("Reply-To", envelope_address(reply_to)),) if reply_to else ()
         data = self._message_bytes(
-            operation_key=operation_key,
+            message,
             sender=sender,
             to=recipient,
-            subject=subject,
-            body=body,
             utf8=utf8 or not all(value.isascii() for _, value in extra),
             extra=extra,
-            html=html,
         )
         key = (self.host, self.port, self.timeout)
         session = self._session(key)
         try:
             self._envelope(session.client, sender, recipient, utf8=utf8)
             code, reply = self._data(session.client, data)
-            effect = self._accepted(code, reply, operation_key=operation_key)
+            effect = self._accepted(code, reply, operation_key=message["operation_key"])
         except BaseException:
             # Whatever state the dialogue is in, this connection carries nothing more.
             _quit_quietly(session.client)
@@ -340,23 +331,22 @@ class SmtpSender:
 
     def _message_bytes(
         self,
+        message: MailMessage,
         *,
-        operation_key: str,
         sender: str,
         to: str,
-        subject: str,
-        body: str,
         utf8: bool,
         extra: tuple[tuple[str, str], ...] = (),
-        html: str | None = None,
     ) -> bytes:
-        """The message as it will be sent, written before connecting: what the email
-        package cannot write is a permanent failure, and nothing was sent. `extra`
-        headers (a Reply-To) come after the fixed ones; `html` makes it multipart."""
+        """The message as it will be sent (from `sender` to `to`, the envelope's addresses),
+        written before connecting: what the email package cannot write is a permanent
+        failure, and nothing was sent. `extra` headers (a Reply-To) come after the fixed
+        ones; `html` makes it multipart."""
+        operation_key, body, html = message["operation_key"], message["body"], message.get("html")
         headers = (
             ("From", sender),
             ("To", to),
-            ("Subject", subject),
+            ("Subject", message["subject"]),
             ("Date", format_datetime(timezone.now())),
             ("Message-ID", message_id_for(operation_key)),
             ("X-Onefold-Operation", operation_key),
