@@ -23,7 +23,7 @@ Nothing here imports Onefold's models: integrations sit below the core.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -290,20 +290,24 @@ def unknown_owner_error(assignee: str, how: str) -> DestinationError:
 
 
 @contextmanager
-def read_before_write(what: str) -> Iterator[None]:
-    """A read an adapter makes before its write (the owners, a schema): a lost answer to
-    it changed nothing, so it is RETRYABLE, never AMBIGUOUS (which would send the
-    engine looking for an effect that cannot exist)."""
+def unclear_is_retryable(worded: Callable[[str], str]) -> Iterator[None]:
+    """What an adapter does before the write that counts: an AMBIGUOUS failure in it left
+    that write unsent, so it is RETRYABLE, its message as `worded` puts it."""
     try:
         yield
     except DestinationError as exc:
         if exc.classification != Classification.AMBIGUOUS:
             raise
         raise DestinationError(
-            f"{what}: {exc.message} (nothing was written)",
-            classification=Classification.RETRYABLE,
-            reply=exc.reply,
+            worded(exc.message), classification=Classification.RETRYABLE, reply=exc.reply
         ) from exc
+
+
+def read_before_write(what: str) -> AbstractContextManager[None]:
+    """A read an adapter makes before its write (the owners, a schema): a lost answer to
+    it changed nothing, so it is RETRYABLE, never AMBIGUOUS (which would send the
+    engine looking for an effect that cannot exist)."""
+    return unclear_is_retryable(lambda message: f"{what}: {message} (nothing was written)")
 
 
 def unknown_property_error(names: list[str], where: str) -> DestinationError:

@@ -62,6 +62,7 @@ from integrations.base import (
     RequestBudget,
     http_reply,
     read_before_write,
+    unclear_is_retryable,
     unknown_property_error,
 )
 from integrations.env import AdapterSettings, SettingError
@@ -237,17 +238,11 @@ class PipedriveCrm(HttpAdapter):
             if content.contact_properties
             else {}
         )
-        try:
+        # The lead was not sent: trying again risks a second person, never a second lead.
+        with unclear_is_retryable(
+            lambda message: f"the person's creation is unclear, the lead was not sent: {message}"
+        ):
             person_id = self._person_for(fields, contact)
-        except DestinationError as exc:
-            if exc.classification != Classification.AMBIGUOUS:
-                raise
-            # The lead was not sent: trying again risks a second person, never a second lead.
-            raise DestinationError(
-                f"the person's creation is unclear, the lead was not sent: {exc.message}",
-                classification=Classification.RETRYABLE,
-                reply=exc.reply,
-            ) from exc
         body = {
             **properties,
             "title": _title(fields),
