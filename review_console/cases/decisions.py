@@ -4,6 +4,7 @@ button or the confirmation's post), and the confirmation page in front of the se
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
@@ -25,7 +26,8 @@ from review_console.cases.presets import (
 )
 from review_console.confirm import Done, confirmed, confirmed_action
 from review_console.forms import ReasonForm
-from review_console.permissions import acting_user
+from review_console.http import require_POST
+from review_console.permissions import CHANGE_CASES, acting_user, console_permission
 
 
 def case_url(case: ReviewCase | int) -> str:
@@ -139,22 +141,44 @@ def case_act(
     return act
 
 
-def reason_decision(
-    request: HttpRequest,
-    case: ReviewCase,
-    presets: dict[str, Preset],
-    *,
-    service: Callable[..., object],
-    irreversible: bool = False,
-    **words: Any,
-) -> HttpResponse:
+@dataclass(frozen=True)
+class ReasonDecision:
     """A decision whose one input is its reason (a preset's or typed), taken by
-    `service(case_id=, actor=, reason=)`; `words` are `case_decision`'s."""
-    data, initial = decision_data(request, presets, irreversible=irreversible)
-    return case_decision(
-        request,
-        case,
-        ReasonForm(data, initial=initial),
-        act=case_act(request, case, service),
-        **words,
-    )
+    `service(case_id=, actor=, reason=)` behind the confirmation page. Its texts name the
+    case as `{case}`, and whatever `words` says of the case by its name (`{group}`)."""
+
+    presets: dict[str, Preset]
+    service: Callable[..., object]
+    success: str
+    title: str
+    submit: str
+    explanation: str
+    permission: str = CHANGE_CASES
+    # Cannot be undone: a preset button opens the confirmation page, reason filled in.
+    irreversible: bool = False
+    words: Callable[[ReviewCase], dict[str, str]] | None = None
+
+
+def reason_decision_view(name: str, decision: ReasonDecision) -> Callable[..., HttpResponse]:
+    """The view of `decision`, routed as console:`name`: POST only, behind its permission."""
+
+    @require_POST
+    @console_permission(decision.permission)
+    def view(request: HttpRequest, case_id: int) -> HttpResponse:
+        case = open_case(case_id)
+        words = {"case": case.pk, **(decision.words(case) if decision.words else {})}
+        data, initial = decision_data(request, decision.presets, irreversible=decision.irreversible)
+        return case_decision(
+            request,
+            case,
+            ReasonForm(data, initial=initial),
+            act=case_act(request, case, decision.service),
+            success=decision.success.format(**words),
+            url_name=f"console:{name}",
+            title=decision.title.format(**words),
+            submit=decision.submit.format(**words),
+            explanation=decision.explanation.format(**words),
+        )
+
+    view.__name__ = view.__qualname__ = name.replace("-", "_")
+    return view

@@ -8,14 +8,14 @@ from review_console.cases import (
     views_day,
     views_decisions,
     views_duplicate_rule,
-    views_hold,
     views_merge,
+    views_reason,
 )
+from review_console.routes import one_object_routes
 
-# The pages of one case named case-<what> are at cases/<id>/<what>/.
+# The pages of one case named case-<what> are at cases/<id>/<what>/, or at PATHS.
 ONE_CASE = {
-    "case-reopen": views_day.case_reopen_view,
-    "case-hand-on": views_decisions.case_hand_on_view,
+    **views_reason.VIEWS,
     "case-reveal": views_day.case_reveal,
     "case-lookup": views_decisions.case_lookup,
     "case-replay": views_decisions.case_replay,
@@ -25,7 +25,13 @@ ONE_CASE = {
     "case-compare": views_merge.case_compare,
     "case-email": views_decisions.case_email,
     "case-merge": views_merge.case_merge,
-    "case-not-duplicate": views_merge.case_not_duplicate,
+    "case-duplicate-rule-link": views_duplicate_rule.case_duplicate_rule_link,
+}
+PATHS = {
+    "case-hold-same": "same-enquiry",
+    "case-hold-separate": "separate-enquiry",
+    "case-duplicate-rule-link": "duplicate-rule/link",
+    "case-duplicate-rule-create": "duplicate-rule/create-anyway",
 }
 
 urlpatterns = [
@@ -41,26 +47,7 @@ urlpatterns = [
         name="cause-hold-stop",
     ),
     path("cases/<int:case_id>/", views.case_detail, name="case-detail"),
-    *(
-        path(f"cases/<int:case_id>/{name.removeprefix('case-')}/", view, name=name)
-        for name, view in ONE_CASE.items()
-    ),
-    path("cases/<int:case_id>/same-enquiry/", views_hold.case_hold_same, name="case-hold-same"),
-    path(
-        "cases/<int:case_id>/separate-enquiry/",
-        views_hold.case_hold_separate,
-        name="case-hold-separate",
-    ),
-    path(
-        "cases/<int:case_id>/duplicate-rule/link/",
-        views_duplicate_rule.case_duplicate_rule_link,
-        name="case-duplicate-rule-link",
-    ),
-    path(
-        "cases/<int:case_id>/duplicate-rule/create-anyway/",
-        views_duplicate_rule.case_duplicate_rule_create,
-        name="case-duplicate-rule-create",
-    ),
+    *one_object_routes("cases/<int:case_id>/", ONE_CASE, PATHS),
     path("bulk-replays/", views_bulk.bulk_replay_list, name="bulk-replay-list"),
     path("bulk-replays/new/", views_bulk.bulk_replay_new, name="bulk-replay-new"),
     path("bulk-replays/<int:job_id>/", views_bulk.bulk_replay_detail, name="bulk-replay-detail"),

@@ -1,5 +1,6 @@
-"""A reviewer's day: the next case, reopening, contact details when needed, several
-cases settled from the queue at once, and a cause's group settled in one decision.
+"""A reviewer's day: the next case, contact details when needed, several cases settled
+from the queue at once, and a cause's group settled in one decision (reopening takes a
+reason alone: views_reason.py).
 
 Every view here is a POST-only action (GET answers 405), permission-checked like
 the case actions of views.py, and decided by a service of idempotency_core/review,
@@ -21,7 +22,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 
 from idempotency_core.review.cases import (
-    case_reopen,
     case_take_next,
     cases_settle_many,
 )
@@ -40,9 +40,8 @@ from review_console.cases.decisions import (
     case_url,
     decision_data,
     open_case,
-    reason_decision,
 )
-from review_console.cases.presets import CLOSE, NOT_DUPLICATE, REOPEN, REVEAL, preset_reason
+from review_console.cases.presets import CLOSE, NOT_DUPLICATE, REVEAL, preset_reason
 from review_console.cases.selectors import next_case_candidates
 from review_console.filters import CaseIdsField
 from review_console.forms import ReasonForm
@@ -73,26 +72,6 @@ def case_next(request: HttpRequest) -> HttpResponse:
         )
         return redirect(reverse("console:case-list") + "?" + urlencode({"cause": cause.token()}))
     return redirect(case_url(case))
-
-
-@require_POST
-@console_permission(CHANGE_CASES)
-def case_reopen_view(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = open_case(case_id)
-    return reason_decision(
-        request,
-        case,
-        REOPEN,
-        service=case_reopen,
-        success=f"Case {case.pk} is open again, and yours.",
-        url_name="console:case-reopen",
-        title=f"Reopen case {case.pk}",
-        submit="Reopen the case",
-        explanation=(
-            "The case goes back to open, owned by you. What closing it cancelled waits for "
-            "a decision again; nothing done outside Onefold is undone."
-        ),
-    )
 
 
 @require_POST

@@ -1,6 +1,7 @@
 """Decisions on one case (POST only, behind the confirmation page): take, look up in
-the CRM, try again, resolve, resolve with the record found, close, send the email
-again, and hand on to the group that can decide it (review/hand_on.py)."""
+the CRM, try again, resolve, resolve with the record found, close, and send the email
+again. Handing on to the group that can decide it (review/hand_on.py) takes a reason
+alone (views_reason.py)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,11 @@ from idempotency_core.review.email_cases import (
     email_receipt_confirm,
     email_send_again,
 )
-from idempotency_core.review.hand_on import case_hand_on
 from idempotency_core.review.lookup import (
     latest_lookup,
     lookup_found_reference,
     operation_destination_lookup,
 )
-from idempotency_core.review.notifications import hand_on_group
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import UNPROVEN, operation_replay
 from review_console.cases.decisions import (
@@ -45,13 +44,11 @@ from review_console.cases.decisions import (
     decision_data,
     found_ref,
     open_case,
-    reason_decision,
 )
 from review_console.cases.presets import (
     CLOSE,
     EMAIL_RECEIVED,
     EMAIL_SEND_AGAIN,
-    HAND_ON,
     RESOLVE_FOUND,
 )
 from review_console.cases.presets import REPLAY as REPLAY_PRESETS
@@ -317,27 +314,5 @@ def case_email(request: HttpRequest, case_id: int) -> HttpResponse:
             "email went out, and an email cannot be looked up. Ask the customer. If they "
             "have it, the case is resolved and nothing is sent. If not, a new email is sent, "
             "once, linked to the first."
-        ),
-    )
-
-
-@require_POST
-@console_permission(CHANGE_CASES)
-def case_hand_on_view(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = open_case(case_id)
-    group = hand_on_group(case)
-    return reason_decision(
-        request,
-        case,
-        HAND_ON,
-        service=case_hand_on,
-        success=f"Case {case.pk} handed on to {group}: it is first in their Next case.",
-        url_name="console:case-hand-on",
-        title=f"Case {case.pk}: hand it on to {group}",
-        submit=f"Hand it on to {group}",
-        explanation=(
-            f"The case is no longer yours: it goes back to open, first in the Next case of "
-            f"{group}, who can decide it, and they are told by email. Say what you found, "
-            "so they need not look again."
         ),
     )

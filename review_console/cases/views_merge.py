@@ -1,4 +1,5 @@
-"""Suspected duplicates: the comparison page, the merge, and "not a duplicate"."""
+"""Suspected duplicates: the comparison page and the merge ("not a duplicate" takes a
+reason alone: views_reason.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,6 @@ from django.http import (
 from django.shortcuts import render
 
 from idempotency_core.models import ReviewCase
-from idempotency_core.review.cases import (
-    case_mark_not_duplicate,
-)
 from idempotency_core.review.comparison import duplicate_records_fetch
 from idempotency_core.review.merge import (
     DUPLICATE_KINDS,
@@ -25,11 +23,9 @@ from review_console.cases.comparison import duplicate_comparison
 from review_console.cases.decisions import (
     case_url,
     open_case,
-    reason_decision,
 )
 from review_console.cases.presets import (
     MERGE,
-    NOT_DUPLICATE,
     preset_reason,
 )
 from review_console.confirm import confirmed_action
@@ -90,23 +86,6 @@ def _merge_data(request: HttpRequest, case: ReviewCase) -> Any:
     if reason is not None and not data.get("reason"):
         data["reason"] = reason
     return data
-
-
-@require_POST
-@console_permission(CHANGE_CASES)
-def case_not_duplicate(request: HttpRequest, case_id: int) -> HttpResponse:
-    case = open_case(case_id)
-    return reason_decision(
-        request,
-        case,
-        NOT_DUPLICATE,
-        service=case_mark_not_duplicate,
-        success=f"Case {case.pk} resolved: not a duplicate, both records kept.",
-        url_name="console:case-not-duplicate",
-        title=f"Case {case.pk}: not a duplicate",
-        submit="Resolve as not a duplicate",
-        explanation="Both records stay as they are; the case is resolved.",
-    )
 
 
 @require_POST

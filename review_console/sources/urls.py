@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from review_console.routes import one_object_routes
 from review_console.sources import views, views_field_map
 
 # The pages of one source named source-<what> are at sources/<id>/<what>/.
@@ -29,12 +30,5 @@ PATHS = {
 urlpatterns = [
     path("sources/", views.source_list, name="source-list"),
     path("sources/<int:source_id>/", views.source_detail, name="source-detail"),
-    *(
-        path(
-            f"sources/<int:source_id>/{PATHS.get(name, name.removeprefix('source-'))}/",
-            view,
-            name=name,
-        )
-        for name, view in ONE_SOURCE.items()
-    ),
+    *one_object_routes("sources/<int:source_id>/", ONE_SOURCE, PATHS),
 ]
