@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from django.http import HttpResponseBase
 from django.urls import URLPattern, path
 
 
 def one_object_routes(
-    base: str, views: Mapping[str, Callable[..., object]], paths: Mapping[str, str]
+    base: str, views: Mapping[str, Callable[..., HttpResponseBase]], paths: Mapping[str, str]
 ) -> list[URLPattern]:
     """Each view of `views` at `base` (as "cases/<int:case_id>/") and then its name with
     its first word taken off ("case-reopen": "reopen/"), or at `paths`' entry for its
