@@ -14,6 +14,7 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from idempotency_core.models import ReviewCase
 from idempotency_core.review.lookup import (
@@ -32,6 +33,15 @@ from review_console.permissions import CHANGE_CASES, acting_user, console_permis
 
 def case_url(case: ReviewCase | int) -> str:
     return reverse("console:case-detail", args=[getattr(case, "pk", case)])
+
+
+def back_to_queue(request: HttpRequest) -> str:
+    """Where a decision taken from the queue returns: the posted `next`, when it is this
+    site's, else the queue."""
+    target = request.POST.get("next") or reverse("console:case-list")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("console:case-list")
+    return target
 
 
 def decision_data(

@@ -19,7 +19,7 @@ from django.http import (
 )
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.http import urlencode
 
 from idempotency_core.review.cases import (
     case_take_next,
@@ -36,6 +36,7 @@ from review_console.cases.causes import (
     seen_moment,
 )
 from review_console.cases.decisions import (
+    back_to_queue,
     case_decision,
     case_url,
     decision_data,
@@ -105,19 +106,12 @@ def case_reveal(request: HttpRequest, case_id: int) -> HttpResponse:
     )
 
 
-def _back_to_queue(request: HttpRequest) -> str:
-    target = request.POST.get("next") or reverse("console:case-list")
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        target = reverse("console:case-list")
-    return target
-
-
 @require_POST
 @console_permission(CHANGE_CASES)
 def cases_settle(request: HttpRequest) -> HttpResponse:
     """The queue's "settle selected": close with a category, or "not a duplicate", each
     ticked case through its one-case service (same guards, one audit entry each)."""
-    target = _back_to_queue(request)
+    target = back_to_queue(request)
     try:
         ids = CaseIdsField(required=False).clean(request.POST.getlist("case"))
     except Exception:
@@ -157,7 +151,7 @@ def cause_settle(request: HttpRequest) -> HttpResponse:
     """A group's one decision: close every case of the cause the reviewer saw (or, with
     `since`, those a hold kept back), each by its own service and audit entry, and hold
     the cause for the hours chosen (causes.py)."""
-    target = _back_to_queue(request)
+    target = back_to_queue(request)
     preset = request.POST.get("preset", "")
     reason = preset_reason(CLOSE, preset, request.POST.get("note", ""))
     try:
@@ -201,7 +195,7 @@ def _hours(value: str) -> int:
 @console_permission(CHANGE_CASES)
 def cause_hold_stop_view(request: HttpRequest, hold_id: int) -> HttpResponse:
     """Stops holding a cause: its cases are listed one by one again."""
-    target = _back_to_queue(request)
+    target = back_to_queue(request)
     try:
         cause_hold_stop(
             hold_id=hold_id,

@@ -16,10 +16,8 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 
-from idempotency_core.models import ReviewCase
+from idempotency_core.models import Operation, ReviewCase
 from idempotency_core.review.cases import (
     case_close,
     case_mark_resolved,
@@ -38,6 +36,7 @@ from idempotency_core.review.lookup import (
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import UNPROVEN, operation_replay
 from review_console.cases.decisions import (
+    back_to_queue,
     case_act,
     case_decision,
     case_url,
@@ -73,13 +72,18 @@ from review_console.permissions import (
 )
 
 
+def _operation_of(case: ReviewCase, to: str) -> Operation:
+    """The case's operation, or 404 ("This case has no operation to `to`.")."""
+    if case.operation is None:
+        raise Http404(f"This case has no operation to {to}.")
+    return case.operation
+
+
 @require_POST
 @console_permission(CHANGE_CASES)
 def case_take(request: HttpRequest) -> HttpResponse:
     form = TakeOwnershipForm(request.POST)
-    target = request.POST.get("next") or reverse("console:case-list")
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        target = reverse("console:case-list")
+    target = back_to_queue(request)
     if not form.is_valid() or not form.cleaned_data["case"]:
         messages.error(request, "Select at least one case to take.")
         return HttpResponseRedirect(target)
@@ -103,9 +107,7 @@ def case_take(request: HttpRequest) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_lookup(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    operation = case.operation
-    if operation is None:
-        raise Http404("This case has no operation to look up.")
+    operation = _operation_of(case, "look up")
     result = operation_destination_lookup(
         operation_id=operation.pk, actor=acting_user(request), case=case
     )
@@ -137,9 +139,7 @@ def case_lookup(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
 @console_permission(CHANGE_CASES)
 def case_replay(request: HttpRequest, case_id: int) -> HttpResponse:
     case = open_case(case_id)
-    operation = case.operation
-    if operation is None:
-        raise Http404("This case has no operation to replay.")
+    operation = _operation_of(case, "replay")
     data, initial = decision_data(request, REPLAY_PRESETS, irreversible=True)
     form = ReplayForm(data, initial=initial)
     preview = replay_preview(operation)
@@ -214,10 +214,9 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
     taken from the request; the posted `lookup` only guards against a newer lookup
     having replaced the one the reviewer saw."""
     case = open_case(case_id)
-    if case.operation is None:
-        raise Http404("This case has no operation to resolve with a record.")
+    operation = _operation_of(case, "resolve with a record")
     try:
-        ref, lookup = lookup_found_reference(case.operation)
+        ref, lookup = lookup_found_reference(operation)
     except ActionRefusedError as exc:
         messages.error(request, str(exc))
         return redirect(case_url(case))
@@ -225,7 +224,7 @@ def case_resolve_found(request: HttpRequest, case_id: int) -> HttpResponse:
     form = ResolveFoundForm(data, initial={"lookup": lookup.pk, **initial})
     if form.is_valid() and form.cleaned_data["lookup"] != lookup.pk:
         form.add_error(None, "A newer lookup came in since this page opened: check it below.")
-    step = step_label(case.operation.step)
+    step = step_label(operation.step)
     return case_decision(
         request,
         case,
