@@ -50,6 +50,15 @@ def open_case_locked(case_id: int) -> ReviewCase:
     return case
 
 
+def open_case_of_kind(case_id: int, kind: str, refusal: str) -> tuple[ReviewCase, Operation]:
+    """An open case of `kind`, locked, and the operation it decides; refused with
+    `refusal` when the case is of another kind or has no operation."""
+    case = open_case_locked(case_id)
+    if case.kind != kind or case.operation is None:
+        raise CaseActionRefusedError(refusal)
+    return case, case.operation
+
+
 def case_take_ownership(
     *,
     case_ids: Sequence[int],

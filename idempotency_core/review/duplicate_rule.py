@@ -10,7 +10,7 @@ from django.utils import timezone
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import Operation, ReviewCase
-from idempotency_core.review.cases import open_case_locked, operation_complete
+from idempotency_core.review.cases import open_case_of_kind, operation_complete
 from idempotency_core.review.refusals import CaseActionRefusedError, require_reason
 from idempotency_core.review.replay import REPLAY_PERMISSION, operation_replay
 
@@ -26,13 +26,12 @@ def create_anyway_offered(case: ReviewCase) -> bool:
     return bool((case.evidence or {}).get("create_anyway"))
 
 
-def _rule_case(case_id: int) -> ReviewCase:
-    case = open_case_locked(case_id)
-    if case.kind != RULE_KIND or case.operation is None:
-        raise CaseActionRefusedError(
-            "Only an enquiry the CRM matched to an existing record can be decided this way."
-        )
-    return case
+def _rule_case(case_id: int) -> tuple[ReviewCase, Operation]:
+    return open_case_of_kind(
+        case_id,
+        RULE_KIND,
+        "Only an enquiry the CRM matched to an existing record can be decided this way.",
+    )
 
 
 def duplicate_rule_link(*, case_id: int, actor: User, record_id: str, reason: str) -> ReviewCase:
@@ -41,14 +40,12 @@ def duplicate_rule_link(*, case_id: int, actor: User, record_id: str, reason: st
     record_id = record_id.strip()
     now = timezone.now()
     with transaction.atomic():
-        case = _rule_case(case_id)
+        case, operation = _rule_case(case_id)
         if record_id not in matched_records(case):
             raise CaseActionRefusedError(
                 f"{record_id or 'That record'} is not one of the records the CRM matched: "
                 f"{', '.join(matched_records(case)) or 'none'}."
             )
-        operation = case.operation
-        assert operation is not None  # _rule_case checked
         completed, unheld, released = operation_complete(
             operation, destination_ref=record_id, now=now
         )
@@ -83,14 +80,12 @@ def duplicate_rule_create_anyway(*, case_id: int, actor: User, reason: str) -> R
         raise PermissionDenied("Creating anyway needs the replay permission (Replay admins).")
     reason = require_reason(reason)
     with transaction.atomic():
-        case = _rule_case(case_id)
+        case, operation = _rule_case(case_id)
         if not create_anyway_offered(case):
             raise CaseActionRefusedError(
                 "The CRM's duplicate rule blocks this create: it refuses it even when told "
                 "to allow a duplicate. Link the enquiry to the matched record instead."
             )
-        operation = case.operation
-        assert operation is not None  # _rule_case checked
         Operation.objects.filter(pk=operation.pk).update(allow_duplicate=True)
         audit_record(
             action="duplicate_rule_create_anyway",

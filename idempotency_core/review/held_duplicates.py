@@ -12,19 +12,18 @@ from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.outcomes import operation_unhold_later
 from idempotency_core.models import Attempt, Operation, ReviewCase
-from idempotency_core.review.cases import open_case_locked
+from idempotency_core.review.cases import open_case_of_kind
 from idempotency_core.review.refusals import CaseActionRefusedError, require_reason
 
 HELD_KIND = ReviewCase.Kind.DUPLICATE_HELD
 
 
-def _held_case(case_id: int) -> ReviewCase:
-    case = open_case_locked(case_id)
-    if case.kind != HELD_KIND or case.operation is None:
-        raise CaseActionRefusedError(
-            "Only a submission held as a suspected duplicate can be decided this way."
-        )
-    return case
+def _held_case(case_id: int) -> tuple[ReviewCase, Operation]:
+    return open_case_of_kind(
+        case_id,
+        HELD_KIND,
+        "Only a submission held as a suspected duplicate can be decided this way.",
+    )
 
 
 def held_duplicate_separate(*, case_id: int, actor: User, reason: str) -> ReviewCase:
@@ -32,9 +31,7 @@ def held_duplicate_separate(*, case_id: int, actor: User, reason: str) -> Review
     reason = require_reason(reason)
     now = timezone.now()
     with transaction.atomic():
-        case = _held_case(case_id)
-        first = case.operation
-        assert first is not None  # _held_case checked
+        case, first = _held_case(case_id)
         released = Operation.objects.filter(
             pk=first.pk, status=Operation.Status.NEEDS_REVIEW, held_by__isnull=True
         ).update(
@@ -73,14 +70,13 @@ def held_duplicate_link(*, case_id: int, actor: User, reason: str) -> ReviewCase
     reason = require_reason(reason)
     now = timezone.now()
     with transaction.atomic():
-        case = _held_case(case_id)
-        assert case.operation is not None  # _held_case checked
+        case, operation = _held_case(case_id)
         first_event_id = _linked_root((case.evidence.get("event_ids") or [""])[0])
         references = _first_submission_references(first_event_id)
         # Every step of the held submission never tried (a step tried meanwhile, after
         # a replay from this case, may be in the CRM: it is left to run its course).
         held = Operation.objects.select_for_update().filter(
-            event_id=case.operation.event_id,
+            event_id=operation.event_id,
             status__in=[Operation.Status.NEEDS_REVIEW, *Operation.CLAIMABLE],
             attempt_count=0,
         )
