@@ -72,14 +72,22 @@ def _refusing(act: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, An
     return run
 
 
-class SecretAddForm(ReasonForm):
-    field_order = ("secret", "reason")
-    secret = forms.CharField(
+def _secret_field(label: str, help_text: str) -> forms.CharField:
+    """A secret typed in: optional, never shown back, never offered by the browser."""
+    return forms.CharField(
         required=False,
         strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        label="Secret (leave empty to generate one)",
-        help_text="Type the provider's own secret when it issues one (Webflow, Formspree, "
+        label=label,
+        help_text=help_text,
+    )
+
+
+class SecretAddForm(ReasonForm):
+    field_order = ("secret", "reason")
+    secret = _secret_field(
+        "Secret (leave empty to generate one)",
+        "Type the provider's own secret when it issues one (Webflow, Formspree, "
         "HubSpot); otherwise Onefold generates 32 random bytes. At least 32 characters.",
     )
 
@@ -406,12 +414,9 @@ class CaptchaForm(ReasonForm):
         choices=[("", "None")]
         + [(name, provider.label) for name, provider in CAPTCHA_PROVIDERS.items()],
     )
-    secret = forms.CharField(
-        required=False,
-        strip=True,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        label="Secret key",
-        help_text="The secret key from the provider's dashboard (not the site key). Leave "
+    secret = _secret_field(
+        "Secret key",
+        "The secret key from the provider's dashboard (not the site key). Leave "
         "empty to keep the stored one while the provider stays the same.",
     )
 
