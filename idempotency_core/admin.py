@@ -20,10 +20,10 @@ from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
-from idempotency_core.audit.entries import audit_record
 from idempotency_core.intake.sources import (
     SECRET_MIN_LENGTH,
     InvalidProfileError,
+    source_audit,
     source_secret_add,
     thank_you_url_check,
 )
@@ -53,12 +53,7 @@ def _actor(request: HttpRequest) -> User:
 
 
 def _audit(request: HttpRequest, source: Source, action: str, **details: Any) -> None:
-    audit_record(
-        action=action,
-        actor=_actor(request),
-        reason=ADMIN_REASON,
-        details={"source": source.name, "source_id": source.pk, **details},
-    )
+    source_audit(source, action, actor=_actor(request), reason=ADMIN_REASON, **details)
 
 
 class SourceSecretForm(SecretFormBase):

@@ -207,6 +207,26 @@ def _source_locked(source: Source, reason: str) -> Source:
     return Source.objects.select_for_update().get(pk=source.pk)
 
 
+def source_audit(
+    source: Source,
+    action: str,
+    *,
+    actor: User | None = None,
+    system: str = "",
+    reason: str = "",
+    **details: Any,
+) -> None:
+    """An audit entry about a source (console, admin or command): its details name the
+    source (`source`, `source_id`) before what the action adds."""
+    audit_record(
+        action=action,
+        actor=actor,
+        system=system,
+        reason=reason,
+        details={"source": source.name, "source_id": source.pk, **details},
+    )
+
+
 def source_enable(*, source: Source, actor: User, enabled: bool, reason: str) -> Source:
     """Enables or disables a source, audited (`source_enabled` / `source_disabled`).
     While disabled, its hook answers 503 with Retry-After and its API keys 403."""
@@ -217,11 +237,8 @@ def source_enable(*, source: Source, actor: User, enabled: bool, reason: str) ->
             raise InvalidProfileError(f"{locked.name} is already {state}.")
         locked.is_active = enabled
         locked.save(update_fields=["is_active"])
-        audit_record(
-            action="source_enabled" if enabled else "source_disabled",
-            actor=actor,
-            reason=reason,
-            details={"source": locked.name, "source_id": locked.pk},
+        source_audit(
+            locked, "source_enabled" if enabled else "source_disabled", actor=actor, reason=reason
         )
     source.is_active = enabled
     return locked
@@ -247,12 +264,7 @@ def source_settings_change(
         for name, change in changes.items():
             setattr(locked, name, change["to"])
         locked.save(update_fields=list(changes))
-        audit_record(
-            action="source_settings_changed",
-            actor=actor,
-            reason=reason,
-            details={"source": locked.name, "source_id": locked.pk, "changes": changes},
-        )
+        source_audit(locked, "source_settings_changed", actor=actor, reason=reason, changes=changes)
     return locked
 
 
@@ -280,16 +292,13 @@ def source_secret_issue(
                 "secrets are removed by prefix, so choose one that starts differently."
             )
         added = source_secret_add(source=locked, secret=clear)
-        audit_record(
-            action="source_secret_added",
+        source_audit(
+            locked,
+            "source_secret_added",
             actor=actor,
             reason=reason,
-            details={
-                "source": locked.name,
-                "source_id": locked.pk,
-                "prefix": added.prefix,
-                "generated": not secret.strip(),
-            },
+            prefix=added.prefix,
+            generated=not secret.strip(),
         )
     return added
 
@@ -302,17 +311,14 @@ def source_secret_revoke(*, source: Source, actor: User, prefix: str, reason: st
         removed = source_secret_remove(source=locked, prefix=prefix)
         if not removed:
             raise InvalidProfileError(f"{locked.name} has no secret starting with {prefix}.")
-        audit_record(
-            action="source_secret_removed",
+        source_audit(
+            locked,
+            "source_secret_removed",
             actor=actor,
             reason=reason,
-            details={
-                "source": locked.name,
-                "source_id": locked.pk,
-                "prefix": prefix,
-                "removed": removed,
-                "remaining": locked.secrets.count(),
-            },
+            prefix=prefix,
+            removed=removed,
+            remaining=locked.secrets.count(),
         )
     return removed
 
@@ -428,18 +434,15 @@ def source_api_key_rotate(*, name: str, overlap: timedelta) -> KeyRotation:
             for prefix, end in working.order_by("created_at").values_list("prefix", "expires_at")
         )
         key = source_api_key_issue(source=source)
-        audit_record(
-            action="api_key_rotated",
+        source_audit(
+            source,
+            "api_key_rotated",
             system="rotate_key",
-            details={
-                "source": source.name,
-                "source_id": source.pk,
-                "new_prefix": key[:API_KEY_PREFIX_LENGTH],
-                "overlap_seconds": overlap.total_seconds(),
-                "retiring": [
-                    {"prefix": prefix, "expires_at": end.isoformat()} for prefix, end in retiring
-                ],
-            },
+            new_prefix=key[:API_KEY_PREFIX_LENGTH],
+            overlap_seconds=overlap.total_seconds(),
+            retiring=[
+                {"prefix": prefix, "expires_at": end.isoformat()} for prefix, end in retiring
+            ],
         )
     return KeyRotation(key=key, prefix=key[:API_KEY_PREFIX_LENGTH], retiring=retiring)
 
@@ -489,11 +492,7 @@ def api_key_revoke(*, prefix: str) -> KeyRevocation:
             )
         (key,) = chosen
         SourceApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=now)
-        audit_record(
-            action="api_key_revoked",
-            system="revoke_key",
-            details={"source": key.source.name, "source_id": key.source_id, "prefix": key.prefix},
-        )
+        source_audit(key.source, "api_key_revoked", system="revoke_key", prefix=key.prefix)
     return KeyRevocation(
         prefix=key.prefix, source_name=key.source.name, revoked_at=now, was_working=True
     )
@@ -546,17 +545,14 @@ def source_captcha_set(
         before = locked.captcha_provider
         locked.captcha_provider, locked.captcha_secret = chosen, kept
         locked.save(update_fields=["captcha_provider", "captcha_secret"])
-        audit_record(
-            action="source_captcha_set",
+        source_audit(
+            locked,
+            "source_captcha_set",
             actor=actor,
             reason=reason,
-            details={
-                "source": locked.name,
-                "source_id": locked.pk,
-                "provider": chosen,
-                "previous_provider": before,
-                "secret_prefix": kept[:CAPTCHA_SECRET_SHOWN],
-            },
+            provider=chosen,
+            previous_provider=before,
+            secret_prefix=kept[:CAPTCHA_SECRET_SHOWN],
         )
     source.captcha_provider, source.captcha_secret = chosen, kept
     return locked
@@ -597,17 +593,14 @@ def source_field_map_set(
         locked.profile_overrides = overrides
         locked.save(update_fields=["profile_overrides"])
         version = _field_map_versions(locked) + 1
-        audit_record(
-            action="field_map_saved",
+        source_audit(
+            locked,
+            "field_map_saved",
             actor=actor,
             reason=reason,
-            details={
-                "source": locked.name,
-                "source_id": locked.pk,
-                "version": version,
-                "field_map": field_map,
-                "previous": before,
-            },
+            version=version,
+            field_map=field_map,
+            previous=before,
         )
     source.profile_overrides = locked.profile_overrides
     return version
