@@ -53,6 +53,7 @@ from django.conf import settings
 from idempotency_core.models import Attempt, Event
 from idempotency_core.platform.env import database_url_of
 from lab.bench.bare_endpoint import BARE_PATH, BARE_TABLE
+from lab.bench.cpu import BackendsWatch, own_backend, tree_cpu
 from lab.bench.ingest import INGEST_PATH, bare_table_create, post, start_server
 from lab.bench.ingest import bench_source as api_source
 from lab.bench.pipeline import (
@@ -92,6 +93,8 @@ class LatencyRun:
     latencies: list[float]  # seconds, due to the sink's stamp
     lost: int  # submissions whose confirmation never reached the sink
     load: float  # the machine's 1-minute load average at the run's end
+    # CPU ms a submission of the worker cluster and of PostgreSQL's backends (Onefold)
+    cpu_ms: tuple[float, float] | None = None
 
     def percentile(self, share: float) -> float:
         return _percentile(self.latencies, share) if self.latencies else math.nan
@@ -189,16 +192,19 @@ def onefold_run(
     source = bench_source(sandbox)
     _, api_key = api_source(source.name)
     onefold = Onefold(servers.onefold, api_key)
-    with clusters_running(1):
+    with clusters_running(1) as roots:
         warm = Sent(run=uuid.uuid4().hex[:8])  # imports, connections, caches
         open_loop(5, 6, lambda index: onefold.submit(warm.run, index), warm)
         stamps(sandbox, count=6)
         sandbox.reset()
         sent = Sent(run=uuid.uuid4().hex[:8])
-        open_loop(rate, count, lambda index: onefold.submit(sent.run, index), sent)
-        sent.received = stamps(sandbox, count=count)
+        cluster = tree_cpu(roots)
+        with BackendsWatch(exclude=[own_backend()]) as database:
+            open_loop(rate, count, lambda index: onefold.submit(sent.run, index), sent)
+            sent.received = stamps(sandbox, count=count)
+        cpu = ((tree_cpu(roots) - cluster) * 1000 / count, database.spent * 1000 / count)
     latencies, lost = latencies_of(sent)
-    return LatencyRun("Onefold", rate, latencies, lost, os.getloadavg()[0]), sent
+    return LatencyRun("Onefold", rate, latencies, lost, os.getloadavg()[0], cpu), sent
 
 
 # -- the bare path ------------------------------------------------------------------
@@ -369,8 +375,11 @@ def bench_latency_measure(*, rates: list[float], seconds: float, out: Out) -> li
             bare = bare_run(sandbox, servers, rate=rate, count=count)
             onefold, sent = onefold_run(sandbox, servers, rate=rate, count=count)
             runs.append((bare, onefold, sent))
-    out("| rate (/s) | path | submissions | p50 (ms) | p95 (ms) | max (ms) | lost | load |")
-    out("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out(
+        "| rate (/s) | path | submissions | p50 (ms) | p95 (ms) | max (ms) | lost | load "
+        "| CPU ms a submission: cluster + PostgreSQL |"
+    )
+    out("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for bare, onefold, _ in runs:
         for run in (bare, onefold):
             out(_row(run))
@@ -386,12 +395,13 @@ def bench_latency_measure(*, rates: list[float], seconds: float, out: Out) -> li
 
 
 def _row(run: LatencyRun) -> str:
+    cpu = f"{run.cpu_ms[0]:.1f} + {run.cpu_ms[1]:.1f}" if run.cpu_ms else ""
     if not run.latencies:
-        return f"| {run.rate:g} | {run.label} | 0 | | | | {run.lost} | {run.load:.2f} |"
+        return f"| {run.rate:g} | {run.label} | 0 | | | | {run.lost} | {run.load:.2f} | {cpu} |"
     return (
         f"| {run.rate:g} | {run.label} | {len(run.latencies) + run.lost} "
         f"| {run.p50 * 1000:.0f} | {run.p95 * 1000:.0f} | {max(run.latencies) * 1000:.0f} "
-        f"| {run.lost} | {run.load:.2f} |"
+        f"| {run.lost} | {run.load:.2f} | {cpu} |"
     )
 
 

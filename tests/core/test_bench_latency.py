@@ -28,6 +28,8 @@ def test_the_command_times_every_submission_on_both_paths_and_breaks_down_onefol
         r"^\| 4 \| (bare path|Onefold) \| (\d+) \| \d+ \| \d+ \| \d+ \| (\d+) \|", text, re.M
     )
     assert rows == [("bare path", "4", "0"), ("Onefold", "4", "0")], text
+    # Onefold's CPU a submission, its cluster's and PostgreSQL's, read from /proc.
+    assert re.search(r"^\| 4 \| Onefold \|.* \| [\d.]+ \+ [\d.]+ \|$", text, re.M), text
     assert re.search(r"^4/s: Onefold's p95 \d+ ms, the bare path's \d+ ms", text, re.M), text
     stages = re.findall(r"^\| ([a-z_ ()'.,-]+?) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", text, re.M)
     assert stages == [
