@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -179,9 +180,23 @@ def _section(section: str) -> str:
     return section
 
 
+@dataclass
+class _Editing:
+    """One section's editor as a request opened it: the source, form and section, the
+    editor's form, the kept submissions it offers and the version it starts from."""
+
+    request: HttpRequest
+    source: Source
+    form: str
+    section: str
+    editor: SectionForm
+    events: list[Event]
+    based_on: int
+
+
 def _editor_form(
     request: HttpRequest, source: Source, form: str, section: str, *, bound: bool
-) -> tuple[SectionForm, list[Event], int]:
+) -> _Editing:
     """The editor's form (bound to the POST, or with the saved section), the kept
     submissions it offers, and the version it starts from."""
     current = config_current()
@@ -219,19 +234,16 @@ def _editor_form(
             "event": chosen if chosen in {c[0] for c in choices} else newest,
         }
         editor = SectionForm(initial=initial, **kwargs)
-    return editor, events, based_on
+    return _Editing(request, source, form, section, editor, events, based_on)
 
 
-def _preview_of(
-    request: HttpRequest,
-    source: Source,
-    form: str,
-    section: str,
-    editor: SectionForm,
-    events: list[Event],
-) -> dict[str, Any]:
+def _preview_of(editing: _Editing, editor: SectionForm | None = None) -> dict[str, Any]:
     """The preview's context: the draft's problems, or what it renders from the
-    chosen submission (the newest when none is chosen)."""
+    chosen submission (the newest when none is chosen). `editor`: another form than
+    the editing's own (the first page's, bound to what is saved)."""
+    request, source, form, section = editing.request, editing.source, editing.form, editing.section
+    editor = editor if editor is not None else editing.editor
+    events = editing.events
     if not editor.is_valid():
         return {"problems": [f"{k}: {e}" for k, errors in editor.errors.items() for e in errors]}
     draft = editor.draft()
@@ -269,29 +281,21 @@ def _preview_of(
 
 
 def _editor_page(
-    request: HttpRequest,
-    source: Source,
-    form: str,
-    section: str,
-    editor: SectionForm,
-    events: list[Event],
-    based_on: int,
-    *,
-    preview: dict[str, Any] | None = None,
-    status: int = 200,
+    editing: _Editing, *, preview: dict[str, Any] | None = None, status: int = 200
 ) -> HttpResponse:
     if preview is None:
-        preview = _preview_of(request, source, form, section, editor, events)
+        preview = _preview_of(editing)
+    request, section = editing.request, editing.section
     return render(
         request,
         "review_console/settings/settings_section.html",
         {
-            "source": source,
-            "form_name": form,
+            "source": editing.source,
+            "form_name": editing.form,
             "section": section,
             "label": SECTION_LABELS[section],
-            "editor": editor,
-            "based_on": based_on,
+            "editor": editing.editor,
+            "based_on": editing.based_on,
             "current": config_current().number,
             "step": PREVIEW_STEPS[section],
             "unmasked": request.user.has_perm(VIEW_CONTACT),
@@ -306,7 +310,8 @@ def _editor_page(
 @console_permission(CHANGE_CONFIG)
 def settings_section(request: HttpRequest, source: str, form: str, section: str) -> HttpResponse:
     found, section = _source(source), _section(section)
-    editor, events, based_on = _editor_form(request, found, form, section, bound=False)
+    editing = _editor_form(request, found, form, section, bound=False)
+    editor = editing.editor
     # The first preview renders what is saved: the unbound form's initial values.
     values = {name: editor[name].value() for name in editor.fields}
     bound = SectionForm(
@@ -315,8 +320,7 @@ def settings_section(request: HttpRequest, source: str, form: str, section: str)
         saved=editor.saved,
         events=editor.fields["event"].choices,  # type: ignore[attr-defined]
     )
-    preview = _preview_of(request, found, form, section, bound, events)
-    return _editor_page(request, found, form, section, editor, events, based_on, preview=preview)
+    return _editor_page(editing, preview=_preview_of(editing, bound))
 
 
 @require_POST
@@ -325,8 +329,8 @@ def settings_preview(request: HttpRequest, source: str, form: str, section: str)
     """What the draft renders; nothing is written. For htmx (the page's live preview,
     as one types) the preview's part alone; without scripts, the whole page."""
     found, section = _source(source), _section(section)
-    editor, events, based_on = _editor_form(request, found, form, section, bound=True)
-    preview = _preview_of(request, found, form, section, editor, events)
+    editing = _editor_form(request, found, form, section, bound=True)
+    preview = _preview_of(editing)
     if getattr(request, "htmx", False):
         return render(
             request,
@@ -338,7 +342,7 @@ def settings_preview(request: HttpRequest, source: str, form: str, section: str)
                 **preview,
             },
         )
-    return _editor_page(request, found, form, section, editor, events, based_on, preview=preview)
+    return _editor_page(editing, preview=preview)
 
 
 @require_POST
@@ -347,9 +351,10 @@ def settings_save(request: HttpRequest, source: str, form: str, section: str) ->
     """The draft applied as a new version with its reason; on any problem, the page
     again with each problem at its field and nothing saved."""
     found, section = _source(source), _section(section)
-    editor, events, based_on = _editor_form(request, found, form, section, bound=True)
+    editing = _editor_form(request, found, form, section, bound=True)
+    editor = editing.editor
     if not editor.is_valid():
-        return _editor_page(request, found, form, section, editor, events, based_on, status=400)
+        return _editor_page(editing, status=400)
     draft = editor.draft()
     for key, errors in draft_problems_by_field(draft.problems).items():
         for error in errors:
@@ -358,7 +363,7 @@ def settings_save(request: HttpRequest, source: str, form: str, section: str) ->
     if not reason:
         editor.add_error("reason", "Say why: it is kept with the version and in the audit trail.")
     if editor.errors:
-        return _editor_page(request, found, form, section, editor, events, based_on, status=400)
+        return _editor_page(editing, status=400)
     prefix = section_prefix(found.name, form, section)
     try:
         result = config_section_apply(
@@ -368,7 +373,7 @@ def settings_save(request: HttpRequest, source: str, form: str, section: str) ->
             values=draft.values,
             actor=acting_user(request),
             reason=reason,
-            based_on=based_on,
+            based_on=editing.based_on,
             marks=DraftMarks(prefix, draft.files),
         )
     except ConfigInvalidError as exc:
@@ -378,10 +383,10 @@ def settings_save(request: HttpRequest, source: str, form: str, section: str) ->
                 editor.add_error(key if key in editor.fields else None, error)
         for other in others:
             editor.add_error(None, f"Elsewhere in {found.name}'s configuration: {other}")
-        return _editor_page(request, found, form, section, editor, events, based_on, status=400)
+        return _editor_page(editing, status=400)
     except ConfigConflictError as exc:
         editor.add_error(None, str(exc))
-        return _editor_page(request, found, form, section, editor, events, based_on, status=409)
+        return _editor_page(editing, status=409)
     where = f"{SECTION_LABELS[section]} of {found.name} / {form}"
     if result.changed:
         messages.success(request, f"{where} saved as version {result.number}.")
@@ -398,8 +403,8 @@ def settings_test_send(request: HttpRequest, source: str, form: str, section: st
     found = _source(source)
     if _section(section) != "confirmation":
         raise Http404("Only a confirmation can be sent as a test.")
-    editor, events, based_on = _editor_form(request, found, form, section, bound=True)
-    preview = _preview_of(request, found, form, section, editor, events)
+    editing = _editor_form(request, found, form, section, bound=True)
+    preview = _preview_of(editing)
     shown: Preview | None = preview.get("preview")
     if shown is None or shown.content is None:
         messages.error(request, "Nothing was sent: the draft cannot be rendered (see the preview).")
@@ -417,7 +422,7 @@ def settings_test_send(request: HttpRequest, source: str, form: str, section: st
                 request,
                 f"A test of this draft was sent to {acting_user(request).email} (not saved).",
             )
-    return _editor_page(request, found, form, section, editor, events, based_on, preview=preview)
+    return _editor_page(editing, preview=preview)
 
 
 # -- versions ------------------------------------------------------------------------
