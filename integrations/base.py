@@ -374,6 +374,16 @@ class RecordListing(TypedDict):
     limit: NotRequired[int]  # default LISTING_LIMIT
 
 
+def content_of(call: NewRecord | RecordUpdate) -> RecordContent:
+    """The configured content a create or an update carries (NO_CONTENT: none)."""
+    return call.get("content", NO_CONTENT)
+
+
+def listing_limit(listing: RecordListing) -> int:
+    """How many records a page of the listing asks for: the caller's, else LISTING_LIMIT."""
+    return listing.get("limit", LISTING_LIMIT)
+
+
 class MailMessage(TypedDict):
     """`EmailAdapter.send`'s arguments."""
 

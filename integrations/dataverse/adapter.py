@@ -44,8 +44,6 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from integrations.base import (
-    LISTING_LIMIT,
-    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
@@ -57,7 +55,9 @@ from integrations.base import (
     RecordListing,
     RecordUpdate,
     RequestBudget,
+    content_of,
     http_reply,
+    listing_limit,
 )
 from integrations.env import AdapterSettings
 from integrations.http import json_object, status_error, timeout_of
@@ -394,7 +394,7 @@ class DataverseCrm(BearerAdapter):
             "$filter": " and ".join(conditions),
             "$orderby": "createdon asc,leadid asc",
         }
-        page_size = max(1, min(listing.get("limit", LISTING_LIMIT), 5000))
+        page_size = max(1, min(listing_limit(listing), 5000))
         prefer = {"Prefer": f"odata.maxpagesize={page_size}"}
         while True:
             path = f"/leads?{cursor}" if cursor else "/leads"
@@ -523,7 +523,7 @@ def _lead_body(given: NewRecord | RecordUpdate) -> dict[str, Any]:
     """The enquiry as lead columns: the topic (subject), the person (lastname holds the
     whole name, Dataverse builds fullname from it), email, phone, and the message with
     the form's other data after it in the description; then the configured columns."""
-    fields, content = given["fields"], given.get("content", NO_CONTENT)
+    fields, content = given["fields"], content_of(given)
     name = str(fields.get("name") or "").strip()
     trailer = [
         f"{label}: {fields[key]}"

@@ -31,8 +31,6 @@ from typing import Any, Unpack
 import httpx
 
 from integrations.base import (
-    LISTING_LIMIT,
-    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
@@ -45,7 +43,9 @@ from integrations.base import (
     RecordListing,
     RecordUpdate,
     RequestBudget,
+    content_of,
     http_reply,
+    listing_limit,
 )
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
@@ -317,7 +317,7 @@ class HubSpotCrm(HttpAdapter):
         over HUBSPOT_PIPELINE and HUBSPOT_STAGE; the reference property stays ours."""
         # allow_duplicate is ignored: HubSpot has no duplicate rule that refuses a create.
         fields, external_ref = record["fields"], record["external_ref"]
-        content = record.get("content", NO_CONTENT)
+        content = content_of(record)
         contact_id = self._contact_for(fields, content.contact_properties)
         shape = self._shape
         properties = {
@@ -365,7 +365,7 @@ class HubSpotCrm(HttpAdapter):
     def update_record(self, **update: Unpack[RecordUpdate]) -> Effect:
         """PATCH the enquiry's title, text and configured properties: the same update
         twice leaves it as once."""
-        record_id, content = update["record_id"], update.get("content", NO_CONTENT)
+        record_id, content = update["record_id"], content_of(update)
         properties = {**self._enquiry_properties(update["fields"]), **content.properties}
         properties.pop(self.config.reference_property, None)
         response = self._send(
@@ -391,7 +391,7 @@ class HubSpotCrm(HttpAdapter):
         until = listing.get("until")
         start, end = utc_instant(listing["since"]), utc_instant(until) if until else None
         params: dict[str, Any] = {
-            "limit": min(listing.get("limit", LISTING_LIMIT), _PAGE_LIMIT),
+            "limit": min(listing_limit(listing), _PAGE_LIMIT),
             "properties": ",".join(self._read_properties()),
         }
         path = f"/crm/v3/objects/{self.object_type}"

@@ -46,8 +46,6 @@ from urllib.parse import quote
 import httpx
 
 from integrations.base import (
-    LISTING_LIMIT,
-    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
@@ -60,7 +58,9 @@ from integrations.base import (
     RecordListing,
     RecordUpdate,
     RequestBudget,
+    content_of,
     http_reply,
+    listing_limit,
     read_before_write,
     unclear_is_retryable,
     unknown_property_error,
@@ -231,7 +231,7 @@ class PipedriveCrm(HttpAdapter):
         `_keyed`); a lead has no pipeline or stage (a deal's are), so those are not sent."""
         # allow_duplicate is ignored: Pipedrive has no duplicate rule that refuses a create.
         fields, external_ref = record["fields"], record["external_ref"]
-        content = record.get("content", NO_CONTENT)
+        content = content_of(record)
         properties = self._keyed("leadFields", content.properties) if content.properties else {}
         contact = (
             self._keyed("personFields", content.contact_properties)
@@ -258,7 +258,7 @@ class PipedriveCrm(HttpAdapter):
         """PATCH the lead's title, person and configured fields: the same update twice
         leaves it as once."""
         record_id, fields = update["record_id"], update["fields"]
-        content = update.get("content", NO_CONTENT)
+        content = content_of(update)
         body: dict[str, Any] = {
             **(self._keyed("leadFields", content.properties) if content.properties else {}),
             "title": _title(fields),
@@ -373,7 +373,7 @@ class PipedriveCrm(HttpAdapter):
         until, cursor = listing.get("until"), listing.get("cursor")
         low, high = utc_instant(listing["since"]), utc_instant(until) if until else None
         start = int(cursor) if cursor and cursor.isdigit() else 0
-        page_size = max(1, min(listing.get("limit", LISTING_LIMIT), _PAGE))
+        page_size = max(1, min(listing_limit(listing), _PAGE))
         while True:
             params = {"start": start, "limit": page_size, "sort": "add_time ASC"}
             response = self._send("GET", "/v1/leads", params=params)

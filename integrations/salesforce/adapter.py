@@ -62,8 +62,6 @@ from urllib.parse import urlsplit
 import httpx
 
 from integrations.base import (
-    LISTING_LIMIT,
-    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
@@ -73,11 +71,12 @@ from integrations.base import (
     NewRecord,
     NewTask,
     RateLimit,
-    RecordContent,
     RecordListing,
     RecordUpdate,
     RequestBudget,
+    content_of,
     http_reply,
+    listing_limit,
 )
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
@@ -354,13 +353,9 @@ class SalesforceCrm(BearerAdapter):
             self.config.sobject, record["external_ref"], self._record_body(record), headers=headers
         )
 
-    def create_record_allowing_duplicates(
-        self, *, external_ref: str, fields: dict[str, Any], content: RecordContent = NO_CONTENT
-    ) -> Effect:
+    def create_record_allowing_duplicates(self, **record: Unpack[NewRecord]) -> Effect:
         """`create_record(allow_duplicate=True)`."""
-        return self.create_record(
-            external_ref=external_ref, fields=fields, allow_duplicate=True, content=content
-        )
+        return self.create_record(**(record | {"allow_duplicate": True}))
 
     def find_record(self, *, external_ref: str) -> str | None:
         return self._find(self.config.sobject, self.config.reference_field, external_ref)
@@ -423,7 +418,7 @@ class SalesforceCrm(BearerAdapter):
         """[QUERY]: one SOQL query by CreatedDate, then its nextRecordsUrl pages; the
         cursor to resume after a page is that page's nextRecordsUrl."""
         cursor = listing.get("cursor")
-        batch = max(200, min(2000, listing.get("limit", LISTING_LIMIT)))
+        batch = max(200, min(2000, listing_limit(listing)))
         headers = {"Sforce-Query-Options": f"batchSize={batch}"}
         if cursor:
             response = self._call("GET", _api_relative(cursor, self.api), headers=headers)
@@ -484,7 +479,7 @@ class SalesforceCrm(BearerAdapter):
         properties both become its fields (API names, `Budget__c`), and the stage its
         `Status`; a Lead has no pipeline, so `content.pipeline` is not sent. The
         reference field stays Onefold's."""
-        fields, content = given["fields"], given.get("content", NO_CONTENT)
+        fields, content = given["fields"], content_of(given)
         name = str(fields.get("name") or "").strip()
         first, _, last = name.rpartition(" ")
         body: dict[str, Any] = {

@@ -16,8 +16,6 @@ from typing import Any, Unpack
 import httpx
 
 from integrations.base import (
-    LISTING_LIMIT,
-    NO_CONTENT,
     Capabilities,
     CapabilityCheck,
     Classification,
@@ -30,7 +28,9 @@ from integrations.base import (
     RecordUpdate,
     RequestBudget,
     assignee_check,
+    content_of,
     http_reply,
+    listing_limit,
 )
 from integrations.http import HttpAdapter, json_object, path_segment, status_error, timeout_of
 
@@ -123,7 +123,7 @@ class SandboxCrm(HttpAdapter):
         while True:
             params: dict[str, Any] = {
                 "since": listing["since"],
-                "limit": listing.get("limit", LISTING_LIMIT),
+                "limit": listing_limit(listing),
             }
             if until:
                 params["until"] = until
@@ -226,7 +226,7 @@ def _record_body(given: NewRecord | RecordUpdate) -> dict[str, Any]:
     """A record's body: the core fields, then the configured properties (`content`) as keys
     of their own (the sandbox keeps every key but the core ones in `extra`), the contact's
     under `contact`, and `pipeline` and `stage` when set."""
-    content = given.get("content", NO_CONTENT)
+    content = content_of(given)
     body = {**given["fields"], **content.properties}
     if content.contact_properties:
         body["contact"] = dict(content.contact_properties)
