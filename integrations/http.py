@@ -41,6 +41,7 @@ from integrations.base import (
     BudgetHint,
     Classification,
     DestinationError,
+    Effect,
     RateLimit,
     RequestGate,
     http_reply,
@@ -287,6 +288,14 @@ def json_object(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def named_effect(response: httpx.Response, asked: str) -> Effect:
+    """A successful answer's effect: the object its `id` names, else the one `asked` about
+    (an update's record, a merge's survivor)."""
+    return Effect(
+        ref=str(json_object(response).get("id", asked)), reply=http_reply(response.status_code)
+    )
 
 
 def _unclear(*, safe: bool) -> Classification:

@@ -53,6 +53,7 @@ from integrations.http import (
     HttpAdapter,
     header_delay,
     json_object,
+    named_effect,
     path_segment,
     status_error,
     timeout_of,
@@ -374,10 +375,7 @@ class HubSpotCrm(HttpAdapter):
             json={"properties": properties},
         )
         self._raise_for_status(response)
-        return Effect(
-            ref=str(json_object(response).get("id", record_id)),
-            reply=http_reply(response.status_code),
-        )
+        return named_effect(response, record_id)
 
     def iter_records(
         self, **listing: Unpack[RecordListing]
@@ -439,10 +437,7 @@ class HubSpotCrm(HttpAdapter):
             if merged is not None and merged["merged_into"] == survivor_id:
                 return Effect(ref=survivor_id, reply=http_reply(response.status_code), adopted=True)
         self._raise_for_status(response)
-        return Effect(
-            ref=str(json_object(response).get("id", survivor_id)),
-            reply=http_reply(response.status_code),
-        )
+        return named_effect(response, survivor_id)
 
     def erase_person(self, *, record_id: str, task_ids: tuple[str, ...] = ()) -> Effect:
         """The enquiry's contacts permanently deleted by id (POST

@@ -32,7 +32,14 @@ from integrations.base import (
     http_reply,
     listing_limit,
 )
-from integrations.http import HttpAdapter, json_object, path_segment, status_error, timeout_of
+from integrations.http import (
+    HttpAdapter,
+    json_object,
+    named_effect,
+    path_segment,
+    status_error,
+    timeout_of,
+)
 
 # The sandbox names records rec_000001, rec_000002, ... (store.record_id).
 _RECORD_ID = re.compile(r"rec_\d{6,}")
@@ -110,10 +117,7 @@ class SandboxCrm(HttpAdapter):
             "PATCH", f"/crm/records/{_segment(record_id)}", json=_record_body(update)
         )
         self._raise_for_status(response)
-        return Effect(
-            ref=str(json_object(response).get("id", record_id)),
-            reply=http_reply(response.status_code),
-        )
+        return named_effect(response, record_id)
 
     def iter_records(
         self, **listing: Unpack[RecordListing]
