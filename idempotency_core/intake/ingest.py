@@ -80,19 +80,9 @@ def event_ingest(
     known with another payload fingerprint, and InvalidRevisionError (nothing
     recorded) when a new submission `revises` something it cannot.
     """
-    fingerprint = payload_fingerprint(payload)
     destinations = _destination_ids(source)
     revises = _revised_candidate(source=source, payload=payload)
-    event = Event(
-        source=source,
-        key=key,
-        fingerprint=fingerprint,
-        payload=payload,
-        form=str(payload.get("form", ""))[:100],
-        contact_digest=contact_digest(str((payload.get("contact") or {}).get("email", ""))),
-        submitted_at=submitted_at,
-        revises=revises,
-    )
+    event = _new_event(source, key, payload, submitted_at=submitted_at, revises=revises)
     refused = _revision_refused(event, payload)
     if refused is None:
         operations, delivery = _event_rows(event, destinations=destinations, raw=raw)
@@ -105,7 +95,37 @@ def event_ingest(
         raise InvalidRevisionError(refused)
     # Autocommit: the statement that created nothing waited for a racing winner's
     # commit, so this read finds the event.
-    result, matched = _repeat_delivery(source=source, key=key, fingerprint=fingerprint, raw=raw)
+    return _repeat_answered(event, raw=raw)
+
+
+def _new_event(
+    source: Source,
+    key: str,
+    payload: dict[str, Any],
+    *,
+    submitted_at: datetime | None,
+    revises: Event | None = None,
+) -> Event:
+    """The event a delivery makes, not yet inserted."""
+    contact = payload.get("contact") or {}
+    return Event(
+        source=source,
+        key=key,
+        fingerprint=payload_fingerprint(payload),
+        payload=payload,
+        form=str(payload.get("form", ""))[:100],
+        contact_digest=contact_digest(str(contact.get("email", ""))),
+        submitted_at=submitted_at,
+        revises=revises,
+    )
+
+
+def _repeat_answered(event: Event, *, raw: RawDelivery | None) -> IngestResult:
+    """The answer to a delivery whose key the source already used: its event, or
+    KeyReusedError when that event was made from another payload."""
+    result, matched = _repeat_delivery(
+        source=event.source, key=event.key, fingerprint=event.fingerprint, raw=raw
+    )
     if not matched:
         raise KeyReusedError(result.event)
     return result
@@ -136,17 +156,7 @@ def event_ingest_unreadable(
 
     New: its event (no operation), its delivery and an `unreadable_submission` case, in
     one transaction; a corrected map (`remap.events_remap`) later gives it operations."""
-    fingerprint = payload_fingerprint(payload)
-    contact = payload.get("contact") or {}
-    event = Event(
-        source=source,
-        key=key,
-        fingerprint=fingerprint,
-        payload=payload,
-        form=str(payload.get("form", ""))[:100],
-        contact_digest=contact_digest(str(contact.get("email", ""))),
-        submitted_at=submitted_at,
-    )
+    event = _new_event(source, key, payload, submitted_at=submitted_at)
     with transaction.atomic():
         Event.objects.bulk_create([event], ignore_conflicts=True)
         # Visible here only if this transaction inserted it: a racing winner's row is
@@ -159,17 +169,14 @@ def event_ingest_unreadable(
                 event=event,
                 outcome=Delivery.Outcome.UNREADABLE,
                 status_code=status_code,
-                fingerprint=fingerprint,
+                fingerprint=event.fingerprint,
                 payload_matched=True,
                 **raw.as_fields(),
             )
             _unreadable_case_open(event, unreadable)
     if created:
         return IngestResult(event=event, created=True)
-    result, matched = _repeat_delivery(source=source, key=key, fingerprint=fingerprint, raw=raw)
-    if not matched:
-        raise KeyReusedError(result.event)
-    return result
+    return _repeat_answered(event, raw=raw)
 
 
 def _unreadable_case_open(event: Event, unreadable: Unreadable) -> ReviewCase:

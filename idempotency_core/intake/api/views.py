@@ -79,31 +79,32 @@ class SourceAPIView(APIView):
     throttle_classes = [SourceRateThrottle]
 
 
-_RESPONSE_HEADERS = [
-    OpenApiParameter(
-        "Location",
-        OpenApiTypes.URI,
+def _answer_header(name: str, kind: Any, description: str, statuses: list[int]) -> Any:
+    """A header the answers with these statuses always carry."""
+    return OpenApiParameter(
+        name,
+        kind,
         OpenApiParameter.HEADER,
-        description="The submission's status URL.",
-        response=[200, 202],
+        description=description,
+        response=statuses,
         required=True,
-    ),
-    OpenApiParameter(
+    )
+
+
+_RESPONSE_HEADERS = [
+    _answer_header("Location", OpenApiTypes.URI, "The submission's status URL.", [200, 202]),
+    _answer_header(
         "Idempotent-Replayed",
         OpenApiTypes.STR,
-        OpenApiParameter.HEADER,
-        description="`true` when the answer comes from the stored event.",
-        response=[200],
-        required=True,
+        "`true` when the answer comes from the stored event.",
+        [200],
     ),
 ]
-_RETRY_AFTER = OpenApiParameter(
+_RETRY_AFTER = _answer_header(
     "Retry-After",
     OpenApiTypes.INT,
-    OpenApiParameter.HEADER,
-    description="Seconds until the source's rate admits requests again.",
-    response=[429],
-    required=True,
+    "Seconds until the source's rate admits requests again.",
+    [429],
 )
 # What every source endpoint may answer besides its own codes.
 _SOURCE_REFUSALS = {
