@@ -6,7 +6,7 @@ plain words, and says nothing technical outside "Technical details": the scan of
 tests/support/jargon.py over the main text finds no code, key, id, exception class,
 protocol, status code, actor id, "operation", "idempotency", "ambiguous" or
 "retryable". The same cases after a lookup, while a replay runs, and after a
-failed replay are scanned too. The browser test (test_reviewer_day_browser.py)
+failed replay are scanned too. The browser test (cases/test_reviewer_day_browser.py)
 repeats the scan on the live page.
 """
 

@@ -1,6 +1,6 @@
 """Headless Chromium for the console's browser tests: fixtures and the sign-in step.
 
-The same launch as tests/review_console/test_browser.py (the system Chromium; a
+The same launch as tests/review_console/cases/test_browser.py (the system Chromium; a
 missing one fails in CI rather than hiding as a skip). A test module takes the
 fixtures by importing them: `from tests.support.browser import browser, page`.
 """

@@ -1,7 +1,7 @@
 """The words a case page must not say outside its "Technical details".
 
 Shared by the server-rendered scan (tests/review_console/test_plain_words.py) and the
-browser's (tests/review_console/test_reviewer_day_browser.py): codes (snake_case, which
+browser's (tests/review_console/cases/test_reviewer_day_browser.py): codes (snake_case, which
 also catches keys such as `opk_...` and record ids such as `rec_000012`), exception
 class names, the words "operation", "idempotency", "ambiguous", "retryable", HTTP and
 SMTP, "destination", "delivery", "field map", "audit trail", "Event source", "Key or

@@ -7,7 +7,7 @@ with who and why); a draft with a problem is refused with each problem at its fi
 and the line the validator names, nothing written; a restore is one more version
 holding the older document, audited `config_restored`. The preview renders what a
 submission would get under the unsaved draft, masked for a viewer who may not see
-contact details. tests/review_console/test_settings_browser.py does it with the
+contact details. test_settings_browser.py does it with the
 mouse and the keyboard.
 """
 

@@ -4,7 +4,7 @@ The captured Jotform tutoring delivery, kept unreadable under a map written for
 another form, is read in the editor's field tree, previewed with the student's
 name picked (nothing written), saved as a new version (audited) and applied to the
 waiting delivery: one submission under its original key, once. Values show only to
-those who may see contact details. tests/review_console/test_field_map_browser.py
+those who may see contact details. test_field_map_browser.py
 does the same with the mouse.
 """
 
