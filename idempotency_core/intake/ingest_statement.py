@@ -61,8 +61,9 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
 
 def _tasks_join_statements(alias: str) -> bool:
     """django-q2's queue is in this database and its broker is the class that can hold
-    a task for the caller's statement."""
-    return alias == Conf.ORM and _holds_tasks(Conf.BROKER_CLASS)
+    a task for the caller's statement. Not with `sync`: `async_task` then runs the task
+    at once, which must come after the rows it reads."""
+    return alias == Conf.ORM and not Conf.SYNC and _holds_tasks(Conf.BROKER_CLASS)
 
 
 @lru_cache(maxsize=4)

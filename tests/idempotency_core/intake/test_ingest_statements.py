@@ -187,15 +187,21 @@ def test_an_edit_is_one_read_of_what_it_revises_then_the_same_statement(api):
     assert [row.task["args"] for row in queued(TASK)][-1] == (edit.operations.get().pk,)
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("ORM", "elsewhere"), ("SYNC", True)],
+    ids=["queue elsewhere", "tasks run at once"],
+)
 def test_with_the_queue_elsewhere_the_task_is_queued_after_the_rows_commit(
-    api, monkeypatch: pytest.MonkeyPatch
+    api, monkeypatch: pytest.MonkeyPatch, setting: str, value: object
 ):
-    """A broker outside this database (Redis) cannot take the
-    task row in the statement: the rows are written without it and the task is queued
-    once they are committed, never before (a worker would find no operation)."""
+    """A broker outside this database (Redis) cannot take the task row in the
+    statement, and with `sync` django-q2 runs the task where it is queued: the rows are
+    written without it and the task is queued once they are committed, never before (a
+    worker would find no operation)."""
     operation_ids_forget()
     assert post(api, person(0), key="warm-up").status_code == 202  # fills the cache
-    monkeypatch.setattr(Conf, "ORM", "elsewhere")
+    monkeypatch.setattr(Conf, setting, value)
     seen: list[tuple[int, bool]] = []
 
     def enqueue(operation_id: int) -> None:
