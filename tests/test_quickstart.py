@@ -88,14 +88,20 @@ class Stack:
                 "--sandbox-ports",
                 f"{http},{smtp}",
             ]
-        process = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=quickstart_env(data_dir, database),
-            stdout=log_path.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # Started as from a terminal, where Ctrl-C is not ignored: a child inherits an
+        # ignored SIGINT (make would then ignore it too), a handled one starts as default.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            process = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=quickstart_env(data_dir, database),
+                stdout=log_path.open("w"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous)
         return cls(process, log_path, data_dir, web, http, smtp)
 
     @property

@@ -66,6 +66,9 @@ class Command(BaseCommand):
         except _StopRequested:
             pass
         finally:
+            # A second signal during shutdown must not interrupt the cleanup.
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)
             server.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
