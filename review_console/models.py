@@ -9,14 +9,25 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+
+from idempotency_core.models import choices_valid
+
+
+class BulkReplayJobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    FINISHED = "finished", "Finished"
+
+
+class BulkReplayItemStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    REPLAYED = "replayed", "Replayed"
+    REFUSED = "refused", "Refused"
+    ERROR = "error", "Error"
 
 
 class BulkReplayJob(models.Model):
-    class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        FINISHED = "finished", "Finished"
+    Status = BulkReplayJobStatus
 
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -31,10 +42,7 @@ class BulkReplayJob(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(
-                condition=Q(status__in=["queued", "running", "finished"]),
-                name="bulkreplayjob_status_valid",
-            ),
+            choices_valid("status", BulkReplayJobStatus, "bulkreplayjob_status_valid"),
         ]
 
     def __str__(self) -> str:
@@ -42,11 +50,7 @@ class BulkReplayJob(models.Model):
 
 
 class BulkReplayItem(models.Model):
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        REPLAYED = "replayed", "Replayed"
-        REFUSED = "refused", "Refused"
-        ERROR = "error", "Error"
+    Status = BulkReplayItemStatus
 
     DONE = (Status.REPLAYED, Status.REFUSED, Status.ERROR)
 
@@ -63,10 +67,7 @@ class BulkReplayItem(models.Model):
         constraints = [
             # One replay per operation per job, however many cases point at it.
             models.UniqueConstraint(fields=["job", "operation"], name="bulkreplayitem_unique_op"),
-            models.CheckConstraint(
-                condition=Q(status__in=["pending", "replayed", "refused", "error"]),
-                name="bulkreplayitem_status_valid",
-            ),
+            choices_valid("status", BulkReplayItemStatus, "bulkreplayitem_status_valid"),
         ]
         indexes = [
             # Progress counts and the runner's "next pending items of this job".

@@ -20,10 +20,12 @@ from idempotency_core.models.choices import (
     DestinationKind,
     DestinationPause,
     FindingKind,
+    NotificationPreference,
     NotificationStatus,
     OperationRecovery,
     OperationStatus,
     ReconciliationStatus,
+    choices_valid,
 )
 from idempotency_core.models.configuration import AssigneeTurn, BusinessConfigVersion
 from idempotency_core.models.destinations import Destination, DestinationBudget, DestinationRequest
@@ -59,6 +61,7 @@ __all__ = [
     "FindingKind",
     "Notification",
     "NotificationChoice",
+    "NotificationPreference",
     "NotificationStatus",
     "Operation",
     "OperationRecovery",
@@ -71,4 +74,5 @@ __all__ = [
     "Source",
     "SourceApiKey",
     "SourceSecret",
+    "choices_valid",
 ]

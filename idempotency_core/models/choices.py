@@ -146,6 +146,12 @@ class NotificationStatus(models.TextChoices):
     SKIPPED = "skipped", "Not sent (the person chose none)"
 
 
+class NotificationPreference(models.TextChoices):
+    EVERY = "every", "An email for every case"
+    DIGEST = "digest", "A digest"
+    NONE = "none", "No email"
+
+
 def choices_valid(
     field: str, choices: type[models.TextChoices], name: str
 ) -> models.CheckConstraint:

@@ -7,7 +7,11 @@ from django.db import models
 from django.db.models import Q
 
 from idempotency_core.models.cases import ReviewCase
-from idempotency_core.models.choices import NotificationStatus, choices_valid
+from idempotency_core.models.choices import (
+    NotificationPreference,
+    NotificationStatus,
+    choices_valid,
+)
 
 
 class Notification(models.Model):
@@ -94,10 +98,7 @@ class NotificationChoice(models.Model):
     """What one person chose on the console to receive: every case, a digest, or none.
     No row: what the review block says (a digest when `digest_minutes` is set)."""
 
-    class Choice(models.TextChoices):
-        EVERY = "every", "An email for every case"
-        DIGEST = "digest", "A digest"
-        NONE = "none", "No email"
+    Choice = NotificationPreference
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_choice"
@@ -107,10 +108,7 @@ class NotificationChoice(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(
-                condition=Q(choice__in=["every", "digest", "none"]),
-                name="notificationchoice_valid",
-            ),
+            choices_valid("choice", NotificationPreference, "notificationchoice_valid"),
         ]
 
     def __str__(self) -> str:
