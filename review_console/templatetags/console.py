@@ -3,6 +3,7 @@ named as people ("Rita Ray", "Onefold"), never as actor ids ("user:rita", "syste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -131,18 +132,23 @@ def query_with(context: dict[str, Any], **changes: Any) -> str:
 
 # -- plain language (review_console/glossary.py) -----------------------------------
 
-register.filter("step_label", glossary.step_label)
-register.filter("kind_label", glossary.kind_label)
-register.filter("case_status_label", glossary.case_status_label)
-register.filter("op_status_label", glossary.operation_status_label)
-register.filter("outcome_label", glossary.outcome_label)
-register.filter("recovery_label", glossary.recovery_label)
-register.filter("trigger_label", glossary.trigger_label)
-register.filter("resolution_label", glossary.resolution_label)
-register.filter("action_label", glossary.action_label)
-register.filter("delivery_label", glossary.delivery_outcome_label)
-register.filter("evidence_rows", glossary.evidence_rows)
-register.filter("reply_text_label", glossary.reply_text_label)
+# The template filter each glossary function is known by.
+GLOSSARY_FILTERS: dict[str, Callable[[Any], Any]] = {
+    "step_label": glossary.step_label,
+    "kind_label": glossary.kind_label,
+    "case_status_label": glossary.case_status_label,
+    "op_status_label": glossary.operation_status_label,
+    "outcome_label": glossary.outcome_label,
+    "recovery_label": glossary.recovery_label,
+    "trigger_label": glossary.trigger_label,
+    "resolution_label": glossary.resolution_label,
+    "action_label": glossary.action_label,
+    "delivery_label": glossary.delivery_outcome_label,
+    "evidence_rows": glossary.evidence_rows,
+    "reply_text_label": glossary.reply_text_label,
+}
+for _name, _words in GLOSSARY_FILTERS.items():
+    register.filter(_name, _words)
 
 
 @register.filter
