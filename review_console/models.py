@@ -9,25 +9,14 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-
-from idempotency_core.models import choices_valid
-
-
-class BulkReplayJobStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    FINISHED = "finished", "Finished"
-
-
-class BulkReplayItemStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    REPLAYED = "replayed", "Replayed"
-    REFUSED = "refused", "Refused"
-    ERROR = "error", "Error"
+from django.db.models import Q
 
 
 class BulkReplayJob(models.Model):
-    Status = BulkReplayJobStatus
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
 
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -42,7 +31,10 @@ class BulkReplayJob(models.Model):
 
     class Meta:
         constraints = [
-            choices_valid("status", BulkReplayJobStatus, "bulkreplayjob_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=["queued", "running", "finished"]),
+                name="bulkreplayjob_status_valid",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -50,7 +42,11 @@ class BulkReplayJob(models.Model):
 
 
 class BulkReplayItem(models.Model):
-    Status = BulkReplayItemStatus
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        REPLAYED = "replayed", "Replayed"
+        REFUSED = "refused", "Refused"
+        ERROR = "error", "Error"
 
     DONE = (Status.REPLAYED, Status.REFUSED, Status.ERROR)
 
@@ -67,7 +63,10 @@ class BulkReplayItem(models.Model):
         constraints = [
             # One replay per operation per job, however many cases point at it.
             models.UniqueConstraint(fields=["job", "operation"], name="bulkreplayitem_unique_op"),
-            choices_valid("status", BulkReplayItemStatus, "bulkreplayitem_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "replayed", "refused", "error"]),
+                name="bulkreplayitem_status_valid",
+            ),
         ]
         indexes = [
             # Progress counts and the runner's "next pending items of this job".

@@ -25,7 +25,6 @@ from idempotency_core.models.choices import (
     OperationRecovery,
     OperationStatus,
     ReconciliationStatus,
-    choices_valid,
 )
 from idempotency_core.models.configuration import AssigneeTurn, BusinessConfigVersion
 from idempotency_core.models.destinations import Destination, DestinationBudget, DestinationRequest
@@ -74,5 +73,4 @@ __all__ = [
     "Source",
     "SourceApiKey",
     "SourceSecret",
-    "choices_valid",
 ]
