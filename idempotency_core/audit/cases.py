@@ -181,10 +181,10 @@ def review_cases_settle(
 def review_case_settle(
     case: ReviewCase,
     *,
-    status: str,
     code: str,
-    note: str,
     action: str,
+    status: str = ReviewCase.Status.RESOLVED,
+    note: str | None = None,
     actor: User | None = None,
     system: str = "",
     operation: Operation | None = None,
@@ -192,7 +192,8 @@ def review_case_settle(
     details: dict[str, Any] | None = None,
     now: datetime | None = None,
 ) -> bool:
-    """Settles one case if it is still open, and audits the decision as `action`.
+    """Settles one case if it is still open (resolved unless `status` says otherwise,
+    its note the reason unless `note` is given), and audits the decision as `action`.
 
     The decision is audited even when the case was settled meanwhile (the
     entry then says so): what was done still happened. Returns whether this
@@ -202,7 +203,7 @@ def review_case_settle(
         ReviewCase.objects.filter(pk=case.pk),
         status=status,
         code=code,
-        note=note,
+        note=reason if note is None else note,
         now=now or timezone.now(),
         actor=actor,
     )
@@ -238,7 +239,6 @@ def review_cases_settle_on_success(operation: Operation, *, now: datetime) -> li
         code = "sent_again" if case.operation_id != operation.pk else "replayed"
         review_case_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
             code=code,
             note=f"{operation.step} succeeded (operation {operation.pk}).",
             action="case_settled_by_success",

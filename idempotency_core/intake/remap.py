@@ -170,7 +170,6 @@ def _settle_as_repeat(event: Event, twin: Event, *, actor: User | None, reason: 
             return False
         review_case_settle(
             waiting[1],
-            status=ReviewCase.Status.RESOLVED,
             code="repeat",
             note=(
                 "The same delivery was already processed as another submission; "
@@ -235,7 +234,6 @@ def _admit(
         operations = event_operations_create(event=locked, now=now)
         review_case_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
             code="remapped",
             note="Read with the corrected field map; processed under its original key.",
             action="remapped",

@@ -85,9 +85,7 @@ def reconciliation_cases_settle(run: ReconciliationRun | None = None) -> list[in
         with transaction.atomic():
             if review_case_settle(
                 case,
-                status=ReviewCase.Status.RESOLVED,
                 code="cause_settled",
-                note=why,
                 action="case_resolved",
                 system=SYSTEM,
                 reason=why,

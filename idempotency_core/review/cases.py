@@ -131,7 +131,6 @@ def case_mark_resolved(
         )
         review_case_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
             code="verified_in_destination",
             note=f"{destination_ref}: {reason}",
             action="case_resolved",
@@ -228,7 +227,6 @@ def case_close(*, case_id: int, actor: User, resolution_code: str, reason: str) 
             case,
             status=ReviewCase.Status.CLOSED,
             code=resolution_code,
-            note=reason,
             action="case_closed",
             actor=actor,
             reason=reason,
@@ -249,9 +247,7 @@ def case_mark_not_duplicate(*, case_id: int, actor: User, reason: str) -> Review
             raise CaseActionRefusedError("Only a suspected duplicate can be 'not a duplicate'.")
         review_case_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
             code="not_duplicate",
-            note=reason,
             action="not_duplicate",
             actor=actor,
             reason=reason,

@@ -55,7 +55,6 @@ def duplicate_rule_link(*, case_id: int, actor: User, record_id: str, reason: st
             )
         review_case_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
             code="linked_to_match",
             note=f"{record_id}: {reason}",
             action="duplicate_rule_linked",

@@ -108,9 +108,7 @@ def _receipt_settle(
     """A case resolved by the customer's receipt, and audited."""
     review_case_settle(
         case,
-        status=ReviewCase.Status.RESOLVED,
         code="customer_confirmed_receipt",
-        note=reason,
         action="email_receipt_confirmed",
         actor=actor,
         reason=reason,

@@ -48,9 +48,7 @@ def held_duplicate_separate(*, case_id: int, actor: User, reason: str) -> Review
             operation_enqueue(first.pk)  # the ORM broker: queued with this commit
         review_case_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
             code="separate_enquiry",
-            note=reason,
             action="duplicate_released",
             actor=actor,
             reason=reason,
@@ -95,9 +93,7 @@ def held_duplicate_link(*, case_id: int, actor: User, reason: str) -> ReviewCase
         )
         review_case_settle(
             case,
-            status=ReviewCase.Status.RESOLVED,
             code="same_enquiry",
-            note=reason,
             action="duplicate_linked",
             actor=actor,
             reason=reason,
