@@ -12,7 +12,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from idempotency_core.audit.entries import audit_record, case_audit
+from idempotency_core.audit.entries import case_audit
 from idempotency_core.audit.notice_queue import case_notify_enqueue
 from idempotency_core.models import Event, Operation, ReviewCase
 
@@ -47,12 +47,10 @@ def review_case_open(
             subject=subject, kind=kind, status__in=ReviewCase.OPEN_STATUSES
         )
         return case, False
-    audit_record(
+    case_audit(
+        case,
         action="case_opened",
         system=system,
-        case=case,
-        event=event,
-        operation=operation,
         reason=summary,
         details={"kind": kind, "subject": subject},
     )
