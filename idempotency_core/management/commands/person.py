@@ -68,9 +68,7 @@ class Command(BaseCommand):
                 self._summary(preview, verb="would remove")
                 return
             report = person_erase(address=email, reason=reason, system=system, crm=crm)
-        except PersonNotFoundError as exc:
-            raise CommandError(str(exc)) from exc
-        except PersonBusyError as exc:
+        except (PersonNotFoundError, PersonBusyError) as exc:
             raise CommandError(str(exc)) from exc
         self._summary(report, verb="removed")
         if report.crm_operations:
