@@ -12,7 +12,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from idempotency_core.audit.entries import case_audit
+from idempotency_core.audit.entries import case_audit, event_of
 from idempotency_core.audit.notice_queue import case_notify_enqueue
 from idempotency_core.models import Event, Operation, ReviewCase
 
@@ -32,13 +32,11 @@ def review_case_open(
     A partial unique constraint decides between concurrent openers; the INSERT skips a
     conflict, so no failed statement logs the case's evidence.
     """
-    if event is None and operation is not None:
-        event = operation.event
     case = ReviewCase(
         kind=kind,
         subject=subject,
         summary=summary,
-        event=event,
+        event=event_of(event, operation),
         operation=operation,
         evidence=evidence or {},
     )

@@ -24,18 +24,23 @@ def audit_record(
     if actor is None and not system:
         raise ValueError("an audit entry needs an actor or a system name")
     label = f"user:{actor.get_username()}" if actor is not None else f"system:{system}"
-    if event is None and operation is not None:
-        event = operation.event
     return AuditEntry.objects.create(
         actor=actor,
         actor_label=label,
         action=action,
         case=case,
-        event=event,
+        event=event_of(event, operation),
         operation=operation,
         reason=reason,
         details=details or {},
     )
+
+
+def event_of(event: Event | None, operation: Operation | None) -> Event | None:
+    """The submission an entry or a case is about: `event`, else `operation`'s."""
+    if event is None and operation is not None:
+        return operation.event
+    return event
 
 
 class _About(TypedDict, total=False):
