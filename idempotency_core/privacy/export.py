@@ -15,6 +15,19 @@ from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
 from idempotency_core.privacy.person import EXPORTED_ACTION, Person, person_find
 
+# A case as the document shows it: what was asked and how it was settled.
+_CASE_FIELDS = (
+    "id",
+    "kind",
+    "status",
+    "summary",
+    "evidence",
+    "resolution_code",
+    "resolution_note",
+    "created_at",
+    "resolved_at",
+)
+
 
 def person_export(
     *, address: str, actor: User | None = None, system: str = ""
@@ -79,12 +92,11 @@ def _submission(event: Event) -> dict[str, Any]:
             for d in event.deliveries.order_by("received_at")
         ],
         "operations": [_operation(o) for o in event.operations.order_by("position", "pk")],
-        "cases": [
-            _case(c)
-            for c in ReviewCase.objects.filter(Q(event=event) | Q(operation__event=event)).order_by(
-                "created_at"
-            )
-        ],
+        "cases": list(
+            ReviewCase.objects.filter(Q(event=event) | Q(operation__event=event))
+            .order_by("created_at")
+            .values(*_CASE_FIELDS)
+        ),
     }
 
 
@@ -108,20 +120,6 @@ def _operation(operation: Operation) -> dict[str, Any]:
             }
             for a in operation.attempts.order_by("number")
         ],
-    }
-
-
-def _case(case: ReviewCase) -> dict[str, Any]:
-    return {
-        "id": case.pk,
-        "kind": case.kind,
-        "status": case.status,
-        "summary": case.summary,
-        "evidence": case.evidence,
-        "resolution_code": case.resolution_code,
-        "resolution_note": case.resolution_note,
-        "created_at": case.created_at,
-        "resolved_at": case.resolved_at,
     }
 
 
