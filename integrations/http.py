@@ -37,15 +37,8 @@ from urllib.parse import quote
 
 import httpx
 
-from integrations.base import (
-    BudgetHint,
-    Classification,
-    DestinationError,
-    Effect,
-    RateLimit,
-    RequestGate,
-    http_reply,
-)
+from integrations.limits import BudgetHint, RateLimit, RequestGate
+from integrations.outcomes import Classification, DestinationError, Effect, http_reply
 
 # Set around a stretch of calls (an attempt, a test's spec check); the gate an adapter
 # was built with (`Adapter.gate`) is used besides, unless both spend the same `scope`.

@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from integrations.base import Classification, DestinationError, http_reply
 from integrations.http import HttpAdapter, classify, json_object, send
+from integrations.outcomes import Classification, DestinationError, http_reply
 
 # A token is refreshed this long before the expiry the server announced.
 _EARLY_SECONDS = 60.0

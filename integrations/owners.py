@@ -15,13 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from integrations.base import (
-    CapabilityCheck,
-    NewTask,
-    assignee_check,
-    read_before_write,
-    unknown_owner_error,
-)
+from integrations.capabilities import CapabilityCheck
+from integrations.outcomes import Classification, DestinationError, read_before_write
+from integrations.writes import NewTask
 
 # An owner id as the vendor takes it: a string, or Pipedrive's number.
 T = TypeVar("T", str, int)
@@ -95,6 +91,20 @@ def task_owner(
     if task.get("assignee_is_owner", False) and assignee:
         return owner_id(assignee)
     return own_id(assignee) if assignee else None
+
+
+def unknown_owner_error(assignee: str, how: str) -> DestinationError:
+    """A configured assignee the CRM has no owner for: refused, and refused again until the
+    configuration (or the CRM's users) changes. `check_destinations` says so first."""
+    return DestinationError(
+        f"no owner {assignee!r} in the CRM ({how}); correct task.assignee "
+        "(manage.py config apply) or add the user, then replay",
+        classification=Classification.PERMANENT,
+    )
+
+
+def assignee_check(name: str, verified: bool, how: str) -> CapabilityCheck:
+    return CapabilityCheck(f"task.assignee[{name}]", verified, how)
 
 
 def assignee_checks(

@@ -43,26 +43,15 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from integrations.base import (
-    Capabilities,
-    CapabilityCheck,
-    Classification,
-    ConfiguredCrmNames,
-    DestinationError,
-    Effect,
-    NewRecord,
-    NewTask,
-    RecordListing,
-    RecordUpdate,
-    RequestBudget,
-    content_of,
-    http_reply,
-    listing_limit,
-)
+from integrations.capabilities import Capabilities, CapabilityCheck, ConfiguredCrmNames
 from integrations.env import AdapterSettings
 from integrations.http import json_object, status_error, timeout_of
+from integrations.limits import RequestBudget
+from integrations.listing import RecordListing, listing_limit
 from integrations.oauth import BearerAdapter, ClientCredentials, shared_credentials
+from integrations.outcomes import Classification, DestinationError, Effect, http_reply
 from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
+from integrations.writes import NewRecord, NewTask, RecordUpdate, content_of
 
 API_PATH = "/api/data/v9.2"
 LIMITS_PAGE = "https://learn.microsoft.com/power-apps/developer/data-platform/api-limits"

@@ -30,23 +30,7 @@ from typing import Any, Unpack
 
 import httpx
 
-from integrations.base import (
-    Capabilities,
-    CapabilityCheck,
-    Classification,
-    ConfiguredCrmNames,
-    DestinationError,
-    Effect,
-    NewRecord,
-    NewTask,
-    RateLimit,
-    RecordListing,
-    RecordUpdate,
-    RequestBudget,
-    content_of,
-    http_reply,
-    listing_limit,
-)
+from integrations.capabilities import Capabilities, CapabilityCheck, ConfiguredCrmNames
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
     RETRY_LATER,
@@ -58,8 +42,12 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
+from integrations.limits import RateLimit, RequestBudget
+from integrations.listing import RecordListing, listing_limit
+from integrations.outcomes import Classification, DestinationError, Effect, http_reply
 from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
 from integrations.times import seconds_to_midnight, utc_instant
+from integrations.writes import NewRecord, NewTask, RecordUpdate, content_of
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
 # Per enquiry object: its title and text properties, default pipeline and stage, and

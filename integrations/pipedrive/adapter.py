@@ -45,26 +45,7 @@ from urllib.parse import quote
 
 import httpx
 
-from integrations.base import (
-    Capabilities,
-    CapabilityCheck,
-    Classification,
-    ConfiguredCrmNames,
-    DestinationError,
-    Effect,
-    NewRecord,
-    NewTask,
-    RateLimit,
-    RecordListing,
-    RecordUpdate,
-    RequestBudget,
-    content_of,
-    http_reply,
-    listing_limit,
-    read_before_write,
-    unclear_is_retryable,
-    unknown_property_error,
-)
+from integrations.capabilities import Capabilities, CapabilityCheck, ConfiguredCrmNames
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
     HttpAdapter,
@@ -74,8 +55,20 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
+from integrations.limits import RateLimit, RequestBudget
+from integrations.listing import RecordListing, listing_limit
+from integrations.outcomes import (
+    Classification,
+    DestinationError,
+    Effect,
+    http_reply,
+    read_before_write,
+    unclear_is_retryable,
+    unknown_property_error,
+)
 from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
 from integrations.times import seconds_to_midnight, utc_instant
+from integrations.writes import NewRecord, NewTask, RecordUpdate, content_of
 
 DEFAULT_BASE_URL = "https://api.pipedrive.com"
 # How long after an unclear create the search is worth asking. Pipedrive documents no

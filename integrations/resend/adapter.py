@@ -29,17 +29,7 @@ from typing import Any, Unpack
 import httpx
 from django.conf import settings
 
-from integrations.base import (
-    Capabilities,
-    CapabilityCheck,
-    Classification,
-    DestinationError,
-    Effect,
-    MailMessage,
-    RateLimit,
-    RequestBudget,
-    http_reply,
-)
+from integrations.capabilities import Capabilities, CapabilityCheck
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
     HttpAdapter,
@@ -49,6 +39,9 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
+from integrations.limits import RateLimit, RequestBudget
+from integrations.outcomes import Classification, DestinationError, Effect, http_reply
+from integrations.writes import MailMessage
 
 DEFAULT_BASE_URL = "https://api.resend.com"
 # Resend keeps a key 24 hours; a deployment may only shorten what Onefold relies on.

@@ -61,23 +61,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from integrations.base import (
-    Capabilities,
-    CapabilityCheck,
-    Classification,
-    ConfiguredCrmNames,
-    DestinationError,
-    Effect,
-    NewRecord,
-    NewTask,
-    RateLimit,
-    RecordListing,
-    RecordUpdate,
-    RequestBudget,
-    content_of,
-    http_reply,
-    listing_limit,
-)
+from integrations.capabilities import Capabilities, CapabilityCheck, ConfiguredCrmNames
 from integrations.env import AdapterSettings, SettingError
 from integrations.http import (
     budget_hint,
@@ -87,9 +71,13 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
+from integrations.limits import RateLimit, RequestBudget
+from integrations.listing import RecordListing, listing_limit
 from integrations.oauth import BearerAdapter, shared_credentials
+from integrations.outcomes import Classification, DestinationError, Effect, http_reply
 from integrations.owners import Owner, assignee_checks, owner_id_of, task_owner
 from integrations.salesforce.ids import KEY_PREFIXES, id_problem, user_id
+from integrations.writes import NewRecord, NewTask, RecordUpdate, content_of
 
 DEFAULT_API_VERSION = "62.0"
 DEFAULT_REFERENCE_FIELD = "Onefold_Ref__c"

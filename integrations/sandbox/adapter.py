@@ -15,23 +15,7 @@ from typing import Any, Unpack
 
 import httpx
 
-from integrations.base import (
-    Capabilities,
-    CapabilityCheck,
-    Classification,
-    ConfiguredCrmNames,
-    DestinationError,
-    Effect,
-    NewRecord,
-    NewTask,
-    RecordListing,
-    RecordUpdate,
-    RequestBudget,
-    assignee_check,
-    content_of,
-    http_reply,
-    listing_limit,
-)
+from integrations.capabilities import Capabilities, CapabilityCheck, ConfiguredCrmNames
 from integrations.http import (
     HttpAdapter,
     json_object,
@@ -40,6 +24,11 @@ from integrations.http import (
     status_error,
     timeout_of,
 )
+from integrations.limits import RequestBudget
+from integrations.listing import RecordListing, listing_limit
+from integrations.outcomes import Classification, DestinationError, Effect, http_reply
+from integrations.owners import assignee_check
+from integrations.writes import NewRecord, NewTask, RecordUpdate, content_of
 
 # The sandbox names records rec_000001, rec_000002, ... (store.record_id).
 _RECORD_ID = re.compile(r"rec_\d{6,}")

@@ -49,16 +49,10 @@ from typing import Unpack
 import idna
 from django.utils import timezone
 
-from integrations.base import (
-    Capabilities,
-    CapabilityCheck,
-    Classification,
-    DestinationError,
-    Effect,
-    MailMessage,
-    RequestBudget,
-    smtp_reply,
-)
+from integrations.capabilities import Capabilities, CapabilityCheck
+from integrations.limits import RequestBudget
+from integrations.outcomes import Classification, DestinationError, Effect, smtp_reply
+from integrations.writes import MailMessage
 
 # What a server's reply may quote of an address (`550 5.1.1 <ada@example.com>:
 # unknown user`): kept out of error messages, which reach review cases and logs.
