@@ -19,7 +19,8 @@ class Capabilities:
 
     Built by the adapter from its configuration, never assembled by a caller:
     one value travels from the adapter to `policy.decide()`, so a capability
-    added here cannot be forgotten on the way.
+    added here cannot be forgotten on the way. The defaults claim nothing (no key, no
+    unique reference, no lookup, no merge): an adapter names only what it offers.
     """
 
     # The destination honours an idempotency key, for `key_retention` (None: forever).

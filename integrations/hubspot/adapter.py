@@ -192,13 +192,7 @@ class HubSpotCrm(HttpAdapter):
         # the read is no search, so "not found" is an answer. Tasks have no unique
         # property; their lookup reads the enquiry's associations, as consistent.
         self.capabilities = Capabilities(
-            idempotency_keys=False,
-            unique_external_ref=True,
-            lookup=True,
-            lookup_proves_absence=True,
-            lookup_settle_seconds=0.0,
-            merge=True,
-            tasks=Capabilities(lookup=True, lookup_proves_absence=True),
+            unique_external_ref=True, lookup=True, merge=True, tasks=Capabilities(lookup=True)
         )
         # Read once per adapter: the schemas by object type, and the account's owners.
         self._schemas: dict[str, dict[str, dict[str, Any]]] = {}

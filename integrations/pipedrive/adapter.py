@@ -119,14 +119,10 @@ class PipedriveCrm(HttpAdapter):
         self.message_field = message_field
         self.activity_type = activity_type
         self.timeout = timeout_of(timeout)
+        # A lookup only (by a search that lags writes), no merge: Pipedrive merges persons
+        # and deals, not leads, so duplicates are settled by hand.
         self.capabilities = Capabilities(
-            idempotency_keys=False,
-            unique_external_ref=False,
-            lookup=True,
-            lookup_proves_absence=False,
-            lookup_settle_seconds=settle_seconds,
-            # Pipedrive merges persons and deals, not leads: duplicates are settled by hand.
-            merge=False,
+            lookup=True, lookup_proves_absence=False, lookup_settle_seconds=settle_seconds
         )
         # Read once per adapter: the lead and person fields by key, the company's users.
         self._fields: dict[str, dict[str, dict[str, Any]]] = {}
