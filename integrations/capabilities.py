@@ -100,13 +100,3 @@ def enquiry_property_check(name: str, verified: bool, how: str) -> CapabilityChe
 
 def contact_property_check(name: str, verified: bool, how: str) -> CapabilityCheck:
     return CapabilityCheck(f"contact.fields[{name}]", verified, how)
-
-
-class VerificationError(Exception):
-    """A destination whose declared capabilities do not hold: it is refused, never used."""
-
-    def __init__(self, destination: str, refused: list[CapabilityCheck]) -> None:
-        self.destination = destination
-        self.refused = refused
-        reasons = "; ".join(f"{check.capability}: {check.how}" for check in refused)
-        super().__init__(f"destination {destination} refused: {reasons}")
