@@ -31,6 +31,8 @@ BENCH_EVENTS ?= 1000000
 # some of them install). pyproject.toml names the direct dependencies, `make lock`
 # writes this file from them.
 LOCK := requirements/dev.txt
+# The same for a deployment: what the project runs on, without the dev tools.
+BASE_LOCK := requirements/base.txt
 # `make lock LOCK_ARGS=--upgrade` moves every pin to the newest release pyproject.toml
 # allows, `LOCK_ARGS="--upgrade-package NAME"` only that one; without them every pin
 # that still fits stays where it is.
@@ -42,9 +44,8 @@ $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || test -n "$(PYTHON_PATH)" \
 		|| { echo "$(PYTHON) is not on this machine: install it, or name another with PYTHON=" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON_PATH) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -54,6 +55,9 @@ install: $(STAMP)
 lock: $(STAMP)
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
 		--generate-hashes --custom-compile-command "make lock" --quiet $(LOCK_ARGS) -o $(LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command "make lock" --quiet $(LOCK_ARGS) \
+		-o $(BASE_LOCK)
 
 # Without DATABASE_URL, run_stack starts (and stops) the embedded PostgreSQL under var/.
 run: install
