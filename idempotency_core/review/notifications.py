@@ -73,7 +73,7 @@ ROUTE_BACKLOG = timedelta(hours=1)
 # A pending row due this long ago and not sent lost its task.
 SEND_GRACE = timedelta(seconds=60)
 # Who can decide a case handed on: the group whose role covers every action its kind
-# needs (docs/console.md, "Roles").
+# needs (README.md, "Roles").
 HAND_ON_GROUPS = {"unreadable_submission": "Settings admins"}
 HAND_ON_DEFAULT = "Replay admins"
 
