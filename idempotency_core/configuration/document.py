@@ -106,7 +106,9 @@ class Problem:
 
 
 @dataclass
-class _Check:
+class Check:
+    """One document's check under way: the problems found so far, each placed by `marks`."""
+
     marks: Marks
     sources: Collection[str]
     reply_to_domains: Collection[str] = ()
@@ -149,7 +151,7 @@ def document_problems(
     Reply-To must be in (default ONEFOLD_REPLY_TO_DOMAINS; none: any)."""
     if reply_to_domains is None:
         reply_to_domains = allowed_reply_to_domains()
-    check = _Check(marks or NoMarks(), sources, reply_to_domains)
+    check = Check(marks or NoMarks(), sources, reply_to_domains)
     top = check.mapping(document, ())
     if top is None:
         return check.problems
@@ -162,7 +164,7 @@ def document_problems(
     return check.problems
 
 
-def _source_check(check: _Check, name: str, block: object) -> None:
+def _source_check(check: Check, name: str, block: object) -> None:
     path: Path = ("sources", name)
     if name not in check.sources:
         check.add(
@@ -184,7 +186,7 @@ def _source_check(check: _Check, name: str, block: object) -> None:
                 _section_check(check, (*form_path, section), section, settings)
 
 
-def _section_check(check: _Check, path: Path, section: str, settings: object) -> None:
+def _section_check(check: Check, path: Path, section: str, settings: object) -> None:
     values = check.mapping(settings, path)
     if values is None:
         return
@@ -197,7 +199,7 @@ def _section_check(check: _Check, path: Path, section: str, settings: object) ->
         check.add((*path, "languages"), "languages need a language_field to choose by", key=True)
 
 
-def _template_check(check: _Check, path: Path, value: object) -> None:
+def _template_check(check: Check, path: Path, value: object) -> None:
     if not isinstance(value, str):
         check.add(path, f"must be a template (text; quote a number), not {_kind(value)}")
         return
@@ -215,7 +217,7 @@ def _template_check(check: _Check, path: Path, value: object) -> None:
         check.add(path, f"template line {problem.line}: {problem.message}", line=line)
 
 
-def _properties_check(check: _Check, path: Path, value: object) -> None:
+def _properties_check(check: Check, path: Path, value: object) -> None:
     properties = check.mapping(value, path)
     if properties is None:
         return
@@ -229,7 +231,7 @@ def _properties_check(check: _Check, path: Path, value: object) -> None:
         _template_check(check, (*path, name), template)
 
 
-def _assignee_check(check: _Check, path: Path, value: object) -> None:
+def _assignee_check(check: Check, path: Path, value: object) -> None:
     if isinstance(value, str):
         _name_check(check, path, value)
         return
@@ -259,12 +261,12 @@ def _assignee_check(check: _Check, path: Path, value: object) -> None:
         _name_check(check, (*path, "default"), value["default"])
 
 
-def _name_check(check: _Check, path: Path, value: object) -> None:
+def _name_check(check: Check, path: Path, value: object) -> None:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_LENGTH:
         check.add(path, f"must be a name (text of 1 to {MAX_NAME_LENGTH} characters)")
 
 
-def _value_path_check(check: _Check, path: Path, value: object) -> None:
+def _value_path_check(check: Check, path: Path, value: object) -> None:
     if not isinstance(value, str) or _VALUE_PATH.fullmatch(value) is None:
         check.add(
             path,
@@ -273,19 +275,19 @@ def _value_path_check(check: _Check, path: Path, value: object) -> None:
         )
 
 
-def _hours_check(check: _Check, path: Path, value: object) -> None:
+def _hours_check(check: Check, path: Path, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         check.add(path, f"must be a number of hours, not {_kind(value)}")
     elif not 0 < value <= MAX_DUE_HOURS:
         check.add(path, f"must be more than 0 and at most {MAX_DUE_HOURS} hours")
 
 
-def _bool_check(check: _Check, path: Path, value: object) -> None:
+def _bool_check(check: Check, path: Path, value: object) -> None:
     if not isinstance(value, bool):
         check.add(path, f"must be true or false, not {_kind(value)}")
 
 
-def _address_check(check: _Check, path: Path, value: object) -> None:
+def _address_check(check: Check, path: Path, value: object) -> None:
     _template_check(check, path, value)
     if not isinstance(value, str):
         return
@@ -300,7 +302,7 @@ def _address_check(check: _Check, path: Path, value: object) -> None:
         )
 
 
-def _languages_check(check: _Check, path: Path, value: object) -> None:
+def _languages_check(check: Check, path: Path, value: object) -> None:
     languages = check.mapping(value, path)
     for code, variant in (languages or {}).items():
         if _LANGUAGE.fullmatch(code) is None:
@@ -314,7 +316,7 @@ def _languages_check(check: _Check, path: Path, value: object) -> None:
                 _template_check(check, (*path, code, key), texts[key])
 
 
-_VALUE_CHECKS: dict[str, Callable[[_Check, Path, object], None]] = {
+_VALUE_CHECKS: dict[str, Callable[[Check, Path, object], None]] = {
     "template": _template_check,
     "properties": _properties_check,
     "assignee": _assignee_check,

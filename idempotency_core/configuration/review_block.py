@@ -36,7 +36,7 @@ from django.contrib.auth.models import Group, User
 from idempotency_core.models import CaseKind
 
 if TYPE_CHECKING:
-    from idempotency_core.configuration.document import Marks, Path, Problem, _Check
+    from idempotency_core.configuration.document import Check, Marks, Path, Problem
 
 DEFAULT_GROUP = "Reviewers"
 MATCH_KEYS = ("source", "form", "kind")
@@ -57,7 +57,7 @@ REVIEW_ORDER: dict[str, Any] = {
 }
 
 
-def review_check(check: _Check, value: object) -> None:
+def review_check(check: Check, value: object) -> None:
     """Every problem of the `review` block, added to `check` with its place."""
     path: Path = ("review",)
     block = check.mapping(value, path)
@@ -77,7 +77,7 @@ def review_check(check: _Check, value: object) -> None:
         _escalate_check(check, (*path, "escalate"), block["escalate"])
 
 
-def _route_check(check: _Check, path: Path, value: object) -> None:
+def _route_check(check: Check, path: Path, value: object) -> None:
     route = check.mapping(value, path)
     if route is None:
         return
@@ -102,7 +102,7 @@ def _route_check(check: _Check, path: Path, value: object) -> None:
             )
 
 
-def _notify_check(check: _Check, path: Path, notify: Mapping[str, Any]) -> None:
+def _notify_check(check: Check, path: Path, notify: Mapping[str, Any]) -> None:
     check.known_keys(notify, path, NOTIFY_KEYS)
     if "email" in notify and not isinstance(notify["email"], bool):
         check.add((*path, "email"), "must be true or false")
@@ -117,7 +117,7 @@ def _notify_check(check: _Check, path: Path, notify: Mapping[str, Any]) -> None:
             check.add((*path, "webhook"), problem)
 
 
-def _escalate_check(check: _Check, path: Path, value: object) -> None:
+def _escalate_check(check: Check, path: Path, value: object) -> None:
     escalate = check.mapping(value, path)
     if escalate is None:
         return
@@ -131,14 +131,14 @@ def _escalate_check(check: _Check, path: Path, value: object) -> None:
         _name_check(check, (*path, "to"), escalate["to"])
 
 
-def _minutes_check(check: _Check, path: Path, value: object, *, least: int) -> None:
+def _minutes_check(check: Check, path: Path, value: object, *, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         check.add(path, "must be a whole number of minutes")
     elif not least <= value <= MAX_MINUTES:
         check.add(path, f"must be from {least} to {MAX_MINUTES} minutes")
 
 
-def _name_check(check: _Check, path: Path, value: object) -> None:
+def _name_check(check: Check, path: Path, value: object) -> None:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME:
         check.add(path, f"must name a group or a user (1 to {MAX_NAME} characters)")
 

@@ -142,9 +142,10 @@ def bench_pipeline_database_check() -> None:
 # -- processes --------------------------------------------------------------------
 
 
-def _spawn(
+def child_spawn(
     args: list[str], log: IO[str], env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
+    """`manage.py ARGS` in a child process on this database, its output into `log`."""
     return subprocess.Popen(
         [sys.executable, str(settings.BASE_DIR / "manage.py"), *args],
         env={
@@ -161,7 +162,10 @@ def _spawn(
     )
 
 
-def _wait_log(process: subprocess.Popen[bytes], log: IO[str], ready: Callable[[str], Any]) -> Any:
+def child_ready_wait(
+    process: subprocess.Popen[bytes], log: IO[str], ready: Callable[[str], Any]
+) -> Any:
+    """What `ready` finds in the child's log once it finds something (within 60 s)."""
     deadline = time.monotonic() + 60
     while True:
         log.seek(0)
@@ -174,7 +178,7 @@ def _wait_log(process: subprocess.Popen[bytes], log: IO[str], ready: Callable[[s
         time.sleep(0.1)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def child_stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the child alone, which stops its own workers in order: sent across
     its process group, a qcluster loses its workers under it and hangs until killed
     (30 s a run). What is left of the group is killed after."""
@@ -192,19 +196,19 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def sandbox_running() -> Iterator[Sandbox]:
     """The sandbox in a process of its own, so its CPU is not the benchmark's."""
     with tempfile.TemporaryFile(mode="w+") as log:
-        process = _spawn(["sandbox", "--http-port", "0", "--smtp-port", "0"], log)
+        process = child_spawn(["sandbox", "--http-port", "0", "--smtp-port", "0"], log)
         try:
 
             def ports(text: str) -> tuple[int, int] | None:
                 found = [pattern.search(text) for pattern in _PORTS]
                 return (int(found[0][1]), int(found[1][1])) if found[0] and found[1] else None
 
-            http_port, smtp_port = _wait_log(process, log, ports)
+            http_port, smtp_port = child_ready_wait(process, log, ports)
             url = f"http://127.0.0.1:{http_port}"
             with httpx.Client(base_url=url, timeout=60) as client:
                 yield Sandbox(http_url=url, smtp_port=smtp_port, client=client, pid=process.pid)
         finally:
-            _stop(process)
+            child_stop(process)
 
 
 @contextmanager
@@ -214,9 +218,9 @@ def clusters_running(count: int, *, env: dict[str, str] | None = None) -> Iterat
         processes = []
         for _ in range(count):
             log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            process = _spawn(["qcluster"], log, env)
-            stack.callback(_stop, process)
-            _wait_log(process, log, lambda text: " running." in text)
+            process = child_spawn(["qcluster"], log, env)
+            stack.callback(child_stop, process)
+            child_ready_wait(process, log, lambda text: " running." in text)
             processes.append(process)
         yield [process.pid for process in processes]
 

@@ -29,9 +29,9 @@ from idempotency_core.models import Destination, DestinationBudget
 from lab.bench.pipeline import (
     BenchmarkError,
     Sandbox,
-    _spawn,
-    _stop,
-    _wait_log,
+    child_ready_wait,
+    child_spawn,
+    child_stop,
     clusters_running,
     outcomes_wait,
     submissions_store,
@@ -80,7 +80,7 @@ def hubspot_running(*, limit: int, window: float) -> Iterator[httpx.Client]:
     """The HubSpot emulator in its own process, its rolling limit set; yields a client
     on its base URL."""
     with tempfile.TemporaryFile(mode="w+") as log:
-        process = _spawn(["emulator", "hubspot", "--port", "0"], log)
+        process = child_spawn(["emulator", "hubspot", "--port", "0"], log)
         try:
 
             def url(text: str) -> str | None:
@@ -89,13 +89,13 @@ def hubspot_running(*, limit: int, window: float) -> Iterator[httpx.Client]:
                         return line.rsplit(" ", 1)[1]
                 return None
 
-            base = _wait_log(process, log, url)
+            base = child_ready_wait(process, log, url)
             with httpx.Client(base_url=base, timeout=60) as client:
                 limits = {"ten_secondly": limit, "window_seconds": window}
                 client.post("/_sandbox/config", json={"rate_limits": limits}).raise_for_status()
                 yield client
         finally:
-            _stop(process)
+            child_stop(process)
 
 
 def _hubspot_stats(client: httpx.Client) -> dict[str, Any]:
