@@ -50,8 +50,8 @@ from idempotency_core.review.refusals import (
 )
 from idempotency_core.review.replay import operation_replay
 from review_console.cases.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
+from review_console.cases.filters import CaseFilter
 from review_console.cases.selectors import case_filterset, case_queryset
-from review_console.filters import CaseFilter
 from review_console.masking import contact_for
 from review_console.models import BulkReplayJob
 from review_console.permissions import (

@@ -16,7 +16,7 @@ from django.http import (
 from django.shortcuts import render
 
 from idempotency_core.models import AuditEntry
-from review_console.filters import AuditFilter
+from review_console.audit.filters import AuditFilter
 from review_console.http import querystring, require_GET
 from review_console.paging import KeysetPage, keyset_page
 from review_console.permissions import (

@@ -39,8 +39,8 @@ from django_q.tasks import async_task
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.review.refusals import ActionRefusedError, ReplayRefusedError
 from idempotency_core.review.replay import REPLAY_PERMISSION, operation_replay
+from review_console.cases.filters import CaseFilter
 from review_console.cases.selectors import case_filterset
-from review_console.filters import CaseFilter
 from review_console.masking import mask_email
 from review_console.models import BulkReplayItem, BulkReplayJob
 

@@ -33,7 +33,7 @@ from idempotency_core.review.replay import (
     replay_refusal,
 )
 from review_console.cases.causes import holds_in_force, without_held
-from review_console.filters import CaseFilter
+from review_console.cases.filters import CaseFilter
 from review_console.glossary import kind_label
 from review_console.masking import contact_for
 from review_console.settings.routing import handed_elsewhere, routed_first

@@ -42,9 +42,9 @@ from review_console.cases.decisions import (
     decision_data,
     open_case,
 )
+from review_console.cases.filters import CaseIdsField
 from review_console.cases.presets import CLOSE, NOT_DUPLICATE, REVEAL, preset_reason
 from review_console.cases.selectors import next_case_candidates
-from review_console.filters import CaseIdsField
 from review_console.forms import ReasonForm
 from review_console.glossary import counted
 from review_console.http import require_POST
