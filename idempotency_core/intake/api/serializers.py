@@ -372,7 +372,7 @@ def stored_payload(serializer: SubmissionSerializer) -> dict[str, Any]:
     A text field's representation of a validated string is that string, and the extra
     fields' is their object, so only the other fields (the date-time, written back as
     ISO 8601) are asked for theirs, not every field as `serializer.data` asks
-    (tests/idempotency_core/intake/test_stored_payload.py holds the two to one)."""
+    (tests/idempotency_core/intake/api/test_stored_payload.py holds the two to one)."""
     return _represented(serializer, serializer.validated_data)
 
 
