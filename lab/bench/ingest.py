@@ -65,7 +65,9 @@ INGEST_PATH = "/api/v1/submissions/"
 LIFTED_RATE = 2_147_483_647
 WORKERS = 4
 THREADS = 16
-# The target for Onefold's rate, as a multiple of the bare endpoint's.
+# Onefold's rate as a multiple of the bare endpoint's: what it is held to now, and the
+# design's long-term limit with six rows written at ingest.
+REQUIRED_RATIO = 0.7
 TARGET_RATIO = 0.8
 # Where a gunicorn sync worker starts handling one request (py-spy's frame name).
 REQUEST_FRAME = "SyncWorker.handle_request (gunicorn/workers/sync.py)"
@@ -436,8 +438,10 @@ def _interleaved(
         )
     busy = ", ".join(f"{n} {medians[n] * cpu[n].total / 1000:.2f}" for n in rounds_of)
     out(f"cores busy (rate x CPU a request): {busy} of {os.cpu_count()}")
-    budget = target_budget(cpu["bare"], cpu["onefold"], TARGET_RATIO)
-    out(f"budget: {budget}")
+    verdict = "meets" if figures["ratio"] >= REQUIRED_RATIO else "MISSES"
+    out(f"onefold: {figures['ratio']:.2f}x the bare endpoint's rate ({verdict} {REQUIRED_RATIO}x)")
+    for ratio in (REQUIRED_RATIO, TARGET_RATIO):
+        out(f"budget: {target_budget(cpu['bare'], cpu['onefold'], ratio)}")
     return figures
 
 
