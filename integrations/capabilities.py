@@ -20,7 +20,8 @@ class Capabilities:
     Built by the adapter from its configuration, never assembled by a caller:
     one value travels from the adapter to `policy.decide()`, so a capability
     added here cannot be forgotten on the way. The defaults claim nothing (no key, no
-    unique reference, no lookup, no merge): an adapter names only what it offers.
+    unique reference, no lookup, no absence proven by one, no merge): an adapter names
+    only what it offers.
     """
 
     # The destination honours an idempotency key, for `key_retention` (None: forever).
@@ -30,10 +31,11 @@ class Capabilities:
     unique_external_ref: bool = False
     # Effects can be found by their external reference.
     lookup: bool = False
-    # Whether "not found" by that lookup proves the effect absent. False where the
-    # only lookup is a search that lags writes (Pipedrive): then an unclear create
-    # that is not found is a case, never a blind repeat.
-    lookup_proves_absence: bool = True
+    # Whether "not found" by that lookup proves the effect absent: True only where the
+    # lookup is a read that sees every write (not a search that lags writes, as
+    # Pipedrive's): else an unclear create that is not found is a case, never a blind
+    # repeat.
+    lookup_proves_absence: bool = False
     # How long after an unclear attempt a lookup is worth asking (search lag).
     lookup_settle_seconds: float = 0.0
     # Records can be merged (duplicates settled in the CRM).

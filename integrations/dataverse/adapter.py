@@ -136,7 +136,9 @@ class DataverseCrm(BearerAdapter):
     # Create-once by chosen GUID and the alternate key (unique_external_ref), read by
     # GUID or key (lookup, a retrieve that proves absence: no lagging search), the
     # Merge action (merge).
-    capabilities = Capabilities(unique_external_ref=True, lookup=True, merge=True)
+    capabilities = Capabilities(
+        unique_external_ref=True, lookup=True, lookup_proves_absence=True, merge=True
+    )
 
     def __init__(
         self,

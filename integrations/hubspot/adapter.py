@@ -192,7 +192,11 @@ class HubSpotCrm(HttpAdapter):
         # the read is no search, so "not found" is an answer. Tasks have no unique
         # property; their lookup reads the enquiry's associations, as consistent.
         self.capabilities = Capabilities(
-            unique_external_ref=True, lookup=True, merge=True, tasks=Capabilities(lookup=True)
+            unique_external_ref=True,
+            lookup=True,
+            lookup_proves_absence=True,
+            merge=True,
+            tasks=Capabilities(lookup=True, lookup_proves_absence=True),
         )
         # Read once per adapter: the schemas by object type, and the account's owners.
         self._schemas: dict[str, dict[str, dict[str, Any]]] = {}

@@ -205,7 +205,9 @@ class SalesforceCrm(BearerAdapter):
         # Unique + External ID: a repeat finds the first record (lookup, a read by the
         # external id that proves absence) and a racing insert is refused (unique);
         # verify() checks both before use.
-        self.capabilities = Capabilities(unique_external_ref=True, lookup=True)
+        self.capabilities = Capabilities(
+            unique_external_ref=True, lookup=True, lookup_proves_absence=True
+        )
         # Read once per adapter: the enquiry object's fields, and the org's active users.
         self._fields: dict[str, dict[str, Any]] | None = None
         self._users: list[Owner] | None = None

@@ -57,7 +57,7 @@ def test_a_lookup_that_proves_absence_is_not_delayed():
     decision = decide(
         state=STATE,
         report=AttemptReport(outcome="ambiguous"),
-        capabilities=Capabilities(lookup=True),
+        capabilities=Capabilities(lookup=True, lookup_proves_absence=True),
         now=NOW,
         policy=POLICY,
     )

@@ -67,6 +67,7 @@ def split(flags: dict) -> tuple[OperationState, Capabilities]:
         key_retention=flags["retention"],
         unique_external_ref=flags["unique_external_ref"],
         lookup=flags["lookup"],
+        lookup_proves_absence=True,
     )
     return state, capabilities
 
