@@ -160,9 +160,8 @@ class CaseFilter(django_filters.FilterSet):
         )
         operation_ids = list(Operation.objects.filter(key=value).values_list("pk", flat=True))
         if not event_ids and not operation_ids:
-            # Destination references have no index yet (requested in the issue
-            # note): a sequential scan of operations, paid only when the value is
-            # not an event or operation key.
+            # A CRM record's number, through the partial index on destination
+            # references: read only when the value is no event or operation key.
             operation_ids = list(
                 Operation.objects.filter(destination_ref=value).values_list("pk", flat=True)[:100]
             )
