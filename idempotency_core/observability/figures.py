@@ -19,6 +19,7 @@ from idempotency_core.models import (
     Destination,
     DestinationBudget,
     FindingKind,
+    Notification,
     Operation,
     OperationStatus,
     ReconciliationRun,
@@ -69,6 +70,7 @@ def figures_read(*, now: datetime | None = None) -> list[Figure]:
         *reconciliation_findings(),
         destinations_paused(now=now),
         destinations_rate_limited(),
+        *notifications_unsent(now=now),
     ]
 
 
@@ -246,6 +248,42 @@ def open_cases(*, now: datetime) -> Iterable[Figure]:
         count_figure.add(count, kind)
         age_figure.add(_age(now, oldest), kind)
     return [count_figure, age_figure]
+
+
+def notifications_unsent(*, now: datetime) -> Iterable[Figure]:
+    """Staff notifications of cases that could not be sent (each also on the console's
+    dashboard), by channel, every channel present (0 too) so that an alert on an
+    increase sees a series before the first failure; and how long the oldest one due
+    has waited to be sent, which grows when no worker sends them."""
+    failed = Figure(
+        "onefold_notifications_failed",
+        "Staff notifications of cases that could not be sent (nobody to receive them, "
+        "refused, or out of tries), by channel (email, webhook); they only grow.",
+        ("channel",),
+    )
+    # status = 'failed': notification_failed_idx (partial on it), few rows.
+    counts = dict.fromkeys(Notification.Channel.values, 0)
+    rows = (
+        Notification.objects.filter(status=Notification.Status.FAILED)
+        .values_list("channel")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for channel, count in rows:
+        counts[channel] = count
+    for channel, count in counts.items():
+        failed.add(count, channel)
+    waiting = Figure(
+        "onefold_oldest_due_notification_age_seconds",
+        "Age of the oldest staff notification due and not yet sent (waiting or being "
+        "sent), in seconds; 0 when none is.",
+    )
+    # notification_outstanding_idx (due_at, partial on the two statuses).
+    oldest = Notification.objects.filter(
+        status__in=Notification.OUTSTANDING, due_at__lte=now
+    ).aggregate(oldest=Min("due_at"))["oldest"]
+    waiting.add(_age(now, oldest))
+    return [failed, waiting]
 
 
 def reconciliation_findings() -> Iterable[Figure]:

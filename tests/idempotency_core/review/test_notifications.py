@@ -15,6 +15,7 @@ from django.contrib.auth.models import Group, User
 from django.core import mail
 from django.utils import timezone
 from django_q.models import OrmQ
+from prometheus_client.parser import text_string_to_metric_families
 
 from idempotency_core import tasks
 from idempotency_core.configuration.versions import config_apply
@@ -167,6 +168,40 @@ def test_a_route_that_reaches_nobody_is_a_failure_on_record(staff) -> None:
     tasks.case_notify(case.pk)
     failed = Notification.objects.get(case=case)
     assert failed.status == "failed" and "Nobody in Empty desk" in failed.error
+
+
+def test_a_notification_that_cannot_be_sent_is_counted_on_metrics(staff, client, settings) -> None:
+    """Beside the dashboard, an operator's alert: the failed notifications by channel on
+    /metrics (every channel present before the first failure), and the age of the
+    oldest one due and unsent, which grows when no worker sends them."""
+    settings.ONEFOLD_METRICS_TOKEN, settings.ONEFOLD_METRICS_ALLOW_IPS = "t0ken", []
+
+    def scraped() -> dict[tuple[str, tuple], float]:
+        answer = client.get("/metrics", headers={"Authorization": "Bearer t0ken"})
+        assert answer.status_code == 200
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(answer.content.decode())
+            for sample in family.samples
+        }
+
+    failed = "onefold_notifications_failed"
+    waiting = ("onefold_oldest_due_notification_age_seconds", ())
+    before = scraped()
+    assert before[(failed, (("channel", "email"),))] == 0
+    assert before[(failed, (("channel", "webhook"),))] == 0
+    assert before[waiting] == 0
+    Group.objects.create(name="Empty desk")
+    review(routes=[{"match": {"kind": "permanent_failure"}, "to": "Empty desk"}])
+    tasks.case_notify(permanent_case("nobody-2").pk)
+    review(routes=[{"match": {"kind": "permanent_failure"}, "to": "sam"}])
+    stuck = permanent_case("no-worker-1")  # its task never runs: nobody sends it
+    case_route(case_id=stuck.pk)
+    Notification.objects.filter(case=stuck).update(due_at=timezone.now() - timedelta(minutes=3))
+    after = scraped()
+    assert after[(failed, (("channel", "email"),))] == 1
+    assert after[(failed, (("channel", "webhook"),))] == 0
+    assert after[waiting] >= 180
 
 
 def test_a_refusing_mail_server_is_retried_then_failed_on_record(staff, settings) -> None:
