@@ -202,7 +202,7 @@ def replay_refusal(facts: ReplayFacts, *, destination_checked: bool) -> str | No
     Status = Operation.Status
     step = facts.step
     by_status: dict[str, str] = {
-        Status.SUCCEEDED: f"{step} already succeeded (destination reference "
+        Status.SUCCEEDED: f"{step} already succeeded (its reference "
         f"{facts.destination_ref or 'unknown'}); a replay would create a second effect.",
         Status.RUNNING: f"{step} is running now; wait for its outcome.",
         Status.PENDING: f"{step} is already scheduled to run.",
@@ -221,10 +221,12 @@ def replay_refusal(facts: ReplayFacts, *, destination_checked: bool) -> str | No
 def _unless_checked_absent(facts: ReplayFacts, *, destination_checked: bool) -> str | None:
     """The reviewer's word that the effect is absent, and, where the destination can be
     asked, a recorded lookup since the last attempt that found nothing."""
+    # In a person's words: the console shows it as it is, on a case's page and on a bulk
+    # replay's (the capabilities that would have recognised a repeat are the case's
+    # technical details).
     unrecognisable = (
-        f"{facts.step} may already have been applied and the destination can no longer "
-        "recognise a repeat (no idempotency key within its window, no unique reference, no "
-        "lookup)."
+        f"{facts.step} may already have been done, and another try could not be recognised "
+        "as a repeat, so it could be done twice."
     )
     if facts.lookup_can_answer:
         stale = facts.lookup_at is None or (
@@ -233,8 +235,8 @@ def _unless_checked_absent(facts: ReplayFacts, *, destination_checked: bool) -> 
         )
         if stale:
             return (
-                f"{unrecognisable} Look it up in the destination first (the case page's "
-                "lookup), then confirm it is absent."
+                f"{unrecognisable} Look it up first (the case page's lookup), then "
+                "confirm it is absent."
             )
         if facts.lookup_found is True and facts.lookup_at is not None:
             return (
@@ -243,7 +245,10 @@ def _unless_checked_absent(facts: ReplayFacts, *, destination_checked: bool) -> 
                 "reference; a replay would duplicate it."
             )
     if not destination_checked:
-        return f"{unrecognisable} Look it up in the destination first, then confirm it is absent."
+        return (
+            f"{unrecognisable} Look for it in the CRM or the mail service first, then confirm "
+            "it is absent."
+        )
     return None
 
 

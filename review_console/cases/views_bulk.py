@@ -43,9 +43,11 @@ def bulk_replay_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(BulkReplayJob.objects.select_related("created_by"), pk=job_id)
     counts = bulk_replay_counts(job)
     done = sum(counts[s] for s in BulkReplayItem.DONE)
-    problems = job.items.exclude(
-        status__in=[BulkReplayItem.Status.REPLAYED, BulkReplayItem.Status.PENDING]
-    ).order_by("pk")[:200]
+    problems = (
+        job.items.select_related("operation")
+        .exclude(status__in=[BulkReplayItem.Status.REPLAYED, BulkReplayItem.Status.PENDING])
+        .order_by("pk")[:200]
+    )
     template = "_bulk_replay_progress.html" if request.htmx else "bulk_replay_detail.html"
     return render(
         request,

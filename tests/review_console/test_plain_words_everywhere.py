@@ -15,14 +15,17 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from tests.factories import make_user
+from review_console.cases.bulk import bulk_replay_run
+from review_console.cases.causes import case_cause
+from review_console.models import BulkReplayJob
+from tests.factories import make_user, permanent_case
 from tests.support.console_pages import page_urls, seed
 from tests.support.jargon import jargon_in, main_text, stored_keys
 
 pytestmark = pytest.mark.django_db
 
-# Pages scanned elsewhere: case pages, their confirmations, the queue, the dashboard,
-# bulk replays and submissions (test_plain_words.py).
+# Pages scanned elsewhere: case pages, their confirmations, the queue, the dashboard
+# and submissions (test_plain_words.py); bulk replays' pages with jobs that ran, below.
 SCANNED_ELSEWHERE = ("/cases/", "/submissions/", "/bulk-replays/")
 
 
@@ -77,4 +80,38 @@ def test_no_other_page_a_reviewer_or_settings_admin_opens_says_anything_technica
             if problems:
                 found[f"{role} {method} {url}"] = sorted(set(problems))
     assert opened == {url for _, url, _ in pages}, "a page nobody may open is no test"
+    assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())
+
+
+def test_the_bulk_replay_pages_say_nothing_technical(sandbox, ambiguous_case, users):
+    """A cause's group tried again as a whole (its filter is the cause's code, step,
+    answer), and every open case tried again (some refused: the ambiguous one needs a
+    look in the CRM first): the confirmation, the list and each job's page, as the
+    Replay admin who started them reads them, once the jobs ran."""
+    seed(sandbox, ambiguous_case, users)
+    cause, count = case_cause(permanent_case("bulk-perm-again")) or (None, 0)
+    assert cause is not None and count >= 2
+    client = _client(users["replay_admin"])
+    new = reverse("console:bulk-replay-new")
+    pages: list[tuple[str, dict]] = []
+    for params in ({"cause": cause.token()}, {}):
+        pages.append((new, params))
+        started = client.post(new, {**params, "confirm": "yes", "reason": "The CRM is fixed."})
+        assert started.status_code == 302, started.content.decode()[:2000]
+    jobs = list(BulkReplayJob.objects.order_by("pk"))
+    assert len(jobs) == 2 and jobs[0].filter_description
+    for job in jobs:
+        assert bulk_replay_run(job_id=job.pk, chunk_seconds=60) == "finished"
+    job_statuses = {item.status for job in jobs for item in job.items.all()}
+    assert {"replayed", "refused"} <= job_statuses, job_statuses
+    pages.append((reverse("console:bulk-replay-list"), {}))
+    pages += [(reverse("console:bulk-replay-detail", args=[job.pk]), {}) for job in jobs]
+    keys = stored_keys()
+    found: dict[str, list[str]] = {}
+    for url, params in pages:
+        response = client.post(url, params) if url == new else client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        problems = jargon_in(main_text(response.content.decode()), keys)
+        if problems:
+            found[f"{url} {params}"] = sorted(set(problems))
     assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())

@@ -39,6 +39,9 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "event source": re.compile(r"\bEvent source\b", re.IGNORECASE),
     "key or reference": re.compile(r"\bKey or reference\b", re.IGNORECASE),
     "message id": re.compile(r"\bMessage-ID\b", re.IGNORECASE),
+    # A filter or a cause as the machine stores it: URL-encoded, or a JSON list.
+    "encoded": re.compile(r"%[0-9A-F]{2}"),
+    "json list": re.compile(r"\[\s*\""),
 }
 
 

@@ -123,7 +123,7 @@ def test_ambiguous_create_found_at_the_destination_is_resolved_not_replayed(
     page.click("button:has-text('Try again…')")
     page.fill("#id_reason", "Customer chased us")
     page.click("button:has-text('Try again')")
-    expect(page.locator("text=Look it up in the destination first").first).to_be_visible()
+    expect(page.locator("text=could be done twice").first).to_be_visible()
     shot(page, "replay-refused")
     assert Operation.objects.get(pk=case.operation_id).status == "needs_review"
 

@@ -175,13 +175,13 @@ def test_bulk_replay_replays_what_is_safe_and_lists_what_is_not(users, ambiguous
     assert (counts["replayed"], counts["refused"]) == (3, 1)
     refused = job.items.get(status="refused")
     assert refused.operation_id == unsafe.operation_id
-    assert "Look it up in the destination first" in refused.message
+    assert "could be done twice" in refused.message
     for case in safe:
         assert Operation.objects.get(pk=case.operation_id).status == "retry_scheduled"
     client = Client()
     client.force_login(users["replay_admin"])
     page = client.get(reverse("console:bulk-replay-detail", args=[job.pk])).content.decode()
-    assert "4 of 4 done" in page and "Look it up in the destination first" in page
+    assert "4 of 4 done" in page and "could be done twice" in page
 
 
 def test_bulk_replay_progress_is_polled_as_a_fragment_until_the_job_finishes(users):
@@ -394,7 +394,7 @@ def test_a_replay_the_destination_could_not_recognise_needs_a_recorded_lookup_fi
     case = ambiguous_case("replay-unlooked", mode="fail_before_commit")
     rex = users["replay_admin"]
     # The reviewer's word alone is not enough where the CRM can be asked.
-    with pytest.raises(ReplayRefusedError, match="Look it up in the destination first"):
+    with pytest.raises(ReplayRefusedError, match="could be done twice"):
         replay(case, rex, destination_checked=True)
     lookup = operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=case)
     assert lookup.found is False
@@ -430,7 +430,7 @@ def test_a_lookup_from_before_the_last_attempt_does_not_count(users, ambiguous_c
     assert (second.pk, second.status, second.owner_id) == (case.pk, "open", None)
     assert AuditEntry.objects.filter(case=case, action="replay_failed").count() == 1
     assert second.evidence["attempt"] == 2
-    with pytest.raises(ReplayRefusedError, match="Look it up in the destination first"):
+    with pytest.raises(ReplayRefusedError, match="could be done twice"):
         replay(second, rex, destination_checked=True)  # the old "absent" is out of date
     operation_destination_lookup(operation_id=case.operation_id, actor=rex, case=second)
     with pytest.raises(ReplayRefusedError, match="found the effect"):
