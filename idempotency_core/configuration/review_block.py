@@ -147,28 +147,48 @@ def webhook_problem(url: str) -> str | None:
     """Why `url` may not be the webhook, or None: https, a host, no credentials in it,
     and every address the host resolves to public (unless the operator allows private
     ones, ONEFOLD_WEBHOOK_ALLOW_PRIVATE)."""
+    return webhook_resolve(url)[0]
+
+
+def webhook_resolve(url: str) -> tuple[str | None, str]:
+    """(why `url` may not be the webhook, or None; the address checked, to connect to).
+
+    The send connects to that address itself (review/notice_content.py), so a host that
+    resolves to a public address for this check and to a private one a moment later
+    (DNS rebinding) is still posted to the address checked."""
     try:
         parts = urlsplit(url)
         port = parts.port or 443
     except ValueError:
-        return "is not a URL"
+        return "is not a URL", ""
     if parts.scheme != "https" or not parts.hostname:
-        return "must be an https:// URL"
+        return "must be an https:// URL", ""
     if parts.username or parts.password:
-        return "must not carry a user name or password"
+        return "must not carry a user name or password", ""
     try:
-        addresses = {str(info[4][0]) for info in socket.getaddrinfo(parts.hostname, port)}
+        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        return f"its host {parts.hostname!r} cannot be resolved"
-    if settings.ONEFOLD_WEBHOOK_ALLOW_PRIVATE:
-        return None
-    for address in sorted(addresses):
-        if not ipaddress.ip_address(address.split("%")[0]).is_global:
-            return (
-                f"its host {parts.hostname!r} resolves to {address}, a loopback, private or "
-                "link-local address: only a public address may receive notifications"
-            )
-    return None
+        return f"its host {parts.hostname!r} cannot be resolved", ""
+    # In the resolver's order (the one a connection would try first), without repeats.
+    addresses = list(dict.fromkeys(str(info[4][0]).split("%")[0] for info in infos))
+    if not addresses:
+        return f"its host {parts.hostname!r} cannot be resolved", ""
+    if not settings.ONEFOLD_WEBHOOK_ALLOW_PRIVATE:
+        for address in addresses:
+            if not _public(address):
+                return (
+                    f"its host {parts.hostname!r} resolves to {address}, a loopback, private "
+                    "or link-local address: only a public address may receive notifications"
+                ), ""
+    return None, addresses[0]
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    # An IPv4 address written as IPv6 (::ffff:10.0.0.1) is judged as the IPv4 one.
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global
 
 
 def review_target_problems(document: object, *, marks: Marks | None = None) -> list[Problem]:

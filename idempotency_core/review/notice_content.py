@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage
 from django.utils import timezone
 
-from idempotency_core.configuration.review_block import webhook_problem
+from idempotency_core.configuration.review_block import webhook_resolve
 from idempotency_core.models import Notification, ReviewCase
 
 # Filled by the console's app (review_console/apps.py) with its glossary's words.
@@ -172,20 +172,25 @@ def webhook_body(row: Notification, url: str) -> dict[str, object]:
 
 def webhook_send(row: Notification, url: str) -> None:
     """Posts the notice. The URL is checked again at each send (its host's addresses
-    can change since it was applied), and redirects are not followed."""
+    can change since it was applied), and the post goes to the very address checked:
+    the connection is made to that IP, with the host's name in the Host header and as
+    the TLS server name (SNI, and the name the certificate must match), so that no
+    second lookup by httpx can lead it elsewhere. Redirects are not followed."""
     if not url:
         raise NoticeError("The review block has no webhook any more.", permanent=True)
-    problem = webhook_problem(url)
+    problem, address = webhook_resolve(url)
     if problem is not None:
         raise NoticeError(f"The webhook {problem}.", permanent=True)
+    target = httpx.URL(url)
     try:
-        answer = httpx.post(
-            url,
-            json=webhook_body(row, url),
-            headers={"Idempotency-Key": row.key},
-            timeout=WEBHOOK_TIMEOUT_SECONDS,
-            follow_redirects=False,
-        )
+        with httpx.Client(timeout=WEBHOOK_TIMEOUT_SECONDS) as client:
+            answer = client.post(
+                target.copy_with(host=address),
+                json=webhook_body(row, url),
+                headers={"Idempotency-Key": row.key, "Host": target.netloc.decode("ascii")},
+                extensions={"sni_hostname": target.host},
+                follow_redirects=False,
+            )
     except httpx.HTTPError as exc:
         raise NoticeError(f"The webhook could not be reached ({type(exc).__name__}).") from exc
     if answer.is_success:
