@@ -73,6 +73,7 @@ from review_console.permissions import (
     console_permission,
     may_try_again,
 )
+from review_console.settings.routing import routed_to_me
 from review_console.sources.field_tree import unreadable_view
 from review_console.submissions.selectors import event_deliveries, event_operations, related_events
 
@@ -93,6 +94,9 @@ def _dashboard(request: HttpRequest) -> HttpResponse:
     # Reveals of contact details are shown to those who oversee the reviewers: Replay
     # admins and superusers (review/contact.py).
     overseer = request.user.has_perm(REPLAY)
+    # Who may open cases but not take them (Settings admins) gets, for *Next case*, the
+    # oldest case routed or handed on to them, to fix its cause from its page.
+    fixer = not request.user.has_perm(CHANGE_CASES)
     return render(
         request,
         "review_console/cases/dashboard.html",
@@ -100,6 +104,7 @@ def _dashboard(request: HttpRequest) -> HttpResponse:
             "summary": dashboard_summary(user=request.user),
             "mine": my_cases(request.user),
             "reveals": recent_reveals() if overseer else None,
+            "routed": routed_to_me(request.user) if fixer else None,
         },
     )
 

@@ -136,6 +136,29 @@ def test_hand_on_releases_my_case_to_the_group_that_decides_it_notified_and_firs
     assert older.owner is None
 
 
+def test_a_settings_admin_s_next_case_is_the_oldest_handed_on_to_their_group(users):
+    """Settings admins open cases and fix their cause, but take none: their dashboard's
+    *Next case* is a link to the oldest open case handed on (or routed) to them, never
+    to one of the Reviewers'."""
+    rita, sia = users["reviewer"], make_user("sia", groups=("Settings admins",))
+    dashboard = reverse("console:dashboard")
+    permanent_case("sia-not-theirs")
+    assert "Next case" not in client_as(sia).get(dashboard).content.decode()
+    handed = []
+    for key in ("sia-1", "sia-2"):
+        case = waiting_case(ReviewCase.Kind.UNREADABLE, key, {})
+        case_take_ownership(case_ids=[case.pk], actor=rita)
+        client_as(rita).post(
+            reverse("console:case-hand-on", args=[case.pk]), {"preset": "cannot_decide"}
+        )
+        assert CaseRoute.objects.get(case=case).target == "Settings admins"
+        handed.append(case)
+    page = client_as(sia).get(dashboard).content.decode()
+    first = reverse("console:case-detail", args=[handed[0].pk])
+    assert f'href="{first}" data-main-decision>Next case</a>' in page
+    assert "2 cases sent to you or your group wait" in page
+
+
 def test_only_whoever_holds_a_case_may_hand_it_on(users):
     case = permanent_case("hand-2")
     case_take_ownership(case_ids=[case.pk], actor=users["replay_admin"])

@@ -26,7 +26,9 @@ from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.keys import operation_key
 from idempotency_core.models import AuditEntry, Event, ReviewCase
-from tests.factories import make_user
+from idempotency_core.review.cases import case_take_ownership
+from idempotency_core.review.hand_on import case_hand_on
+from tests.factories import make_user, permanent_case
 from tests.support.browser import browser, page, sign_in  # noqa: F401 (fixtures)
 from tests.support.senders import ANOTHER_FORMS_MAP, jotform_tutoring
 
@@ -50,15 +52,24 @@ def unreadable_jotform() -> Event:
 
 
 def test_a_settings_admin_fixes_the_map_and_the_delivery_runs_once(page, sandbox):  # noqa: F811
-    """From the unreadable case to the applied map in at most 6 actions, as a member of
-    the Settings admins group: the link, three picks (by the form's labels), one button
-    whose reason is preset. The choices on the page are what is saved and applied."""
+    """From the dashboard to the applied map in at most 6 actions, as a member of the
+    Settings admins group, once a Reviewer handed the unreadable case on to them:
+    *Next case* (the oldest case handed on to their group), the link, three picks (by
+    the form's labels), one button whose reason is preset. The choices on the page are
+    what is saved and applied."""
     make_user("sia", groups=("Settings admins",))
+    rita = make_user("rita", groups=("Reviewers",))
+    permanent_case("older-not-theirs")  # older, Reviewers': not the Settings admin's next
     event = unreadable_jotform()
     source = event.source
     case = ReviewCase.objects.get(event=event)
-    sign_in(page, "sia", f"/console/cases/{case.pk}/")
+    case_take_ownership(case_ids=[case.pk], actor=rita)
+    case_hand_on(case_id=case.pk, actor=rita, reason="I cannot change how a form is read.")
+    sign_in(page, "sia", "/console/")
     actions = 0
+    page.locator(".next-case >> text=Next case").click()
+    actions += 1
+    page.wait_for_url(f"**/console/cases/{case.pk}/")
     assert "link below" in page.locator("main").inner_text()
     page.click("#choose-fields")
     actions += 1
