@@ -98,7 +98,7 @@ PAUSE_WORDS: dict[str, str] = {
     DestinationBudget.Pause.DAILY: "its requests for the day are used up (its daily limit)",
     DestinationBudget.Pause.REFUSED: (
         "its settings no longer allow Onefold to avoid duplicates there, so nothing is sent "
-        "until they are corrected (an administrator should run check_destinations)"
+        "until they are corrected (an administrator should check them)"
     ),
 }
 
