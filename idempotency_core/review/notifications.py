@@ -24,17 +24,19 @@ or name, ever.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import smtplib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.mail import EmailMessage, get_connection
+from django.core.mail.backends.base import BaseEmailBackend
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max, Q, QuerySet
 from django.utils import timezone
@@ -291,43 +293,78 @@ def _finish(claim: _Claim, *, error: str = "", permanent: bool = False) -> None:
 
 def case_notices_send(*, case_id: int) -> int:
     """Sends the case's due notifications that go alone (not in a digest), each under
-    its own claim. Returns how many were sent."""
+    its own claim, the emails over one connection to the mail server. Returns how many
+    were sent."""
     sent = 0
     outstanding = Notification.objects.filter(case_id=case_id, digest=False)
-    for row_id in outstanding.filter(status="pending").values_list("pk", flat=True):
-        claim = _claim(Notification.objects.filter(pk=row_id), timezone.now())
-        if claim is None:
-            continue
-        row = Notification.objects.select_related("case__event__source", "user").get(pk=row_id)
-        try:
-            if row.channel == Notification.Channel.WEBHOOK:
-                webhook_send(row, review_settings().webhook)
-            else:
-                _send_mail([notice_email(row)])
-        except NoticeError as exc:
-            _finish(claim, error=str(exc), permanent=exc.permanent)
-            continue
-        _finish(claim)
-        sent += 1
+    with _Mailer() as mailer:
+        for row_id in outstanding.filter(status="pending").values_list("pk", flat=True):
+            claim = _claim(Notification.objects.filter(pk=row_id), timezone.now())
+            if claim is None:
+                continue
+            row = Notification.objects.select_related("case__event__source", "user").get(pk=row_id)
+            try:
+                if row.channel == Notification.Channel.WEBHOOK:
+                    webhook_send(row, review_settings().webhook)
+                else:
+                    mailer.send(notice_email(row))
+            except NoticeError as exc:
+                _finish(claim, error=str(exc), permanent=exc.permanent)
+                continue
+            _finish(claim)
+            sent += 1
     return sent
 
 
-def _send_mail(messages: Iterable[EmailMessage]) -> None:
-    """Through Django's email settings. The error kept names the failure's kind and
-    code, never the server's words (which can quote an address)."""
-    timeout = max(1.0, min(30.0, settings.ONEFOLD_LEASE_SECONDS / 2))
-    try:
-        with get_connection(timeout=timeout) as connection:
-            connection.send_messages(list(messages))
-    except smtplib.SMTPRecipientsRefused as exc:
-        raise NoticeError("The mail server refused the address.", permanent=True) from exc
-    except smtplib.SMTPResponseException as exc:
+class _Mailer:
+    """One connection to the mail server (Django's email settings) for a task's emails,
+    opened at the first and closed at the end: a group of ten is one SMTP session, not
+    ten. A failed send closes it, so that the next opens a fresh one rather than write
+    into a session the server may have dropped."""
+
+    def __init__(self) -> None:
+        self.connection: BaseEmailBackend | None = None
+
+    def __enter__(self) -> _Mailer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def send(self, message: EmailMessage) -> None:
+        try:
+            if self.connection is None:
+                timeout = max(1.0, min(30.0, settings.ONEFOLD_LEASE_SECONDS / 2))
+                self.connection = get_connection(timeout=timeout)
+                self.connection.open()
+            self.connection.send_messages([message])
+        except (OSError, smtplib.SMTPException) as exc:
+            self.close()
+            raise _mail_error(exc) from exc
+
+    def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            # The session is gone either way; what was sent is recorded.
+            with contextlib.suppress(OSError, smtplib.SMTPException):
+                connection.close()
+
+
+def _mail_error(exc: Exception) -> NoticeError:
+    """The error kept names the failure's kind and code, never the server's words
+    (which can quote an address)."""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        # A 4xx (421: the server closes the session; 450, 451, 452) is for later.
+        codes = [code for code, _words in exc.recipients.values()]
+        permanent = bool(codes) and all(500 <= code < 600 for code in codes)
+        return NoticeError(
+            f"The mail server refused the address: it answered {', '.join(map(str, codes))}.",
+            permanent=permanent,
+        )
+    if isinstance(exc, smtplib.SMTPResponseException):
         permanent = 500 <= exc.smtp_code < 600
-        raise NoticeError(
-            f"The mail server answered {exc.smtp_code}.", permanent=permanent
-        ) from exc
-    except (OSError, smtplib.SMTPException) as exc:
-        raise NoticeError(f"The mail server could not be reached ({type(exc).__name__}).") from exc
+        return NoticeError(f"The mail server answered {exc.smtp_code}.", permanent=permanent)
+    return NoticeError(f"The mail server could not be reached ({type(exc).__name__}).")
 
 
 def notices_digest_send(*, user_id: int) -> int:
@@ -342,7 +379,8 @@ def notices_digest_send(*, user_id: int) -> int:
         .order_by("case_id")
     )
     try:
-        _send_mail([digest_email(claimed)])
+        with _Mailer() as mailer:
+            mailer.send(digest_email(claimed))
     except NoticeError as exc:
         _finish(claim, error=str(exc), permanent=exc.permanent)
         return 0

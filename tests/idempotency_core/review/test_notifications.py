@@ -8,6 +8,7 @@ through a real cluster and SMTP sink is test_notifications_cluster.py's.
 
 from __future__ import annotations
 
+import smtplib
 from datetime import timedelta
 
 import pytest
@@ -202,6 +203,44 @@ def test_a_notification_that_cannot_be_sent_is_counted_on_metrics(staff, client,
     assert after[(failed, (("channel", "email"),))] == 1
     assert after[(failed, (("channel", "webhook"),))] == 0
     assert after[waiting] >= 180
+
+
+def test_a_case_s_emails_go_over_one_smtp_session_and_a_dropped_one_is_reopened(
+    staff, sandbox, settings, monkeypatch
+) -> None:
+    """Through the sandbox's real SMTP sink: a group of three is one session, not three;
+    a session the server drops is closed, and the next email opens another."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    for name in ("rhea", "rory"):
+        person(name, "Reviewers")
+    sessions: list[smtplib.SMTP] = []
+    real_init = smtplib.SMTP.__init__
+
+    def counted(self: smtplib.SMTP, *args: object, **kwargs: object) -> None:
+        sessions.append(self)
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(smtplib.SMTP, "__init__", counted)
+    review(notify={"email": True})
+    case = permanent_case("one-session")
+    tasks.case_notify(case.pk)
+    staff_mail = [m for m in sandbox.messages() if "@staff.example" in m["rcpt_to"][0]]
+    assert sorted(m["rcpt_to"][0] for m in staff_mail) == [
+        "rhea@staff.example",
+        "rita@staff.example",
+        "ron@staff.example",
+        "rory@staff.example",
+    ]
+    assert len(sessions) == 1
+    # The server answers the first message 503 (as it can after dropping a session):
+    # that one is kept to try again, the others still go, over a new session.
+    sandbox.fault("send_email", "http_503", times=1)
+    second = permanent_case("one-session-2")
+    sessions.clear()
+    tasks.case_notify(second.pk)
+    rows = Notification.objects.filter(case=second)
+    assert sorted(rows.values_list("status", flat=True)) == ["pending", "sent", "sent", "sent"]
+    assert len(sessions) == 2
 
 
 def test_a_refusing_mail_server_is_retried_then_failed_on_record(staff, settings) -> None:
