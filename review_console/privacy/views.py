@@ -33,6 +33,39 @@ from review_console.permissions import ERASE_PERSONAL_DATA, acting_user, console
 
 NO_DATA = "Onefold holds nothing about that address."
 TEMPLATE = "review_console/privacy/privacy.html"
+# What an erasure removes or settles (the service's labels), in a person's words: one,
+# many. A label not listed is one of the service's "<rows> quoting them".
+ERASED_WORDS: dict[str, tuple[str, str]] = {
+    "payloads": ("submission as Onefold read it", "submissions as Onefold read them"),
+    "raw deliveries": ("submission as it arrived", "submissions as they arrived"),
+    "rendered contents": (
+        "text written for them (an email, a CRM entry)",
+        "texts written for them (emails, CRM entries)",
+    ),
+    "confirmation counts": (
+        "place in the daily limit of confirmation emails",
+        "places in the daily limit of confirmation emails",
+    ),
+    "cases closed": ("case closed", "cases closed"),
+    "operations cancelled": ("step not made yet, cancelled", "steps not made yet, cancelled"),
+    "audit entries rewritten": (
+        "entry of the history of decisions rewritten",
+        "entries of the history of decisions rewritten",
+    ),
+    "review cases quoting them": ("case quoting them", "cases quoting them"),
+    "operations quoting them": ("step quoting them", "steps quoting them"),
+    "attempts quoting them": ("try quoting them", "tries quoting them"),
+}
+OTHER_QUOTES = ("other note quoting them", "other notes quoting them")
+
+
+def erased_words(removed: dict[str, int]) -> list[str]:
+    """Each non-zero count of the erasure's report as "3 cases closed"."""
+    return [
+        f"{count} {ERASED_WORDS.get(label, OTHER_QUOTES)[0 if count == 1 else 1]}"
+        for label, count in removed.items()
+        if count
+    ]
 
 
 class PersonForm(forms.Form):
@@ -102,7 +135,7 @@ def privacy_erase(request: HttpRequest) -> HttpResponse:
                 address=data["email"], reason=data["reason"], crm=data["crm"]
             )
             confirm = ErasureForm(initial={**data, "confirm": "yes"})
-            removed = {what: count for what, count in preview.removed.items() if count}
+            removed = erased_words(preview.removed)
             return render(
                 request,
                 "review_console/privacy/privacy_confirm.html",
@@ -118,13 +151,15 @@ def privacy_erase(request: HttpRequest) -> HttpResponse:
         form.add_error(None, NO_DATA if isinstance(exc, PersonNotFoundError) else str(exc))
         return _page(request, erase_form=form)
     crm_erasures_enqueue(list(report.crm_operations))
-    done = ", ".join(f"{count} {what}" for what, count in report.removed.items() if count)
-    crm = f"; {len(report.crm_operations)} CRM deletions queued" if report.crm_operations else ""
+    done = ", ".join(erased_words(report.removed))
+    asked = len(report.crm_operations)
+    enquiries = f"{asked} enquir{'y' if asked == 1 else 'ies'}"
+    crm = f"; the CRM is asked to delete {enquiries}" if asked else ""
     messages.success(
         request,
         f"Erased the personal data of {report.events} submission{'' if report.events == 1 else 's'}"
         f" ({done or 'nothing was left'})"
-        f"{crm}. Audit entry {report.entry_id}.",
+        f"{crm}. The request is in the history of decisions (entry {report.entry_id}).",
     )
     return HttpResponseRedirect(reverse("console:privacy"))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
@@ -114,4 +115,31 @@ def test_the_bulk_replay_pages_say_nothing_technical(sandbox, ambiguous_case, us
         problems = jargon_in(main_text(response.content.decode()), keys)
         if problems:
             found[f"{url} {params}"] = sorted(set(problems))
+    assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())
+
+
+def test_the_personal_data_pages_say_nothing_technical(sandbox, ambiguous_case, users):
+    """The Personal data page, an erasure's confirmation (what would go, in words and
+    numbers) and the page after it, as a Reviewer who may erase reads them."""
+    seed(sandbox, ambiguous_case, users)
+    officer = make_user("olga", groups=("Reviewers",))
+    officer.user_permissions.add(Permission.objects.get(codename="erase_personal_data"))
+    client = _client(officer)
+    form = {"email": "ada@example.com", "reason": "Asked by phone", "crm": "on"}
+    pages = {
+        "page": client.get(reverse("console:privacy")),
+        "confirmation": client.post(reverse("console:privacy-erase"), form),
+        "after": client.post(
+            reverse("console:privacy-erase"), {**form, "confirm": "yes"}, follow=True
+        ),
+    }
+    keys = stored_keys()
+    found: dict[str, list[str]] = {}
+    for name, response in pages.items():
+        assert response.status_code == 200, name
+        text = main_text(response.content.decode())
+        problems = jargon_in(text, keys)
+        if problems:
+            found[name] = sorted(set(problems))
+    assert "Erased the personal data of" in main_text(pages["after"].content.decode())
     assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())

@@ -51,7 +51,7 @@ def test_an_officer_erases_a_person_through_the_confirmation(page, width) -> Non
     page.fill("#id_reason", "Asked by email on 7 December")
     page.click("button:has-text('Review the erasure')")
     expect(page.locator("h1")).to_have_text("Erase a person's data")
-    expect(page.locator("main")).to_contain_text("1 payloads")
+    expect(page.locator("main")).to_contain_text("1 submission as Onefold read it")
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     assert blocking(page) == []
     page.screenshot(path=str(SCREENSHOTS / f"privacy-confirm-{width}.png"), full_page=True)

@@ -76,7 +76,7 @@ def test_the_erasure_shows_what_would_go_then_erases_with_the_reason() -> None:
 
     page = client.post(reverse("console:privacy-erase"), form)
 
-    assert page.status_code == 200 and "1 payloads" in page.text
+    assert page.status_code == 200 and "1 submission as Onefold read it" in page.text
     assert Event.objects.get(pk=event.pk).payload is not None
     assert not AuditEntry.objects.filter(action="person_erased").exists()
 
