@@ -150,8 +150,9 @@ def webhook_problem(url: str) -> str | None:
     return webhook_resolve(url)[0]
 
 
-def webhook_resolve(url: str) -> tuple[str | None, str]:
-    """(why `url` may not be the webhook, or None; the address checked, to connect to).
+def webhook_resolve(url: str) -> tuple[str | None, tuple[str, ...]]:
+    """(why `url` may not be the webhook, or None; the addresses checked, in the order
+    to connect to them).
 
     The send connects to that address itself (review/notice_content.py), so a host that
     resolves to a public address for this check and to a private one a moment later
@@ -160,27 +161,27 @@ def webhook_resolve(url: str) -> tuple[str | None, str]:
         parts = urlsplit(url)
         port = parts.port or 443
     except ValueError:
-        return "is not a URL", ""
+        return "is not a URL", ()
     if parts.scheme != "https" or not parts.hostname:
-        return "must be an https:// URL", ""
+        return "must be an https:// URL", ()
     if parts.username or parts.password:
-        return "must not carry a user name or password", ""
+        return "must not carry a user name or password", ()
     try:
         infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        return f"its host {parts.hostname!r} cannot be resolved", ""
+        return f"its host {parts.hostname!r} cannot be resolved", ()
     # In the resolver's order (the one a connection would try first), without repeats.
-    addresses = list(dict.fromkeys(str(info[4][0]).split("%")[0] for info in infos))
+    addresses = tuple(dict.fromkeys(str(info[4][0]).split("%")[0] for info in infos))
     if not addresses:
-        return f"its host {parts.hostname!r} cannot be resolved", ""
+        return f"its host {parts.hostname!r} cannot be resolved", ()
     if not settings.ONEFOLD_WEBHOOK_ALLOW_PRIVATE:
         for address in addresses:
             if not _public(address):
                 return (
                     f"its host {parts.hostname!r} resolves to {address}, a loopback, private "
                     "or link-local address: only a public address may receive notifications"
-                ), ""
-    return None, addresses[0]
+                ), ()
+    return None, addresses
 
 
 def _public(address: str) -> bool:

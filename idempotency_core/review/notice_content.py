@@ -26,6 +26,9 @@ from idempotency_core.models import Notification, ReviewCase
 # Filled by the console's app (review_console/apps.py) with its glossary's words.
 KIND_WORDS: dict[str, str] = {}
 WEBHOOK_TIMEOUT_SECONDS = 10
+# A host's addresses tried in turn when one does not take the connection (an IPv6 one
+# on a machine without IPv6): two, so that the tries stay within a task's time.
+WEBHOOK_ADDRESSES_TRIED = 2
 _INTROS = {
     Notification.Reason.OPENED: "A case waits for someone in {target}.",
     Notification.Reason.ESCALATED: "Nobody has taken this case yet: it is escalated to you.",
@@ -178,24 +181,38 @@ def webhook_send(row: Notification, url: str) -> None:
     second lookup by httpx can lead it elsewhere. Redirects are not followed."""
     if not url:
         raise NoticeError("The review block has no webhook any more.", permanent=True)
-    problem, address = webhook_resolve(url)
+    problem, addresses = webhook_resolve(url)
     if problem is not None:
         raise NoticeError(f"The webhook {problem}.", permanent=True)
-    target = httpx.URL(url)
-    try:
-        with httpx.Client(timeout=WEBHOOK_TIMEOUT_SECONDS) as client:
-            answer = client.post(
-                target.copy_with(host=address),
-                json=webhook_body(row, url),
-                headers={"Idempotency-Key": row.key, "Host": target.netloc.decode("ascii")},
-                extensions={"sni_hostname": target.host},
-                follow_redirects=False,
-            )
-    except httpx.HTTPError as exc:
-        raise NoticeError(f"The webhook could not be reached ({type(exc).__name__}).") from exc
+    answer = _webhook_post(row, url, addresses)
     if answer.is_success:
         return
     code = answer.status_code
     raise NoticeError(
         f"The webhook answered {code}.", permanent=400 <= code < 500 and code not in (408, 429)
     )
+
+
+def _webhook_post(row: Notification, url: str, addresses: Sequence[str]) -> httpx.Response:
+    """Posts to the first of the checked addresses that takes the connection, as a
+    connection to the name would try them in turn (an IPv6 address first on a machine
+    without IPv6, say). Only a connection that failed moves on: nothing was sent."""
+    target = httpx.URL(url)
+    failure: httpx.HTTPError | None = None
+    with httpx.Client(timeout=WEBHOOK_TIMEOUT_SECONDS) as client:
+        for address in addresses[:WEBHOOK_ADDRESSES_TRIED]:
+            try:
+                return client.post(
+                    target.copy_with(host=address),
+                    json=webhook_body(row, url),
+                    headers={"Idempotency-Key": row.key, "Host": target.netloc.decode("ascii")},
+                    extensions={"sni_hostname": target.host},
+                    follow_redirects=False,
+                )
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                failure = exc
+            except httpx.HTTPError as exc:
+                failure = exc
+                break
+    name = type(failure).__name__ if failure is not None else "no address"
+    raise NoticeError(f"The webhook could not be reached ({name}).") from failure

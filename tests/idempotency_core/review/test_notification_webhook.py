@@ -32,6 +32,8 @@ from tests.factories import permanent_case
 pytestmark = pytest.mark.django_db
 
 PUBLIC = "93.184.216.34"
+# An address that never takes the connection (an IPv6 one on a machine without IPv6).
+UNREACHABLE = {"2606:2800:220:1:248:1893:25c8:1946"}
 
 
 @pytest.fixture
@@ -45,7 +47,11 @@ def resolver(monkeypatch) -> dict[str, Any]:
         if isinstance(given, list):
             given = given[min(addresses["lookups"][host], len(given) - 1)]
         addresses["lookups"][host] += 1
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (given, port))]
+        # A tuple: several addresses in one answer.
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))
+            for address in (given if isinstance(given, tuple) else (given,))
+        ]
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     return addresses
@@ -57,6 +63,8 @@ def posts(monkeypatch) -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
 
     def send(client: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        if request.url.host in UNREACHABLE:
+            raise httpx.ConnectError("Network is unreachable", request=request)
         sent.append(
             {
                 "url": str(request.url),
@@ -126,6 +134,16 @@ def test_a_host_that_rebinds_to_a_private_address_after_the_check_is_posted_to_t
     assert post["url"] == f"https://{PUBLIC}:8443/onefold"
     assert post["host"] == "hooks.example.com:8443" and post["sni"] == "hooks.example.com"
     assert resolver["lookups"]["hooks.example.com"] == 1  # the check's, and no other
+    assert Notification.objects.get(case=case).status == "sent"
+
+
+def test_a_checked_address_that_takes_no_connection_gives_way_to_the_next(resolver, posts) -> None:
+    webhook("https://hooks.example.com/onefold")
+    resolver["hooks.example.com"] = (*UNREACHABLE, PUBLIC)
+    case = permanent_case("hook-4")
+    tasks.case_notify(case.pk)
+    (post,) = posts
+    assert post["url"] == f"https://{PUBLIC}/onefold" and post["host"] == "hooks.example.com"
     assert Notification.objects.get(case=case).status == "sent"
 
 
