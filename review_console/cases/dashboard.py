@@ -29,6 +29,7 @@ from idempotency_core.models import (
 )
 from idempotency_core.review.contact import REVEAL_ACTION
 from review_console.cases.selectors import next_case_waiting
+from review_console.cases.story import destination_words
 from review_console.paging import COUNT_CAP
 from review_console.settings.routing import failures_summary
 
@@ -114,6 +115,7 @@ def destination_pauses(*, now: datetime) -> list[dict[str, Any]]:
         pauses.append(
             {
                 "destination": budget.destination.name,
+                "service": destination_words(budget.destination),
                 "until": budget.paused_until,
                 "since": budget.paused_at,
                 "why": PAUSE_WORDS.get(budget.pause_kind, budget.pause_kind),

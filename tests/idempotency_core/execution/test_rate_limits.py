@@ -109,7 +109,8 @@ def test_a_pause_is_one_line_on_the_dashboard_and_one_gauge_in_metrics(sandbox, 
     assert operation_execute(operation_id=enquiries[0].pk) == "waited"
     client.force_login(make_user("rita", groups=("Reviewers",)))
     page = client.get("/console/").content.decode()
-    assert "Sending to crm is paused until" in page
+    assert "Sending to the CRM is paused until" in page
+    assert "Destination crm." in page  # its configured name, under Technical details
     assert "it asked Onefold to slow down (its rate limit)" in page
     assert "3 steps wait and will continue by themselves" in page
     settings.ONEFOLD_METRICS_TOKEN = "metrics-token"
