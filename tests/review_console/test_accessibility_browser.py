@@ -5,7 +5,9 @@ The pages are the glossary test's (cases of every kind made the real way, settle
 ones, a completed submission), opened as a superuser who sees every control; the
 confirmation steps are the POSTs a case page's buttons send (Playwright's route
 turns the navigation into that POST), plus the sign-in page signed out and the
-styled 404. A screenshot of each page and width that fails goes to the test's tmp dir.
+styled 404. A Settings admin's dashboard, with the *Next case* card of a case handed
+on to their group (a superuser never gets it), and that case's page, as they see them.
+A screenshot of each page and width that fails goes to the test's tmp dir.
 
 axe-core is run through axe-playwright-python (its bundled axe.min.js); impacts
 are axe's own ("minor", "moderate", "serious", "critical"):
@@ -25,7 +27,7 @@ from playwright.sync_api import expect
 from idempotency_core.models import ReviewCase, Source
 from review_console.models import BulkReplayJob
 from tests.support.browser import browser, sign_in  # noqa: F401  (fixture)
-from tests.support.console_pages import page_urls, seed
+from tests.support.console_pages import ROUTED_CARD, page_urls, seed, settings_admin_pages
 
 pytestmark = [
     pytest.mark.browser,
@@ -153,6 +155,7 @@ def test_every_console_page_passes_axe_and_fits_a_phone(
     tmp_path,
 ):
     seeded = seed(sandbox, ambiguous_case, users)
+    admin, admin_pages = settings_admin_pages(seeded, users["reviewer"])
     pages = console_pages(seeded)
     context = browser.new_context(viewport={"width": 1366, "height": 900}, base_url=live_server.url)
     page = context.new_page()
@@ -173,6 +176,19 @@ def test_every_console_page_passes_axe_and_fits_a_phone(
     page.evaluate("document.querySelector('main').append(document.createElement('button'))")
     assert "button-name" in [v["id"] for v in axe.run(page).response["violations"]]
     context.close()
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, base_url=live_server.url)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    sign_in(page, admin.get_username())
+    for method, url, data in admin_pages:
+        assert open_page(page, method, url, data) == 200, (method, url)
+        if url == reverse("console:dashboard"):
+            # The card this visit is for: without it the scan would check another page.
+            assert ROUTED_CARD in page.locator("main").inner_text(), "no Next case card"
+        name = "settings-admin-" + re.sub(r"[^a-z0-9]+", "-", url.lower()).strip("-")
+        problems += check(page, axe, name, tmp_path)
+    context.close()
+    assert any("/hand-on/" in url for _, url, _ in pages)
     assert len(pages) >= 25
     assert not problems, "\n".join(problems)
 

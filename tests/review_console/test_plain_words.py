@@ -22,7 +22,7 @@ from idempotency_core.review.lookup import operation_destination_lookup
 from idempotency_core.review.replay import operation_replay
 from review_console import glossary
 from tests.factories import permanent_case
-from tests.support.console_pages import page_urls, seed
+from tests.support.console_pages import ROUTED_CARD, page_urls, seed, settings_admin_pages
 from tests.support.jargon import jargon_in, main_text, stored_keys
 
 pytestmark = pytest.mark.django_db
@@ -95,26 +95,40 @@ def test_a_case_page_opens_with_what_happened_and_what_to_do(users):
 
 
 def test_no_decision_page_or_queue_says_anything_technical(sandbox, ambiguous_case, users):
-    """The confirmations a decision opens (one case's, or a whole filter's), the queue
-    and the dashboard: the same scan."""
+    """The confirmations a decision opens (one case's, *Hand on* among them, or a whole
+    filter's), the queue and the dashboard: the same scan. And a Settings admin's
+    dashboard once a case was handed on to their group, with its *Next case* card."""
     seeded = seed(sandbox, ambiguous_case, users)
-    client = Client()
-    client.force_login(users["superuser"])
+    admin, admin_pages = settings_admin_pages(seeded, users["reviewer"])
+    clients = {"superuser": Client(), "settings admin": Client()}
+    clients["superuser"].force_login(users["superuser"])
+    clients["settings admin"].force_login(admin)
     keys = stored_keys()
     found = {}
     pages = [
-        (method, url, data)
-        for method, url, data in page_urls(seeded, client)
+        ("superuser", method, url, data)
+        for method, url, data in page_urls(seeded, clients["superuser"])
         if "/cases/" in url or url == reverse("console:dashboard")
     ]
     # Trying a whole filter again: the queue's choices are technical details there.
-    pages.append(("post", reverse("console:bulk-replay-new"), {"kind": "permanent_failure"}))
-    for method, url, data in pages:
-        response = getattr(client, method)(url, data or {})
-        assert response.status_code == 200, url
-        problems = jargon_in(main_text(response.content.decode()), keys)
+    pages.append(
+        ("superuser", "post", reverse("console:bulk-replay-new"), {"kind": "permanent_failure"})
+    )
+    pages += [("settings admin", method, url, data) for method, url, data in admin_pages]
+    texts = {}
+    for role, method, url, data in pages:
+        response = getattr(clients[role], method)(url, data or {})
+        assert response.status_code == 200, (role, url)
+        text = texts[f"{role} {method} {url}"] = main_text(response.content.decode())
+        problems = jargon_in(text, keys)
         if problems:
-            found[f"{method} {url}"] = sorted(set(problems))
+            found[f"{role} {method} {url}"] = sorted(set(problems))
+    # The pages meant were scanned: the card only a Settings admin gets, the hand on's.
+    dashboard = texts[f"settings admin get {reverse('console:dashboard')}"]
+    assert ROUTED_CARD in dashboard, dashboard[:300]
+    hand_on = reverse("console:case-hand-on", args=[seeded["cases"]["permanent_failure"].pk])
+    assert f"superuser post {hand_on}" in texts, "no Hand on confirmation was scanned"
+    assert "hand it on to Replay admins" in texts[f"superuser post {hand_on}"]
     assert not found, "\n".join(f"{u}: {p}" for u, p in found.items())
 
 

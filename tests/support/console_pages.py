@@ -6,7 +6,8 @@ common ones made for real through the engine and the sandbox, the rest opened
 through the service the engine and reconciliation use), settled ones with their
 resolutions, a submission whose email was accepted, one without an address (its
 confirmation skipped), and an unreadable delivery kept for a corrected map, with its
-source's field-map editor and a preview.
+source's field-map editor and a preview. A Settings admin's pages are apart
+(`settings_admin_pages`): their dashboard shows a card only they get.
 """
 
 from __future__ import annotations
@@ -24,13 +25,27 @@ from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.models import Destination, Event, ReconciliationRun, ReviewCase
-from idempotency_core.review.cases import RESOLUTION_CODES, case_close, case_mark_not_duplicate
+from idempotency_core.review.cases import (
+    RESOLUTION_CODES,
+    case_close,
+    case_mark_not_duplicate,
+    case_take_ownership,
+)
 from idempotency_core.review.email_cases import email_receipt_confirm
+from idempotency_core.review.hand_on import case_hand_on
 from idempotency_core.review.replay import operation_replay
 from review_console import glossary
 from review_console.cases.causes import case_cause
 from review_console.models import BulkReplayJob
-from tests.factories import completed, configured, duplicate_case, ingest, op, permanent_case
+from tests.factories import (
+    completed,
+    configured,
+    duplicate_case,
+    ingest,
+    make_user,
+    op,
+    permanent_case,
+)
 from tests.support.senders import ANOTHER_FORMS_MAP, jotform_tutoring
 
 
@@ -201,6 +216,28 @@ def page_urls(seeded: dict, client: Client) -> list[tuple[str, str, dict | None]
         ("console:case-close", "recon_stuck"),
         ("console:case-not-duplicate", "suspected_duplicate"),
         ("console:case-email", "interrupted_send"),
+        ("console:case-hand-on", "permanent_failure"),
     ):
         urls.append(("post", reverse(name, args=[seeded["cases"][kind].pk]), {}))
     return urls
+
+
+# What the *Next case* card of a Settings admin's dashboard says (dashboard.html, shown
+# to those who fix cases without taking them): the scans check it is on the page they
+# opened, or a dashboard without the card would pass for one with it.
+ROUTED_CARD = "sent to you or your group wait"
+
+
+def settings_admin_pages(seeded: dict, reviewer: User) -> tuple[User, list[tuple[str, str, dict]]]:
+    """A Settings admin, and what they open once a Reviewer could not read the seeded
+    unreadable submission and handed it on to their group: the dashboard, whose *Next
+    case* card links to that case, and the case's page. Pages of this user alone: a
+    superuser takes cases, so their dashboard never has the card."""
+    admin = make_user("sian", groups=("Settings admins",))
+    case = seeded["cases"]["unreadable_submission"]
+    case_take_ownership(case_ids=[case.pk], actor=reviewer)
+    case_hand_on(case_id=case.pk, actor=reviewer, reason="I cannot change how a form is read.")
+    return admin, [
+        ("get", reverse("console:dashboard"), {}),
+        ("get", reverse("console:case-detail", args=[case.pk]), {}),
+    ]
