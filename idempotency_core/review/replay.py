@@ -141,6 +141,9 @@ class ReplayFacts:
     # A confirmation held by the sending limits (or an unchecked CAPTCHA) that they
     # would still hold now.
     limits_hold: bool = False
+    # Held as a possible repeat of an earlier submission: a person decides whether it
+    # is one ("same enquiry") or not ("separate enquiry"); another try decides nothing.
+    held_as_duplicate: bool = False
 
 
 def replay_facts(operation: Operation, *, capabilities: Capabilities | None = None) -> ReplayFacts:
@@ -173,6 +176,11 @@ def replay_facts(operation: Operation, *, capabilities: Capabilities | None = No
         last_attempt_started_at=last_attempt.first(),
         limits_hold=operation.status == Operation.Status.NEEDS_REVIEW
         and not confirmation_within_limits(operation),
+        held_as_duplicate=ReviewCase.objects.filter(
+            operation=operation,
+            kind=ReviewCase.Kind.DUPLICATE_HELD,
+            status__in=ReviewCase.OPEN_STATUSES,
+        ).exists(),
     )
 
 
@@ -211,6 +219,12 @@ def replay_refusal(facts: ReplayFacts, *, destination_checked: bool) -> str | No
     }
     if facts.status in by_status:
         return by_status[facts.status]
+    if facts.held_as_duplicate:
+        return (
+            f"{step} waits because this submission may repeat an earlier one from the same "
+            'person: decide with "Same enquiry" or "Separate enquiry". Trying it again '
+            "would write it without that decision."
+        )
     if facts.earlier_unfinished is not None:
         return f"An earlier step ({facts.earlier_unfinished}) has not succeeded; replay that first."
     if facts.needs_check:

@@ -11,6 +11,7 @@ from idempotency_core.models import AuditEntry, ReviewCase
 from idempotency_core.review.refusals import ReplayRefusedError
 from idempotency_core.review.replay import operation_replay
 from tests.factories import ingest, op, run_pipeline
+from tests.support.case_kinds import held_duplicate
 
 pytestmark = pytest.mark.django_db
 
@@ -134,3 +135,17 @@ def test_replay_of_a_later_step_waits_for_the_earlier_one(sandbox, admin_user):
     )
     with pytest.raises(ReplayRefusedError, match="earlier step"):
         operation_replay(operation_id=op(event, "assign_task").pk, actor=admin_user, reason="x")
+
+
+@pytest.mark.parametrize("who", ["admin_user", "reviewer"])
+def test_replay_refuses_a_submission_held_as_a_possible_repeat(sandbox, request, who):
+    """A held duplicate is decided by "Same enquiry" or "Separate enquiry": a replay,
+    one or in bulk, by anyone, would write it without that decision."""
+    case = held_duplicate("held-replay")
+    actor = request.getfixturevalue(who)
+    with pytest.raises(ReplayRefusedError, match="Same enquiry"):
+        operation_replay(
+            operation_id=case.operation_id, actor=actor, reason="try", destination_checked=True
+        )
+    assert sandbox.stats()["records"] == 1
+    assert not AuditEntry.objects.filter(action="replay").exists()
