@@ -7,7 +7,10 @@ every path into an effect, one rule each: the JSON API's post, its retry and an 
 with form.js's `submission_id`) and without one (a plain `html` form), and their
 byte-identical repeats; a field map made wrong and corrected (the console's service),
 `remap`; a replay, "send again", a merge, a held duplicate settled either way (the
-console's services, as a reviewer who looks before replaying); `reconcile`; a worker
+console's services, as a reviewer who looks before replaying); a plain Reviewer's
+"try again" (allowed only where the engine proves it safe), a case handed on, a
+cause's group closed in one decision, a whole source's cases tried again at once by
+the cluster's bulk replay; `reconcile`; a worker
 that dies holding a claim and the sweep after its lease expired; the sandbox's faults
 and recognition turned off. Each logical submission is one person (a contact address
 of its own); a second submission of that person (the same message under a new key)
@@ -15,7 +18,9 @@ counts as a second only once a policy lets it through (flagged, or released from
 
 After each rule, once nothing is due or running: per person at most one record, one
 task and one confirmation per submission (plus the "send again"s asked for), nothing
-lost silently, and every unfinished operation in exactly one open case.
+lost silently, and every unfinished operation in exactly one open case. The staff
+are told (a `review` block that emails the routed people): every open case has
+reached someone, no one got the same notice twice, and no notice names a customer.
 `make test` runs a few dozen examples; `make soak` (ONEFOLD_SOAK_EXAMPLES, default
 500) runs many more and prints how often each rule ran.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -38,6 +44,7 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.http import QueryDict
 from django.utils import timezone
 from django_q.models import OrmQ
 from hypothesis import HealthCheck, event, settings
@@ -65,17 +72,21 @@ from idempotency_core.intake.sources import (
     source_get_or_create,
     source_hook_configure,
 )
-from idempotency_core.models import Event, Operation, ReviewCase, Source
+from idempotency_core.models import Event, Notification, Operation, ReviewCase, Source
 from idempotency_core.reconciliation.compare import reconcile
-from idempotency_core.review.cases import case_mark_resolved
+from idempotency_core.review.cases import case_mark_resolved, case_take_ownership
 from idempotency_core.review.email_cases import email_may_have_gone, email_send_again
+from idempotency_core.review.hand_on import case_hand_on
 from idempotency_core.review.held_duplicates import held_duplicate_link, held_duplicate_separate
 from idempotency_core.review.lookup import operation_destination_lookup
 from idempotency_core.review.merge import duplicate_merge_request, duplicate_record_refs
 from idempotency_core.review.refusals import ActionRefusedError
 from idempotency_core.review.replay import operation_replay, replay_requires_destination_check
-from tests.factories import submission
-from tests.support.processes import Sandbox
+from review_console.cases.bulk import bulk_replay_start
+from review_console.cases.causes import cause_close, cause_groups
+from review_console.models import BulkReplayJob
+from tests.factories import make_user, submission
+from tests.support.processes import Sandbox, manage, wait_for
 from tests.support.promise import (
     contact_email,
     effects_by_email,
@@ -99,6 +110,15 @@ REASON = "The promise model's reviewer"
 # A form's fields that neither the `html` nor the WPForms preset knows, set as the map:
 # every contact field empty, so a delivery is kept as unreadable.
 WRONG_MAP = {"name": "full_name_x", "email": "mail_x", "phone": "tel_x"}
+# Staff with addresses, by group: whom an opened case (Reviewers) or a case handed on
+# (Settings admins for an unreadable submission, Replay admins otherwise) notifies.
+STAFF = {
+    "pm-rita": "Reviewers",
+    "pm-ron": "Reviewers",
+    "pm-rex": "Replay admins",
+    "pm-sid": "Settings admins",
+}
+STAFF_DOMAIN = "@staff.example"
 # Where the lease rule's task goes: a queue no cluster reads (a worker that took it died).
 LOST_QUEUE = "promise-model-lost"
 HOOKS = ("html", "wpforms")
@@ -115,6 +135,8 @@ class Person:
     submissions: int = 1
     send_agains: int = 0
     events: set[str] = field(default_factory=set)
+    # A person closed a case of theirs without the effect: no record is then a decision.
+    closed: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,10 +161,17 @@ class World:
     base: str
     client: httpx.Client
     reviewer: User
+    # In the Reviewers group alone: may change cases, may not replay on their word.
+    plain_reviewer: User
     covered: Counter = field(default_factory=Counter)
     # This example's alone: some rules are worth a couple of runs an example, not more.
     covered_here: Counter = field(default_factory=Counter)
     examples: int = 0
+
+
+def notice_key(message_id: str) -> str:
+    """A staff notice's row key from its Message-ID (`<key@domain>`)."""
+    return message_id.strip("<>").partition("@")[0]
 
 
 def pick(items: list[Any], index: int) -> Any:
@@ -496,6 +525,119 @@ class PromiseMachine(RuleBasedStateMachine):
 
     # -- Onefold's own machinery ---------------------------------------------------
 
+    # -- Reviewers without the replay role, and many cases at once ------------------
+
+    def waiting_steps(self) -> list[tuple[ReviewCase, Operation]]:
+        """Open cases whose own step waits for a person (not a held duplicate's, which
+        its own buttons decide)."""
+        found = []
+        for case in self.open_cases(operation__isnull=False):
+            operation = case.operation
+            if (
+                operation is not None
+                and operation.status == Operation.Status.NEEDS_REVIEW
+                and operation.held_by_id is None
+                and case.kind != ReviewCase.Kind.DUPLICATE_HELD
+            ):
+                found.append((case, operation))
+        return found
+
+    def groups(self) -> list[dict[str, Any]]:
+        """Causes shared by two or more open cases of this example's sources."""
+        return cause_groups(open_cases_of(self.source_ids), holds=[])
+
+    # Preconditions read only the machine's own state, never the database: what the
+    # processes have done by then varies from run to run, and hypothesis must draw the
+    # same rules when it replays an example.
+    @precondition(lambda self: self.people)
+    @rule(index=st.integers(0, 50), look_first=st.booleans())
+    def reviewer_tries_again(self, index: int, look_first: bool) -> None:
+        """A plain Reviewer presses "Try again" on any waiting step, having looked in
+        the CRM first or not: the engine lets it through only where it proves another
+        try cannot make a second effect; otherwise the page's refusal is the answer."""
+        candidates = self.waiting_steps()
+        if not candidates:
+            return
+        case, operation = pick(candidates, index)
+        reviewer = self.world.plain_reviewer
+        if look_first and replay_requires_destination_check(operation):
+            self.note("reviewer looks first")
+            operation_destination_lookup(operation_id=operation.pk, actor=reviewer, case=case)
+        self.note(f"reviewer tries again ({operation.step}, {case.kind})")
+        self.attempt(operation_replay, operation_id=operation.pk, actor=reviewer, reason=REASON)
+
+    @precondition(lambda self: self.people)
+    @rule(index=st.integers(0, 50))
+    def hand_on(self, index: int) -> None:
+        """A plain Reviewer takes a case and hands it on to the group that can decide it;
+        the case stays open, nobody's, for the other rules' reviewers."""
+        cases = self.open_cases()
+        if not cases:
+            return
+        case = pick(cases, index)
+        reviewer = self.world.plain_reviewer
+        taken = case_take_ownership(case_ids=[case.pk], actor=reviewer, take_over=True)
+        if case.pk not in taken.taken:
+            return
+        self.note(f"hand on ({case.kind})")
+        self.attempt(case_hand_on, case_id=case.pk, actor=reviewer, reason=REASON)
+
+    @precondition(lambda self: self.under("two refused", 1))
+    @rule(action=st.sampled_from(["create_record", "create_task"]))
+    def two_refused(self, action: str) -> None:
+        """The CRM refuses the next two calls of `action` (a field it no longer takes)
+        and two people submit: two cases of one cause, a group to decide at once."""
+        self.note(f"two refused ({action})")
+        self.world.sandbox.fault(action, "http_400", times=2)
+        self.api_submission("api")
+        self.api_submission("api")
+
+    @precondition(lambda self: self.people and self.under("try: group", 2))
+    @rule(index=st.integers(0, 50))
+    def group_closed(self, index: int) -> None:
+        """A plain Reviewer closes a cause's group in one decision ("Close all"): each
+        case through its own close, its step and the later ones cancelled."""
+        # Counted whatever the database holds, so the precondition stays deterministic.
+        self.note("try: group close")
+        groups = self.groups()
+        if not groups:
+            return
+        cause = pick(groups, index)["cause"]
+        self.note(f"group closed ({cause.kind}, {cause.step})")
+        closed = self.attempt(
+            cause_close,
+            cause=cause,
+            seen_until=timezone.now(),
+            actor=self.world.plain_reviewer,
+            resolution_code="handled_elsewhere",
+            reason=REASON,
+        )
+        for case in ReviewCase.objects.filter(pk__in=closed.closed if closed else []):
+            event = case.event or (case.operation.event if case.operation else None)
+            person = self.people.get(contact_email(event)) if event else None
+            if person is not None:
+                person.closed = True
+
+    @precondition(lambda self: self.people and self.under("try: bulk", 1))
+    @rule(index=st.integers(0, 50))
+    def bulk_try_again(self, index: int) -> None:
+        """A Replay admin tries every open case of a source again at once; the cluster
+        runs the job, each item through the one replay's guards (a step whose effect
+        may be there is refused: nobody looked)."""
+        self.note("try: bulk")
+        with_steps = self.open_cases(operation__isnull=False)
+        if not with_steps:
+            return
+        source = pick(with_steps, index).operation.event.source
+        self.note("bulk try again")
+        params = QueryDict(mutable=True)
+        params["source"] = str(source.pk)
+        job = bulk_replay_start(actor=self.world.reviewer, params=params, reason=REASON)
+        deadline = time.monotonic() + 60
+        while BulkReplayJob.objects.get(pk=job.pk).status != BulkReplayJob.Status.FINISHED:
+            assert time.monotonic() < deadline, f"bulk replay {job.pk} not finished in 60 s"
+            time.sleep(0.1)
+
     @precondition(lambda self: self.people and self.under("reconcile", 2))
     @rule()
     def reconciliation(self) -> None:
@@ -525,11 +667,16 @@ class PromiseMachine(RuleBasedStateMachine):
         operations_sweep()
 
     @precondition(lambda self: self.under("fault", 3))
-    @rule(action=st.sampled_from(FAULT_ACTIONS), mode=st.sampled_from(FAULT_MODES))
-    def fault(self, action: str, mode: str) -> None:
-        """The sandbox misbehaves on the next call of `action`."""
+    @rule(
+        action=st.sampled_from(FAULT_ACTIONS),
+        mode=st.sampled_from(FAULT_MODES),
+        times=st.sampled_from([1, 2]),
+    )
+    def fault(self, action: str, mode: str, times: int = 1) -> None:
+        """The sandbox misbehaves on the next call of `action`, or the next two (two
+        cases of one cause: a group to decide at once)."""
         self.note(f"fault {mode} on {action}")
-        self.world.sandbox.fault(action, mode, times=1)
+        self.world.sandbox.fault(action, mode, times=times)
 
     @precondition(lambda self: self.under("crm recognition", 2))
     @rule()
@@ -559,11 +706,52 @@ class PromiseMachine(RuleBasedStateMachine):
             assert messages[email] <= mails, (
                 f"{email}: {messages[email]} confirmations, {mails} allowed"
             )
-            lost = records[email] == 0 and not events_waiting(person.events)
+            lost = records[email] == 0 and not person.closed and not events_waiting(person.events)
             assert not lost, f"{email}: no record, and nothing waits for Onefold or a person"
         problems = unfinished_outside_one_case(self.source_ids)
         assert not problems, "\n".join(problems)
         assert not self.other_events, "\n".join(self.other_events)
+        self.staff_told()
+
+    def staff_told(self) -> None:
+        """Every open case has reached someone (its notice sent, or its failure shown
+        on the dashboard), nobody received one notice twice, and no notice names a
+        customer."""
+        cases = open_cases_of(self.source_ids)
+        notices = Notification.objects.filter(case__in=cases)
+        # Routed first (the case's task, or the sweeper's for a task lost), then sent.
+        wait_for(
+            lambda: (
+                not cases.filter(route__isnull=True).exists()
+                and not notices.filter(status__in=Notification.OUTSTANDING).exists()
+            ),
+            timeout=90,
+            interval=0.2,
+            what="the open cases routed and their notices sent",
+        )
+        told = set(notices.values_list("case_id", flat=True))
+        silent = [f"#{c.pk} {c.kind}" for c in cases if c.pk not in told]
+        assert not silent, f"open cases nobody was told of: {silent}"
+        received = [
+            m for m in self.world.sandbox.messages() if STAFF_DOMAIN in " ".join(m["rcpt_to"])
+        ]
+        # Plain SMTP cannot tell a message the server took and did not confirm (the
+        # sandbox's faults after commit) from one it never took: such a notice is sent
+        # again under the same Message-ID (docs/configuration.md). Never more copies
+        # than tries, so never two workers sending one notice, nor a send unrecorded.
+        copies = Counter(m["message_id"] for m in received)
+        keys = {notice_key(message_id) for message_id in copies}
+        tries = dict(Notification.objects.filter(key__in=keys).values_list("key", "attempts"))
+        beyond = {
+            message_id: (n, tries.get(notice_key(message_id), 0))
+            for message_id, n in copies.items()
+            if n > max(1, tries.get(notice_key(message_id), 0))
+        }
+        assert not beyond, f"notices received more often than tried (copies, tries): {beyond}"
+        for message in received:
+            text = message["subject"] + message["body"]
+            named = [email for email in self.people if email in text]
+            assert not named and "Model Person" not in text, text
 
 
 FORM_TYPE = "application/x-www-form-urlencoded"
@@ -582,12 +770,27 @@ def promise_settings(examples: int) -> settings:
 
 
 @pytest.fixture
-def world(sandbox, web_server, qcluster_factory) -> Iterator[World]:
+def world(sandbox, web_server, qcluster_factory, tmp_path) -> Iterator[World]:
     qcluster_factory()
     qcluster_factory.sweeper()
     reviewer = User.objects.create_superuser("promise-model", password="not-used-here")
+    for username, group in STAFF.items():
+        person = make_user(username, groups=(group,))
+        person.email = username + STAFF_DOMAIN
+        person.save(update_fields=["email"])
+    plain = User.objects.get(username="pm-rita")
+    review = tmp_path / "review.yaml"
+    review.write_text("review:\n  notify: {email: true}\n")
+    applied = manage("config", "apply", str(review), sandbox=sandbox)
+    assert applied.returncode == 0, applied.stderr
     with httpx.Client(timeout=30) as client:
-        yield World(sandbox=sandbox, base=web_server.url, client=client, reviewer=reviewer)
+        yield World(
+            sandbox=sandbox,
+            base=web_server.url,
+            client=client,
+            reviewer=reviewer,
+            plain_reviewer=plain,
+        )
 
 
 def covered(world: World) -> str:
@@ -711,3 +914,32 @@ def test_wpforms_unreadable_then_map_corrected_then_posted_again(world: World) -
             ("hook_repeat", {"index": 0}),
         ],
     )
+
+
+def test_held_duplicate_then_bulk_try_again(world: World) -> None:
+    """Found by the model once bulk replay joined it: a submission held as a possible
+    repeat of the same person's first waits for "same enquiry" or "separate enquiry";
+    a Replay admin's bulk "try all again" over its source replayed its step anyway, and
+    the CRM got a second record."""
+    replay_steps(
+        world,
+        [
+            ("api_submission", {"source": "hold"}),
+            ("same_person_again", {"index": 0}),
+            ("bulk_try_again", {"index": 0}),
+        ],
+    )
+
+
+def test_two_refused_then_their_group_closed(world: World) -> None:
+    """A refusal that hits two submissions makes a cause's group; a Reviewer closes it
+    in one decision: both cases closed by a person (nothing lost silently), nothing
+    written, and the staff were told of each."""
+    PromiseMachine.world = world
+    machine = PromiseMachine()
+    machine.two_refused(action="create_record")
+    machine.the_promise_holds()
+    machine.group_closed(index=0)
+    machine.the_promise_holds()
+    assert world.covered_here["group closed (permanent_failure, create_enquiry)"] == 1
+    assert all(person.closed for person in machine.people.values())
