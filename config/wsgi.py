@@ -8,10 +8,11 @@ server refuses to start as `manage.py check` would.
 import logging
 import os
 
-from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.wsgi import get_wsgi_application
+
+from idempotency_core.platform.logfilters import QuietTaskLines
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
@@ -20,8 +21,9 @@ application = get_wsgi_application()
 # writes here is the per-task "Enqueued" that QuietTaskLines drops. Below WARNING
 # the line is not even built: no caller's frame found, no record made, no filter run,
 # on every new submission.
-if settings.LOGGING["loggers"]["django-q"]["filters"]:
-    logging.getLogger("django-q").setLevel(logging.WARNING)
+_django_q = logging.getLogger("django-q")
+if any(isinstance(f, QuietTaskLines) for f in _django_q.filters):
+    _django_q.setLevel(logging.WARNING)
 
 _serious = [message for message in checks.run_checks() if message.is_serious()]
 if _serious:
