@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Min, OuterRef, Subquery, Sum
+from django.db.models import Count, Min, OuterRef, QuerySet, Subquery, Sum
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -134,17 +135,8 @@ def operations_active() -> Figure:
         "an earlier one; needs_review includes the steps a case holds).",
         ("status",),
     )
-    counts = dict.fromkeys(ACTIVE_STATUSES, 0)
-    rows = (
-        Operation.objects.filter(status__in=ACTIVE_STATUSES)
-        .values_list("status")
-        .annotate(count=Count("id"))
-        .order_by()
-    )
-    for status, count in rows:
-        counts[status] = count
-    for status, count in counts.items():
-        figure.add(count, status)
+    active = Operation.objects.filter(status__in=ACTIVE_STATUSES)
+    _count_by(figure, active, "status", ACTIVE_STATUSES)
     return figure
 
 
@@ -157,10 +149,8 @@ def oldest_due_operation_age(*, now: datetime) -> Figure:
         "passed), in seconds; 0 when none is due.",
     )
     # The sweeper's query: operation_due_idx (next_attempt_at, partial on the statuses).
-    oldest = Operation.objects.filter(
-        status__in=Operation.CLAIMABLE, next_attempt_at__lte=now
-    ).aggregate(oldest=Min("next_attempt_at"))["oldest"]
-    figure.add(_age(now, oldest))
+    due = Operation.objects.filter(status__in=Operation.CLAIMABLE, next_attempt_at__lte=now)
+    figure.add(_oldest_age(due, "next_attempt_at", now=now))
     return figure
 
 
@@ -262,27 +252,16 @@ def notifications_unsent(*, now: datetime) -> Iterable[Figure]:
         ("channel",),
     )
     # status = 'failed': notification_failed_idx (partial on it), few rows.
-    counts = dict.fromkeys(Notification.Channel.values, 0)
-    rows = (
-        Notification.objects.filter(status=Notification.Status.FAILED)
-        .values_list("channel")
-        .annotate(count=Count("id"))
-        .order_by()
-    )
-    for channel, count in rows:
-        counts[channel] = count
-    for channel, count in counts.items():
-        failed.add(count, channel)
+    unsent = Notification.objects.filter(status=Notification.Status.FAILED)
+    _count_by(failed, unsent, "channel", Notification.Channel.values)
     waiting = Figure(
         "onefold_oldest_due_notification_age_seconds",
         "Age of the oldest staff notification due and not yet sent (waiting or being "
         "sent), in seconds; 0 when none is.",
     )
     # notification_outstanding_idx (due_at, partial on the two statuses).
-    oldest = Notification.objects.filter(
-        status__in=Notification.OUTSTANDING, due_at__lte=now
-    ).aggregate(oldest=Min("due_at"))["oldest"]
-    waiting.add(_age(now, oldest))
+    due = Notification.objects.filter(status__in=Notification.OUTSTANDING, due_at__lte=now)
+    waiting.add(_oldest_age(due, "due_at", now=now))
     return [failed, waiting]
 
 
@@ -323,3 +302,18 @@ def reconciliation_findings() -> Iterable[Figure]:
 
 def _age(now: datetime, since: datetime | None) -> float:
     return max(0.0, (now - since).total_seconds()) if since else 0.0
+
+
+def _oldest_age(rows: QuerySet[Any], column: str, *, now: datetime) -> float:
+    """How long ago the earliest `column` of `rows` was; 0 when there is none."""
+    return _age(now, rows.aggregate(oldest=Min(column))["oldest"])
+
+
+def _count_by(figure: Figure, rows: QuerySet[Any], column: str, values: Iterable[str]) -> None:
+    """One sample per value of `column`, how many of `rows` have it; every value present,
+    0 included, so that an alert on an increase has a series before the first one."""
+    counts = dict.fromkeys(values, 0)
+    for value, count in rows.values_list(column).annotate(count=Count("id")).order_by():
+        counts[value] = count
+    for value, count in counts.items():
+        figure.add(count, value)
