@@ -126,6 +126,12 @@ class Column:
             raw = [now] * len(rows)
         else:
             raw = [self.field.pre_save(row, True) for row in rows]
+        return self.prepared(raw, db)
+
+    def prepared(self, raw: list[object], db: BaseDatabaseWrapper) -> list[object]:
+        """Each of `raw` (attribute values, as `pre_save` gives them) as the field's
+        preparation gives it, skipping the preparation for a value it would give back
+        as it is."""
         unchanged, prepare = self.unchanged, self.field.get_db_prep_save
         if self.aware_unchanged:
             return [

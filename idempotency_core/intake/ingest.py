@@ -108,16 +108,24 @@ def _new_event(
 ) -> Event:
     """The event a delivery makes, not yet inserted."""
     contact = payload.get("contact") or {}
-    return Event(
-        source=source,
-        key=key,
-        fingerprint=payload_fingerprint(payload),
-        payload=payload,
-        form=str(payload.get("form", ""))[:100],
-        contact_digest=contact_digest(str(contact.get("email", ""))),
-        submitted_at=submitted_at,
-        revises=revises,
+    event = instance_new(
+        Event,
+        {
+            "source_id": source.pk,
+            "key": key,
+            "fingerprint": payload_fingerprint(payload),
+            "payload": payload,
+            "form": str(payload.get("form", ""))[:100],
+            "contact_digest": contact_digest(str(contact.get("email", ""))),
+            "submitted_at": submitted_at,
+            "revises_id": revises.pk if revises else None,
+        },
     )
+    # The instances in hand, as the keyword constructor would have kept them.
+    event.source = source
+    if revises is not None:
+        event.revises = revises
+    return event
 
 
 def _repeat_answered(event: Event, *, raw: RawDelivery | None) -> IngestResult:
@@ -239,44 +247,41 @@ def _revision_refused(event: Event, payload: dict[str, Any]) -> str | None:
 
 def _event_rows(
     event: Event, *, destinations: dict[str, int], raw: RawDelivery | None
-) -> tuple[list[Operation], Delivery]:
-    """The new event's operations, first step due now, and its delivery, unsaved."""
-    operations = _operations_of(event, destinations=destinations, now=timezone.now())
-    delivery = instance_new(
-        Delivery,
-        {
-            "source_id": event.source_id,
-            "event_id": event.pk,
-            "outcome": Delivery.Outcome.ACCEPTED,
-            # A hook answers its first delivery 200 (senders count only 200 as success).
-            "status_code": 202 if raw is None else 200,
-            "fingerprint": event.fingerprint,
-            "payload_matched": True,
-            **(raw.as_fields() if raw else {}),
-        },
-    )
+) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """The new event's operations, first step due now, and its delivery, as their
+    columns' values (`rows_insert` gives every other column its default)."""
+    operations = _operation_values(event, destinations=destinations, now=timezone.now())
+    delivery: dict[str, object] = {
+        "source_id": event.source_id,
+        "event_id": event.pk,
+        "outcome": Delivery.Outcome.ACCEPTED,
+        # A hook answers its first delivery 200 (senders count only 200 as success).
+        "status_code": 202 if raw is None else 200,
+        "fingerprint": event.fingerprint,
+        "payload_matched": True,
+        **(raw.as_fields() if raw else {}),
+    }
     return operations, delivery
 
 
-def _operations_of(event: Event, *, destinations: dict[str, int], now: datetime) -> list[Operation]:
-    """The event's pipeline as operations, unsaved, the first step due `now`."""
+def _operation_values(
+    event: Event, *, destinations: dict[str, int], now: datetime
+) -> list[dict[str, object]]:
+    """The event's pipeline as its operations' values, the first step due `now`."""
     source = event.source
     pipeline = EDIT_PIPELINE if event.revises_id else pipeline_for(source, event.form)
     return [
-        instance_new(
-            Operation,
-            {
-                "event_id": event.pk,
-                "step": step,
-                "position": position,
-                "destination_id": destinations[STEPS[step].destination],
-                "key": operation_key(source_salt=source.key_salt, event_key=event.key, step=step),
-                # Only the first step is due now; each later one is released by
-                # the success of the one before it.
-                "next_attempt_at": now if position == 0 else None,
-                "enqueued_at": now if position == 0 else None,
-            },
-        )
+        {
+            "event_id": event.pk,
+            "step": step,
+            "position": position,
+            "destination_id": destinations[STEPS[step].destination],
+            "key": operation_key(source_salt=source.key_salt, event_key=event.key, step=step),
+            # Only the first step is due now; each later one is released by the success
+            # of the one before it.
+            "next_attempt_at": now if position == 0 else None,
+            "enqueued_at": now if position == 0 else None,
+        }
         for position, step in enumerate(pipeline)
     ]
 
@@ -288,7 +293,12 @@ def event_operations_create(*, event: Event, now: datetime) -> list[Operation]:
     and settles its case; queuing the first step (on that same transaction) is the
     caller's. The unique constraint on (event, step) refuses a second pipeline."""
     destinations = _destination_ids(event.source)
-    return Operation.objects.bulk_create(_operations_of(event, destinations=destinations, now=now))
+    return Operation.objects.bulk_create(
+        [
+            instance_new(Operation, values)
+            for values in _operation_values(event, destinations=destinations, now=now)
+        ]
+    )
 
 
 def _repeat_delivery(

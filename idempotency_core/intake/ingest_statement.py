@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import cast
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -19,30 +20,33 @@ from django_q.conf import Conf
 from idempotency_core.broker import HeldTasks, SkipLockedORM, tasks_held
 from idempotency_core.execution.enqueue import operation_enqueue
 from idempotency_core.models import Delivery, Event, Operation
-from idempotency_core.sql import columns_of, prepared_cursor, table_of
+from idempotency_core.sql import Column, columns_of, plain, prepared_cursor, table_of
 
 # Operation ids taken from the sequence at once: a submission uses one per step.
 ID_BLOCK = 96
 
 
-def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Delivery) -> bool:
-    """Inserts the event and, if it was new, its operations, its delivery and the first
-    operation's task (queued by `async_task`, written by the broker class into this
-    statement), in one statement; with a broker elsewhere, the task after the commit.
-    True when the event was new; the operations then have their ids."""
+def rows_insert(
+    *, event: Event, operations: Sequence[dict[str, object]], delivery: dict[str, object]
+) -> bool:
+    """Inserts the event and, if it was new, its operations and its delivery (their
+    columns' values by attribute name, every other column its field's default) and the
+    first operation's task (queued by `async_task`, written by the broker class into
+    this statement), in one statement; with a broker elsewhere, the task after the
+    commit. True when the event was new. Gives each operation its `id`."""
     for operation, pk in zip(operations, _operation_ids(len(operations)), strict=True):
-        operation.pk = pk
+        operation["id"] = pk
     db = connections[DEFAULT_DB_ALIAS]
     # One moment for the statement's rows (their `received_at`, `created_at`, ...).
     now = timezone.now()
     tables = [
         _Rows.of(Event, [event], db, now),
-        _Rows.of(Operation, operations, db, now),
-        _Rows.of(Delivery, [delivery], db, now),
+        _Rows.given(Operation, operations, db, now),
+        _Rows.given(Delivery, [delivery], db, now),
     ]
     params = [value for rows in tables for value in rows.params]
     shapes = tuple(rows.shape for rows in tables)
-    first = operations[0].pk
+    first = cast(int, operations[0]["id"])
     if _tasks_join_statements(db.alias):
         with tasks_held() as held:
             operation_enqueue(first)
@@ -53,9 +57,8 @@ def rows_insert(*, event: Event, operations: Sequence[Operation], delivery: Deli
         if created:
             transaction.on_commit(lambda: operation_enqueue(first), using=db.alias)
     if created:
-        for row in (event, *operations):
-            row._state.adding = False
-            row._state.db = db.alias
+        event._state.adding = False
+        event._state.db = db.alias
     return created
 
 
@@ -79,6 +82,9 @@ def _rows_write(alias: str, sql: str, params: list[object]) -> bool:
         (created,) = cursor.fetchone()
     return bool(created)
 
+
+# A column whose default `_Rows.given` cannot use (see `_defaults_prepared`).
+_GIVEN = object()
 
 # A column's value in the statement: one for every row, or one per row (in a VALUES list).
 _ONE, _EACH = "one", "each"
@@ -137,6 +143,65 @@ class _Rows:
                 columns.append((column.name, _ONE, column.db_type))
                 params.append(value)
         return cls(shape=(table_of(model), tuple(columns), 1), params=params)
+
+    @classmethod
+    def given(
+        cls,
+        model: type[models.Model],
+        rows: Sequence[Mapping[str, object]],
+        db: BaseDatabaseWrapper,
+        now: datetime,
+    ) -> _Rows:
+        """As `of`, for rows given as their columns' values by attribute name (each row
+        the same names), every other column its field's default: the same shape and
+        parameters as `of` gives for instances holding those values, without building
+        the instances and reading every column of each (docs/benchmarks.md, "What the
+        profiles found")."""
+        names = rows[0].keys()
+        columns: list[tuple[str, str, str]] = []
+        ones: list[object] = []
+        each: list[list[object]] = []
+        for column, default in _defaults_prepared(model):
+            name = column.field.attname
+            if column.stamped:  # as its `pre_save` would, whatever is given
+                value: object = now
+            elif name in names:
+                values = column.prepared([row[name] for row in rows], db)
+                if _all_none(values):
+                    continue
+                if len(rows) > 1 and not _all_alike(values):
+                    columns.append((column.name, _EACH, column.db_type))
+                    each.append(values)
+                    continue
+                value = values[0]
+            elif default is None:
+                continue
+            elif default is _GIVEN:
+                raise TypeError(f"{column.field} has a callable default: give its value")
+            else:
+                value = default
+            columns.append((column.name, _ONE, column.db_type))
+            ones.append(value)
+        by_row = [value for row in zip(*each, strict=True) for value in row]
+        return cls(shape=(table_of(model), tuple(columns), len(rows)), params=ones + by_row)
+
+
+@cache
+def _defaults_prepared(model: type[models.Model]) -> tuple[tuple[Column, object], ...]:
+    """Each column of `model` with its field's default as prepared for the statement,
+    for `_Rows.given`. A column that `given` rows must name instead (a callable default,
+    whose value would differ per row) has the marker `_GIVEN`; one without a default,
+    None (left to the database, NULL)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    return tuple(
+        (
+            column,
+            _GIVEN
+            if column.field.has_default() and callable(column.field.default)
+            else plain(column.field.get_db_prep_save(column.field.get_default(), db)),
+        )
+        for column in columns_of(model)
+    )
 
 
 # Loops, not `all()` over a generator: a generator that `all()` leaves early is closed

@@ -253,3 +253,84 @@ def test_a_choices_member_is_sent_as_the_plain_string_it_stands_for():
     for values in (statements._CLAIMABLE, statements._OPEN_STATUSES, statements._BY_PERSON):
         assert values and all(type(value) is str for value in values)
     assert all(not isinstance(value, Enum) for value in statements._attempt_defaults())
+
+
+# -- rows given by their values (intake/ingest_statement._Rows.given) -----------------
+
+
+def _new_operations(event_id: uuid.UUID, now) -> list[dict[str, object]]:
+    steps = ["create_enquiry", "assign_task", "send_confirmation"]
+    return [
+        {
+            "id": 900 + position,
+            "event_id": event_id,
+            "step": step,
+            "position": position,
+            "destination_id": 1 if position < 2 else 2,
+            "key": f"k{position}",
+            "next_attempt_at": now if position == 0 else None,
+            "enqueued_at": now if position == 0 else None,
+        }
+        for position, step in enumerate(steps)
+    ]
+
+
+@pytest.mark.parametrize(
+    "model, rows",
+    [
+        (Operation, lambda now: _new_operations(uuid.uuid4(), now)),
+        (Operation, lambda now: _new_operations(uuid.uuid4(), now)[:1]),
+        (
+            Delivery,
+            lambda now: [
+                {
+                    "source_id": 3,
+                    "event_id": uuid.uuid4(),
+                    "outcome": Delivery.Outcome.ACCEPTED,
+                    "status_code": 202,
+                    "fingerprint": "f" * 64,
+                    "payload_matched": True,
+                }
+            ],
+        ),
+        (
+            Delivery,
+            lambda now: [
+                {
+                    "source_id": 3,
+                    "event_id": uuid.uuid4(),
+                    "outcome": "accepted",
+                    "status_code": 200,
+                    "fingerprint": "",
+                    "payload_matched": True,
+                    "raw_body": b"a=1",
+                    "content_type": "text/plain",
+                    "verification": "ok",
+                }
+            ],
+        ),
+    ],
+    ids=["three operations", "one operation", "a delivery", "a hook's delivery"],
+)
+def test_rows_given_by_values_are_the_rows_their_instances_give(model, rows):
+    from idempotency_core.intake.ingest_statement import _Rows
+
+    db, now = django_connection(), timezone.now()
+    values = rows(now)
+    instances = [instance_new(model, row) for row in values]
+    by_values = _Rows.given(model, values, db, now)
+    by_instances = _Rows.of(model, instances, db, now)
+    assert by_values.shape == by_instances.shape
+    assert _comparable(by_values.params) == _comparable(by_instances.params)
+
+
+def _comparable(params: list[object]) -> list[object]:
+    # psycopg's Binary wrapper has no equality of its own: its bytes have.
+    return [plain(getattr(p, "obj", p)) for p in params]
+
+
+def test_rows_given_without_a_value_for_a_callable_default_are_refused():
+    from idempotency_core.intake.ingest_statement import _Rows
+
+    with pytest.raises(TypeError, match="callable default"):
+        _Rows.given(Event, [{"key": "k"}], django_connection(), timezone.now())
