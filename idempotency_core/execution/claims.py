@@ -12,14 +12,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
 
 from idempotency_core.execution.confirmations import Allowance
 from idempotency_core.execution.statements import SCREENED, Taken, claim_take
-from idempotency_core.models import Attempt, Operation
+from idempotency_core.models import Operation
 
 # Set by operation_execute_chain while it records an outcome: the step that
 # success releases is claimed for this worker (appended here) instead of queued.
@@ -41,10 +41,19 @@ def chain_collector() -> list[Claim] | None:
     return _chained.get()
 
 
+class ClaimedAttempt(NamedTuple):
+    """The claim's attempt as the outcome reads it: its row, inserted by the claim's
+    statement, by id, and its number. Not an `Attempt` instance: building one for each
+    step showed in the worker's profile, and nothing reads more of it."""
+
+    pk: int
+    number: int
+
+
 @dataclass(frozen=True)
 class Claim:
     operation: Operation
-    attempt: Attempt
+    attempt: ClaimedAttempt
     token: uuid.UUID
     # The earlier succeeded steps' references, when the claim read them (statements.py).
     refs: dict[str, str] | None = None
@@ -94,32 +103,16 @@ def _claim_take(
     )
     if taken is None or taken == SCREENED:
         return taken
-    return claim_of(taken, token=token, now=now)
+    return claim_of(taken, token=token)
 
 
 def lease_until(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.ONEFOLD_LEASE_SECONDS)
 
 
-def claim_of(
-    taken: Taken, *, token: uuid.UUID, now: datetime, allowance: Allowance | None = None
-) -> Claim:
+def claim_of(taken: Taken, *, token: uuid.UUID, allowance: Allowance | None = None) -> Claim:
     """The claim a statement took (statements.py), its attempt already inserted."""
     operation, attempt_id, refs = taken
-    attempt = _attempt_of(operation, token=token, now=now)
-    attempt.pk = attempt_id
-    attempt._state.adding = False
+    # The statement numbered the attempt by the claimed row's count (statements.py).
+    attempt = ClaimedAttempt(attempt_id, operation.attempt_count)
     return Claim(operation=operation, attempt=attempt, token=token, refs=refs, allowance=allowance)
-
-
-def _attempt_of(operation: Operation, *, token: uuid.UUID, now: datetime) -> Attempt:
-    """The claim's attempt: who or what scheduled it, and the rule it follows."""
-    return Attempt(
-        operation=operation,
-        number=operation.attempt_count,
-        claim_token=token,
-        trigger=operation.next_trigger,
-        triggered_by_id=operation.next_triggered_by_id,
-        recovery=operation.recovery,
-        started_at=now,
-    )

@@ -140,7 +140,7 @@ def _success_release(
     if chained is not None:
         ask = None if ahead is None else ahead.ask
         chained.extend(
-            claim_of(taken, token=token, now=now, allowance=_allowance_of(ask, decided))
+            claim_of(taken, token=token, allowance=_allowance_of(ask, decided))
             for taken, decided in zip(written.taken, written.decided, strict=True)
         )
     else:
@@ -380,7 +380,7 @@ def operation_release_next(operation: Operation, *, now: datetime) -> list[int]:
         event=None if chained is None else operation.event,
     )
     if chained is not None:
-        chained.extend(claim_of(t, token=token, now=now) for t in taken)
+        chained.extend(claim_of(t, token=token) for t in taken)
     else:
         for operation_id in released:
             operation_enqueue(operation_id)

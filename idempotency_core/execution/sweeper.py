@@ -12,7 +12,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django_q.brokers import get_broker
 
-from idempotency_core.execution.claims import Claim
+from idempotency_core.execution.claims import Claim, ClaimedAttempt
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.execution.outcomes import operation_record_outcome
 from idempotency_core.execution.perform import AttemptResult
@@ -73,7 +73,11 @@ def _interrupt_expired_leases(operations: QuerySet[Operation], *, batch_size: in
         ).first()
         if attempt is None:
             continue  # the worker (or another sweeper) finished it meanwhile
-        claim = Claim(operation=operation, attempt=attempt, token=token)
+        claim = Claim(
+            operation=operation,
+            attempt=ClaimedAttempt(attempt.pk, attempt.number),
+            token=token,
+        )
         result = AttemptResult(
             outcome=Attempt.Outcome.INTERRUPTED,
             error_class="LeaseExpired",
