@@ -15,13 +15,13 @@ from django.db.models import Field
 from idempotency_core.execution.confirmations import BY_PERSON
 from idempotency_core.models import Attempt, Destination, Event, Operation, ReviewCase, Source
 from idempotency_core.sql import (
+    Column,
     columns_of,
     model_from_row,
     plain,
     prep_value,
     prepared_cursor,
     table_of,
-    unchanged_types,
 )
 
 # A claimed operation (with its event, source and destination), its attempt's id, and
@@ -214,18 +214,26 @@ def _attempt_defaults() -> tuple[object, ...]:
 
 def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseWrapper) -> object:
     """`value` as field `name` of `model` sends it. `db` is the connection itself, taken
-    once per statement (each `connection` lookup goes through asgiref's thread-local);
-    a value the preparation would give back as it is skips it (sql.unchanged_types)."""
-    field, unchanged = _field(model, name)
-    if type(value) in unchanged:
+    once per statement (each `connection` lookup goes through asgiref's thread-local).
+    A choices member is its plain value first (a CharField's preparation gives the
+    member back, and psycopg sends its value); a value the preparation would give back
+    as it is (sql.Column: an unchanged type, an aware datetime) skips it: most of an
+    outcome's values are one or the other, and each field's path showed in the
+    worker's profile."""
+    column = _column(model, name)
+    value = plain(value)
+    if type(value) in column.unchanged or (
+        column.aware_unchanged and type(value) is datetime and value.utcoffset() is not None
+    ):
         return value
-    return plain(field.get_db_prep_save(value, db))
+    return plain(column.field.get_db_prep_save(value, db))
 
 
 @cache
-def _field(model: type[models.Model], name: str) -> tuple[Any, tuple[type, ...]]:
-    field = cast("Field[Any, Any]", model._meta.get_field(name))
-    return field, unchanged_types(field, connections[DEFAULT_DB_ALIAS])
+def _column(model: type[models.Model], name: str) -> Column:
+    """The column of `model`'s field `name`."""
+    (column,) = (c for c in columns_of(model) if c.field.name == name)
+    return column
 
 
 def _take(model: type[models.Model], values: list[Any]) -> Any:
