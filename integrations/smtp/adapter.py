@@ -265,6 +265,14 @@ def envelope_address(address: str) -> str:
     return f"{local}@{domain}"
 
 
+def quoted_address(address: str) -> str | None:
+    """`address` as smtplib's `quoteaddr` writes it in MAIL FROM and RCPT TO, `<address>`,
+    for a plain one (`_PLAIN_ADDRESS`); None for any other, left to smtplib. `quoteaddr`
+    parses each address with the email package's parser, a share of a worker's CPU for
+    an answer known in advance (tests/integrations/smtp/test_smtp_message.py)."""
+    return f"<{address}>" if _PLAIN_ADDRESS.fullmatch(address) else None
+
+
 class SmtpSender:
     """`EmailAdapter` over plain SMTP: it can recognise nothing of a repeat."""
 
@@ -368,10 +376,17 @@ class SmtpSender:
                     "(it does not offer SMTPUTF8); nothing was sent",
                     classification=Classification.PERMANENT,
                 )
-            # With SMTPUTF8 smtplib writes the following commands in UTF-8.
-            code, reply = client.mail(sender, ["SMTPUTF8"] if utf8 else [])
+            mail_from, rcpt_to = quoted_address(sender), quoted_address(to)
+            if utf8 or mail_from is None:
+                # With SMTPUTF8 smtplib writes the following commands in UTF-8.
+                code, reply = client.mail(sender, ["SMTPUTF8"] if utf8 else [])
+            else:  # the command `mail()` sends, without its parse of the address
+                code, reply = client.docmd("mail", f"FROM:{mail_from}")
             self._check_envelope(code, reply, "MAIL FROM")
-            code, reply = client.rcpt(to)
+            if rcpt_to is None:
+                code, reply = client.rcpt(to)
+            else:
+                code, reply = client.docmd("rcpt", f"TO:{rcpt_to}")
             self._check_envelope(code, reply, "RCPT TO")
         except UnicodeError as exc:
             raise DestinationError(

@@ -10,12 +10,17 @@ one it answers for.
 
 from __future__ import annotations
 
+import smtplib
 import string
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from integrations.smtp.adapter import composed_message_bytes, plain_message_bytes
+from integrations.smtp.adapter import (
+    composed_message_bytes,
+    plain_message_bytes,
+    quoted_address,
+)
 
 NAMES = ("From", "To", "Subject", "Date", "Message-ID", "X-Onefold-Operation")
 USUAL = (
@@ -92,3 +97,14 @@ def test_plain_subjects_and_bodies_are_written_directly_and_agree(subject, body)
     # Single-spaced words with no space at either end are plain.
     if subject and subject == " ".join(subject.split()):
         assert plain is not None
+
+
+@settings(max_examples=500, deadline=None)
+@given(address=st.one_of(VALUE, st.from_regex(r"[A-Za-z0-9_+.\-]{1,20}@[A-Za-z0-9.\-]{1,20}")))
+@example(address="ada.lovelace+quotes@example.com")
+def test_an_address_quoted_directly_is_quoted_as_smtplib_quotes_it(address):
+    quoted = quoted_address(address)
+    if quoted is not None:
+        assert quoted == smtplib.quoteaddr(address)
+    if address == "ada.lovelace+quotes@example.com":
+        assert quoted is not None
