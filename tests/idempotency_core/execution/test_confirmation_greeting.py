@@ -115,3 +115,40 @@ def test_words_of_letters_are_shown_as_written(words):
     name = " ".join(words)
     if len(name) <= GREETING_NAME_MAX and "www" not in name.casefold():
         assert greeting_name(name) == name
+
+
+def _greeting_by_character(name: str, *, markup: bool) -> str:
+    """`greeting_name` as the rule reads, one character at a time (its ASCII names are
+    tested by expressions instead)."""
+    shown = " ".join(part for part in name.split(" ") if part)
+    if not shown or len(shown) > GREETING_NAME_MAX:
+        return ""
+
+    def allowed(c: str) -> bool:
+        plain = c == " " or c in "-\u2010'\u2019." or c.isalpha()
+        plain = plain or unicodedata.category(c) in ("Mn", "Mc")
+        return plain or (markup and c in '<>&"/')
+
+    if not all(allowed(c) for c in shown) or not any(c.isalpha() for c in shown):
+        return ""
+    folded = shown.casefold()
+    if "www" in folded:
+        return ""
+    for position, character in enumerate(folded[:-2]):
+        if character == "." and folded[position + 1].isalpha() and folded[position + 2].isalpha():
+            return ""
+    return shown
+
+
+@given(
+    name=st.one_of(
+        st.text(st.characters(max_codepoint=127), max_size=70),
+        st.text(st.sampled_from("Ab .-'"), max_size=20),
+        st.text(st.sampled_from("Ab .-'<>&\"/1"), max_size=20),
+        st.text(st.sampled_from("Ab .-'<>&\"/1\u2019é\u0301"), max_size=20),
+        st.sampled_from(SHOWN + NEUTRAL),
+    ),
+    markup=st.booleans(),
+)
+def test_every_name_is_judged_as_by_each_character(name, markup):
+    assert greeting_name(name, markup=markup) == _greeting_by_character(name, markup=markup)
