@@ -51,13 +51,22 @@ def address_bucket(address: str) -> str:
 def _counted_wait(key_of: Callable[[int], str], limit: int, now: float) -> float | None:
     window = int(now // WINDOW_SECONDS)
     key = key_of(window)
-    # The key outlives its window a little, so it never expires while counted.
-    cache.add(key, 0, timeout=WINDOW_SECONDS + 5)
-    try:
-        count = cache.incr(key)
-    except ValueError:  # evicted between add and incr: this request opens the count
-        cache.add(key, 1, timeout=WINDOW_SECONDS + 5)
-        count = 1
+    count = _count_one(key)
     if count <= limit:
         return None
     return (window + 1) * WINDOW_SECONDS - now
+
+
+def _count_one(key: str) -> int:
+    """Adds one to the window's count, opening it at 1 if no request has yet: one cache
+    call a request once the window is open, instead of an `add` before every `incr`."""
+    for _ in range(3):
+        try:
+            return cache.incr(key)
+        except ValueError:  # no count yet (or evicted): open it, unless a racer just did
+            # The key outlives its window a little, so it never expires while counted.
+            if cache.add(key, 1, timeout=WINDOW_SECONDS + 5):
+                return 1
+    # Opened and evicted again between each call, three times over: a cache this short of
+    # room counts nothing reliably; admit the request rather than refuse it unseen.
+    return 1
