@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import smtplib
 import string
+from datetime import UTC, timedelta, timezone
+from email.utils import format_datetime
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from integrations.smtp.adapter import (
     composed_message_bytes,
+    date_header,
     plain_message_bytes,
     quoted_address,
 )
@@ -108,3 +111,14 @@ def test_an_address_quoted_directly_is_quoted_as_smtplib_quotes_it(address):
         assert quoted == smtplib.quoteaddr(address)
     if address == "ada.lovelace+quotes@example.com":
         assert quoted is not None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    moment=st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(0)), None])),
+    offset=st.sampled_from([None, timedelta(hours=2), timedelta(minutes=-90)]),
+)
+def test_a_date_header_is_written_as_the_email_package_writes_it(moment, offset):
+    if offset is not None:
+        moment = moment.replace(tzinfo=timezone(offset))
+    assert date_header(moment) == format_datetime(moment)
