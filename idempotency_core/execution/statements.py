@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Literal, NamedTuple, cast
@@ -33,10 +35,26 @@ Decided = tuple[bool, bool, int, int, bool]
 SCREENED: Literal["screened"] = "screened"
 
 
-# Statuses and triggers as plain strings (sql.plain), each list one parameter.
-_CLAIMABLE = [plain(status) for status in Operation.CLAIMABLE]
-_OPEN_STATUSES = [plain(status) for status in ReviewCase.OPEN_STATUSES]
-_BY_PERSON = [plain(trigger) for trigger in BY_PERSON]
+_ARRAY_ELEMENT = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _array(values: Iterable[object]) -> str:
+    """`values`, plain words or integers, as PostgreSQL's array literal: one text
+    parameter that the statement casts (`%s::text[]`, `%s::bigint[]`). psycopg's list
+    dumper would write the same literal after looking for each list's element type
+    and its dumper, for each statement; the constant lists below are written once."""
+    words = [str(plain(value)) for value in values]
+    for word in words:
+        # Unquoted, NULL (in any case) is a null element.
+        if _ARRAY_ELEMENT.fullmatch(word) is None or word.upper() == "NULL":
+            raise ValueError(f"{word!r} needs quoting in an array literal")
+    return "{" + ",".join(words) + "}"
+
+
+# Statuses and triggers, each list one array literal, written once.
+_CLAIMABLE = _array(Operation.CLAIMABLE)
+_OPEN_STATUSES = _array(ReviewCase.OPEN_STATUSES)
+_BY_PERSON = _array(BY_PERSON)
 
 
 def claim_take(
@@ -110,7 +128,7 @@ def outcome_write(
     asking the confirmation's `allowance` with the claim."""
     names = tuple(sets)
     attempt_names = tuple(attempt_sets)
-    waiting = [operation_id, settles_case_ids, _OPEN_STATUSES]
+    waiting = [operation_id, _array(settles_case_ids), _OPEN_STATUSES]
     params: list[object] = list(waiting)
     db = connections[DEFAULT_DB_ALIAS]
     params += [_prep(Operation, name, sets[name], db) for name in names]
