@@ -276,12 +276,20 @@ def model_from_row(model: type[M], values: Sequence[object]) -> M:
     """An instance from the values of `columns_of(model)`, in that order, converted as
     Django's compiler converts what it reads (JSON text to objects, and so on)."""
     db = connections[DEFAULT_DB_ALIAS]
+    attnames, converters = _row_reading(model)
     converted = [
-        column.field.from_db_value(value, None, db)
-        if value is not None and hasattr(column.field, "from_db_value")
-        else value
-        for column, value in zip(columns_of(model), values, strict=True)
+        value if convert is None or value is None else convert(value, None, db)
+        for convert, value in zip(converters, values, strict=True)
     ]
-    return model.from_db(
-        db.alias, [column.field.attname for column in columns_of(model)], converted
+    return model.from_db(db.alias, attnames, converted)
+
+
+@cache
+def _row_reading(model: type[models.Model]) -> tuple[list[str], tuple[Any, ...]]:
+    """`columns_of(model)`'s attribute names, and each column's `from_db_value` or None,
+    found once per model: a claim reads rows of several models, each of many columns."""
+    columns = columns_of(model)
+    return (
+        [column.field.attname for column in columns],
+        tuple(getattr(column.field, "from_db_value", None) for column in columns),
     )

@@ -113,7 +113,14 @@ def template_values(values: Mapping[str, Any]) -> Mapping[str, Any]:
     return _frozen(values)  # type: ignore[no-any-return]
 
 
+# What `_frozen` gives back as it is, tested by exact type before the abstract Mapping
+# check, which is the slow one: a render's values are mostly these.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _frozen(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, Mapping):
         return types.MappingProxyType({str(k): _frozen(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
