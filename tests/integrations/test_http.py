@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from integrations.base import Classification, Reply
-from integrations.http import classify, parse_retry_after, status_error
+from integrations.http import classify, parse_retry_after, shared_client, status_error
 
 RETRYABLE, PERMANENT, AMBIGUOUS = (
     Classification.RETRYABLE,
@@ -158,3 +158,11 @@ def test_garbage_retry_after_is_no_delay(value):
 def test_garbage_retry_after_on_a_429_leaves_it_retryable():
     error = status_error(answer(429, headers={"Retry-After": "later"}), "rate limited")
     assert (error.classification, error.retry_after) == (RETRYABLE, None)
+
+
+def test_the_shared_client_leaves_out_only_the_defaults_that_say_nothing():
+    sent = shared_client().build_request("POST", "http://crm.test/records", json={"a": 1})
+    names = {name.lower() for name in sent.headers}
+    assert "accept" not in names
+    assert "connection" not in names
+    assert {"user-agent", "accept-encoding", "host", "content-type"} <= names
