@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
@@ -107,13 +107,20 @@ def is_crm(destination: Destination) -> bool:
     return kind_of(destination) in Destination.CRM_KINDS
 
 
-def adapter_for(destination: Destination, *, timeout: float | None = None) -> Adapter:
+def adapter_for(
+    destination: Destination,
+    *,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Adapter:
     """The adapter for `destination`. No network call (docs/internals.md).
 
     `timeout` (seconds) overrides ONEFOLD_HTTP_TIMEOUT_SECONDS, e.g. for long listings.
+    `env`: the variables its settings are read from (the environment by default).
     Raises `AdapterUnavailableError` for a kind whose adapter is not installed.
     """
     timeout = timeout or settings.ONEFOLD_HTTP_TIMEOUT_SECONDS
+    env = os.environ if env is None else env
     kind = kind_of(destination)
     if kind == Kind.SMTP:
         host, _, port = destination.base_url.partition(":")
@@ -125,13 +132,11 @@ def adapter_for(destination: Destination, *, timeout: float | None = None) -> Ad
         )
     if kind == Kind.CRM_HTTP:
         return LiveSandboxCrm(
-            destination.base_url or settings.DESTINATION_URL, timeout=timeout, env=os.environ
+            destination.base_url or settings.DESTINATION_URL, timeout=timeout, env=env
         )
     factory = adapter_factory(kind)
     try:
-        adapter: Adapter = factory(
-            base_url=destination.base_url or None, timeout=timeout, env=os.environ
-        )
+        adapter: Adapter = factory(base_url=destination.base_url or None, timeout=timeout, env=env)
         budget = budget_for(destination, adapter.request_budget)
     except (ValueError, KeyError, TypeError) as exc:
         # A setting the adapter cannot use: nothing can be sent until it is corrected.
@@ -280,42 +285,84 @@ def sandbox_capabilities(reported: Mapping[str, Any]) -> Capabilities:
 _verified_lock = threading.Lock()
 # configuration (`_configuration_key`) -> (monotonic time the result expires, refusal or "")
 _verified: dict[tuple[str, ...], tuple[float, str]] = {}
-# The variables each kind's adapter reads: a change of any is a new configuration.
-_ENV_PREFIXES: dict[str, str] = {
-    Kind.CRM_HTTP: "SANDBOX_",
-    Kind.HUBSPOT: "HUBSPOT_",
-    Kind.SALESFORCE: "SALESFORCE_",
-    Kind.PIPEDRIVE: "PIPEDRIVE_",
-    Kind.DATAVERSE: "DATAVERSE_",
-    Kind.RESEND: "RESEND_",
-}
+# A destination (`_where`) -> the variables its last verification read.
+_read_by: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def _configuration_key(destination: Destination) -> tuple[str, ...]:
-    """What a verification holds for: the destination, its kind and URL, and the
-    settings and variables its adapter reads (as a digest: no credential is kept)."""
-    kind = kind_of(destination)
-    prefix = _ENV_PREFIXES.get(kind)
-    # By name first: reading every value of the environment (each decoded) for each
-    # attempt was most of this function's time.
-    names = sorted(name for name in os.environ if name.startswith(prefix)) if prefix else []
-    read = [(name, value) for name in names if (value := os.environ.get(name)) is not None]
-    read += [("urls", f"{settings.DESTINATION_URL} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}")]
-    digest = hashlib.sha256(repr(read).encode()).hexdigest()
-    return (destination.name, kind, destination.base_url, digest)
+class _Reading(Mapping[str, str]):
+    """`env`, noting each variable asked for and what it held (None: unset), or that it
+    was read whole (`whole`): what a verification read of the environment."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.read: dict[str, str | None] = {}
+        self.whole = False
+
+    def __getitem__(self, name: str) -> str:
+        value = self.read[name] = self.env.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        self.whole = True
+        return iter(self.env)
+
+    def __len__(self) -> int:
+        self.whole = True
+        return len(self.env)
+
+
+def _where(destination: Destination) -> tuple[str, ...]:
+    """The destination, its kind and URL, and the settings' URLs."""
+    urls = f"{settings.DESTINATION_URL} {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+    return (destination.name, kind_of(destination), destination.base_url, urls)
+
+
+def _digest(read: list[tuple[str, str | None]]) -> str:
+    """Variables and their values as a digest: no credential is kept."""
+    return hashlib.sha256(repr(read).encode()).hexdigest()
+
+
+def _configuration_key(where: tuple[str, ...]) -> tuple[str, ...]:
+    """What a verification of the destination `where` (`_where`) holds for: that, and
+    the values of the variables its adapter read when it was last verified
+    (`_read_by`), or of the whole environment before that or when the adapter read the
+    whole of it. A change of any other variable cannot change what a verification
+    finds, and reading only these for each attempt, not every variable (each one
+    decoded), was a visible share of a worker's chain. Call with `_verified_lock` held."""
+    names = _read_by.get(where)
+    if names is None:
+        return (*where, _digest(sorted(os.environ.items())))
+    return (*where, _digest([(name, os.environ.get(name)) for name in names]))
+
+
+def _verified_key(where: tuple[str, ...], reading: _Reading) -> tuple[str, ...]:
+    """The key a verification that read `reading` is kept under: `_configuration_key`
+    while the variables it read hold the values it read (noted in `_read_by`). Call with
+    `_verified_lock` held."""
+    if reading.whole:
+        _read_by.pop(where, None)
+        return (*where, _digest(sorted(os.environ.items())))
+    read = sorted(reading.read.items())
+    _read_by[where] = tuple(name for name, _ in read)
+    return (*where, _digest(read))
 
 
 def destination_checks(
-    destination: Destination, *, rate_limits_raise: bool = False
+    destination: Destination,
+    *,
+    rate_limits_raise: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> list[CapabilityCheck]:
     """The destination's declared capabilities checked against it (network calls).
 
     A destination that cannot be built or reached gives one refused check,
     "reachable", with the reason. `rate_limits_raise`: a rate limit's refusal is
     raised instead (a worker waits for it: the destination said nothing of its
-    capabilities)."""
+    capabilities). `env`: as `adapter_for`'s."""
     try:
-        return list(adapter_for(destination).verify())
+        return list(adapter_for(destination, env=env).verify())
     except DestinationError as exc:
         if exc.rate_limit and rate_limits_raise:
             raise
@@ -375,12 +422,13 @@ def destination_ready(
     or when `fresh`; a refusal is remembered for ONEFOLD_VERIFY_RETRY_SECONDS.
     """
     now = time.monotonic() if now is None else now
-    key = _configuration_key(destination)
+    where = _where(destination)
     with _verified_lock:
-        cached = None if fresh else _verified.get(key)
+        cached = None if fresh else _verified.get(_configuration_key(where))
     unreachable = False
     if cached is None or cached[0] <= now:
-        checks = destination_checks(destination, rate_limits_raise=True)
+        reading = _Reading(os.environ)
+        checks = destination_checks(destination, rate_limits_raise=True, env=reading)
         refusal = destination_refusal(checks)
         unreachable = any(c.capability == "reachable" for c in checks)
         if refusal:
@@ -394,7 +442,7 @@ def destination_ready(
                 else settings.ONEFOLD_VERIFY_TTL_SECONDS
             )
             with _verified_lock:
-                _verified[key] = (now + ttl, refusal)
+                _verified[_verified_key(where, reading)] = (now + ttl, refusal)
         cached = (now, refusal)
     if cached[1]:
         raise DestinationRefusedError(
@@ -415,6 +463,7 @@ def verification_forget() -> None:
     """Forgets every verification of this process (tests; a changed configuration)."""
     with _verified_lock:
         _verified.clear()
+        _read_by.clear()
 
 
 def destinations_in_use() -> list[Destination]:

@@ -145,6 +145,31 @@ def test_a_verification_is_kept_for_its_ttl_then_asked_again(sandbox, settings, 
     destination_ready(crm, now=1122.0)
 
 
+@pytest.mark.django_db
+def test_a_verification_holds_until_a_variable_its_adapter_read_changes(
+    sandbox, settings, monkeypatch
+):
+    """A variable the adapter never read changes nothing; one it read, unset then
+    included, makes a new configuration, asked again."""
+    monkeypatch.delenv("SANDBOX_LOOKUP_SETTLE_SECONDS", raising=False)
+    monkeypatch.setenv("SANDBOX_CAPABILITIES", DECLARED)
+    settings.ONEFOLD_VERIFY_TTL_SECONDS = 60
+    crm = Destination.objects.get(name="crm")
+    destination_ready(crm, now=1000.0)  # verified
+    sandbox.capabilities(lookup=False)
+    monkeypatch.setenv("SANDBOX_READ_BY_NO_ADAPTER", "1")
+    destination_ready(crm, now=1001.0)  # not asked
+    monkeypatch.setenv("SANDBOX_LOOKUP_SETTLE_SECONDS", "2")
+    with pytest.raises(DestinationRefusedError, match="lookup=false"):
+        destination_ready(crm, now=1002.0)
+    sandbox.capabilities(lookup=True)
+    monkeypatch.setenv("SANDBOX_CAPABILITIES", "lookup")
+    destination_ready(crm, now=1003.0)
+    monkeypatch.setenv("SANDBOX_CAPABILITIES", DECLARED)  # the refused configuration again
+    with pytest.raises(DestinationRefusedError, match="lookup=false"):
+        destination_ready(crm, now=1004.0)
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the cluster commits
 def test_a_real_worker_cluster_parks_a_refused_destinations_work_then_resumes_it(
