@@ -111,38 +111,14 @@ class _Rows:
         db: BaseDatabaseWrapper,
         now: datetime,
     ) -> _Rows:
-        if len(rows) == 1:
-            return cls._of_one(model, rows[0], db, now)
-        columns: list[tuple[str, str, str]] = []
-        ones: list[object] = []
-        each: list[list[object]] = []  # per column, after the others: in the VALUES list
+        """The rows of instances (the event): each column's value as the field's
+        `pre_save` gives it, then as `given`. A stamped column (`auto_now`) is set to
+        `now` on the instances too, as `pre_save` would set it."""
         for column in columns_of(model):
-            values = column.values(rows, db, now)
-            if _all_none(values):
-                continue
-            first = values[0]
-            if _all_alike(values):
-                columns.append((column.name, _ONE, column.db_type))
-                ones.append(first)
-            else:
-                columns.append((column.name, _EACH, column.db_type))
-                each.append(values)
-        by_row = [value for row in zip(*each, strict=True) for value in row]
-        return cls(shape=(table_of(model), tuple(columns), len(rows)), params=ones + by_row)
-
-    @classmethod
-    def _of_one(
-        cls, model: type[models.Model], row: models.Model, db: BaseDatabaseWrapper, now: datetime
-    ) -> _Rows:
-        """A table of one row (the event, the delivery, the task): each column's one value."""
-        columns: list[tuple[str, str, str]] = []
-        params: list[object] = []
-        for column in columns_of(model):
-            (value,) = column.values((row,), db, now)
-            if value is not None:
-                columns.append((column.name, _ONE, column.db_type))
-                params.append(value)
-        return cls(shape=(table_of(model), tuple(columns), 1), params=params)
+            if column.stamped:
+                for row in rows:
+                    setattr(row, column.field.attname, now)
+        return cls.given(model, [_values_of(row) for row in rows], db, now)
 
     @classmethod
     def given(
@@ -152,11 +128,11 @@ class _Rows:
         db: BaseDatabaseWrapper,
         now: datetime,
     ) -> _Rows:
-        """As `of`, for rows given as their columns' values by attribute name (each row
-        the same names), every other column its field's default: the same shape and
-        parameters as `of` gives for instances holding those values, without building
-        the instances and reading every column of each (docs/benchmarks.md, "What the
-        profiles found")."""
+        """Rows given as their columns' values by attribute name (each row the same
+        names), every other column its field's default, a stamped column `now`: the
+        same shape and parameters as instances holding those values give (`of`),
+        without building the instances and reading every column of each
+        (docs/benchmarks.md, "What the profiles found")."""
         names = rows[0].keys()
         columns: list[tuple[str, str, str]] = []
         ones: list[object] = []
@@ -184,6 +160,18 @@ class _Rows:
             ones.append(value)
         by_row = [value for row in zip(*each, strict=True) for value in row]
         return cls(shape=(table_of(model), tuple(columns), len(rows)), params=ones + by_row)
+
+
+def _values_of(row: models.Model) -> dict[str, object]:
+    """An instance's columns' values by attribute name, as their `pre_save` gives them
+    (a stamped column is `given`'s to set)."""
+    return {
+        column.field.attname: getattr(row, column.attname)
+        if column.attname
+        else column.field.pre_save(row, True)
+        for column in columns_of(row.__class__)
+        if not column.stamped
+    }
 
 
 @cache
