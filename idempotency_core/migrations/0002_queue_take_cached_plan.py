@@ -1,4 +1,4 @@
-"""`onefold_queue_take` in PL/pgSQL, whose plans PostgreSQL keeps for the session: as
+"""`onefold_queue_take` in PL/pgSQL, whose plans PostgreSQL keeps for the connection: as
 a LANGUAGE sql function it was planned again at every dequeue
 (sql/0.2.0/queue_take_cached_plan.sql says why). The reverse restores the first form."""
 

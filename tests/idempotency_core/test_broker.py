@@ -181,11 +181,10 @@ def test_an_empty_queue_is_asked_again_sooner_shortly_after_a_task(monkeypatch):
     assert module._BUSY_POLL < Conf.POLL
 
 
-def test_the_dequeue_is_planned_once_a_session():
+def test_the_dequeue_is_planned_once_a_connection():
     """A LANGUAGE sql function with a SET clause is never inlined and its statements are
-    planned at every call: the dequeue's planning cost more than its run (0.22 against
-    0.09 ms a call in `bench_pipeline`). PL/pgSQL keeps its statements' plans for the
-    session."""
+    planned at every call, which cost the dequeue more than running it
+    (docs/benchmarks.md). PL/pgSQL keeps its statements' plans for the connection."""
     with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "

@@ -3,7 +3,7 @@
 -- PostgreSQL plans a LANGUAGE sql function's statements at every call when it cannot
 -- inline the function, and a function with a SET clause is never inlined: each dequeue
 -- planned its UPDATE again, several times the cost of running it. PL/pgSQL keeps
--- its statements' plans for the session (PostgreSQL's documentation, "PL/pgSQL: Plan
+-- its statements' plans for the connection (PostgreSQL's documentation, "PL/pgSQL: Plan
 -- Caching"), so a pusher's connection plans the dequeue once.
 --
 -- A kept plan must suit every size the queue will have, and the statistics it is made
