@@ -14,10 +14,10 @@
 -- them there), walking the primary key is the only cheap plan for both the rows taken
 -- and the rows updated, whatever the statistics.
 --
--- The rest is queue_take.sql's, and for its reasons: the commit does not wait for the WAL flush (`synchronous_commit`, set for
--- the transaction, which is the caller's statement in autocommit); the rows are taken
--- in a MATERIALIZED WITH query, evaluated once per execution, so that one call never
--- takes more than `how_many` tasks.
+-- The rest is queue_take.sql's, and for its reasons: the commit does not wait for the
+-- WAL flush (`synchronous_commit`, set for the transaction, which is the caller's
+-- statement in autocommit); the rows are taken in a MATERIALIZED WITH query, evaluated
+-- once per execution, so that one call never takes more than `how_many` tasks.
 
 CREATE OR REPLACE FUNCTION onefold_queue_take(
     queue_key text, lock_until timestamptz, due_before timestamptz, how_many integer
