@@ -333,8 +333,12 @@ def _configuration_key(where: tuple[str, ...]) -> tuple[str, ...]:
     decoded), was a visible share of a worker's chain. Call with `_verified_lock` held."""
     names = _read_by.get(where)
     if names is None:
-        return (*where, _digest(sorted(os.environ.items())))
+        return _whole_environment_key(where)
     return (*where, _digest([(name, os.environ.get(name)) for name in names]))
+
+
+def _whole_environment_key(where: tuple[str, ...]) -> tuple[str, ...]:
+    return (*where, _digest(sorted(os.environ.items())))
 
 
 def _verified_key(where: tuple[str, ...], reading: _Reading) -> tuple[str, ...]:
@@ -343,7 +347,7 @@ def _verified_key(where: tuple[str, ...], reading: _Reading) -> tuple[str, ...]:
     `_verified_lock` held."""
     if reading.whole:
         _read_by.pop(where, None)
-        return (*where, _digest(sorted(os.environ.items())))
+        return _whole_environment_key(where)
     read = sorted(reading.read.items())
     _read_by[where] = tuple(name for name, _ in read)
     return (*where, _digest(read))

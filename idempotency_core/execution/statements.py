@@ -232,11 +232,6 @@ def _attempt_defaults() -> tuple[object, ...]:
     return tuple(plain(prep_value(c.field, template)) for c in _attempt_columns())
 
 
-def _prep(model: type[models.Model], name: str, value: object, db: BaseDatabaseWrapper) -> object:
-    """`value` as field `name` of `model` sends it (`_prepared`)."""
-    return _prepared(model, (name,), {name: value}, db)[0]
-
-
 def _prepared(
     model: type[models.Model],
     names: tuple[str, ...],

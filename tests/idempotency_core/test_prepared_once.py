@@ -170,7 +170,7 @@ def django_connection():
 
 
 def test_an_outcomes_values_are_prepared_as_each_field_would_prepare_them():
-    """statements._prep skips the preparation only where it would change nothing."""
+    """statements._prepared skips the preparation only where it would change nothing."""
     now = timezone.now()
     samples = {
         "status": "succeeded",
@@ -182,8 +182,9 @@ def test_an_outcomes_values_are_prepared_as_each_field_would_prepare_them():
         "arguments": {"a": 1},
     }
     db = django_connection()
-    for name, value in samples.items():
-        fast = statements._prep(Operation, name, value, db)
+    names = tuple(samples)
+    for name, fast in zip(names, statements._prepared(Operation, names, samples, db), strict=True):
+        value = samples[name]
         full = Operation._meta.get_field(name).get_db_prep_save(value, db)
         assert type(fast) is type(full), name
         assert getattr(fast, "obj", fast) == getattr(full, "obj", full), name
@@ -245,7 +246,7 @@ def test_a_choices_member_is_sent_as_the_plain_string_it_stands_for():
         (Operation, "next_trigger", Attempt.Trigger.WORKER),
         (Attempt, "outcome", Attempt.Outcome.SUCCEEDED),
     ]:
-        sent = statements._prep(model, name, member, db)
+        (sent,) = statements._prepared(model, (name,), {name: member}, db)
         assert type(sent) is str and sent == member.value, (model, name)
     assert plain(ReviewCase.Status.OPEN) == "open" and type(plain(ReviewCase.Status.OPEN)) is str
     assert plain(7) == 7 and plain(None) is None
