@@ -16,6 +16,10 @@ or `--compare DIR`'s), whose body is `instructions_child.py`:
   client, in process), then `count` more with callgrind's counting switched on
   (`callgrind_control -i on`), so that imports, caches and the first statements'
   preparation are not counted;
+* bare and service: the same, posted to `bench_ingest`'s two baselines
+  (lab/bench/bare_endpoint.py): the bare DRF endpoint (one INSERT), and Onefold's
+  ingest service behind that same view. With ingest they split a request's
+  instructions into the bare server's, the service's and the API's own;
 * pipeline: `2 * count` submissions stored, the first `count` pipelines run as a
   worker's task runs them (`tasks.operation_run`, which chains the three steps)
   against the sandbox, then `count` more counted. The sandbox runs in a process of
@@ -43,7 +47,9 @@ from django.conf import settings
 from django.db import connection
 
 CHILD = Path(__file__).with_name("instructions_child.py")
-KINDS = ("ingest", "pipeline")
+KINDS = ("ingest", "bare", "service", "pipeline")
+# Kinds whose item is one request (the others': one chain).
+REQUEST_KINDS = ("ingest", "bare", "service")
 _COLLECTED = re.compile(r"Collected : ([\d,]+)")
 
 
@@ -63,7 +69,7 @@ class Count:
         return self.instructions / self.count
 
     def __str__(self) -> str:
-        item = "request" if self.kind == "ingest" else "chain"
+        item = "request" if self.kind in REQUEST_KINDS else "chain"
         return f"{self.per_item / 1e6:.3f} M instructions a {item}"
 
 
@@ -134,4 +140,26 @@ def bench_instructions(
             present, earlier = counts[-2], counts[-1]
             change = present.per_item / earlier.per_item - 1
             out(f"{kind}: {present} here, {earlier} in {compare} ({change:+.1%})")
+    split = ingest_split([c for c in counts if c.checkout == here])
+    if split is not None:
+        out(split)
     return counts
+
+
+def ingest_split(counts: list[Count]) -> str | None:
+    """Where an ingest request's instructions go, from one checkout's ingest, bare and
+    service counts (None without all three): the bare endpoint's, what the ingest
+    service adds to it, and what the API's own work (the API key, the rate, strict JSON,
+    validation, the answer) adds to that; and the bare endpoint's share of the whole,
+    which bounds the ingest ratio from the server's side as `bench_ingest` measures
+    it."""
+    per = {c.kind: c.per_item / 1e6 for c in counts if c.kind in REQUEST_KINDS}
+    if len(per) < len(REQUEST_KINDS):
+        return None
+    api, bare, service = per["ingest"], per["bare"], per["service"]
+    return (
+        f"ingest, split: the bare endpoint {bare:.3f} M, the ingest service "
+        f"{service - bare:+.3f} M, the API's own work {api - service:+.3f} M "
+        f"(a request {api:.3f} M); the bare endpoint's instructions are "
+        f"{bare / api:.2f}x Onefold's, {bare / service:.2f}x the service's"
+    )

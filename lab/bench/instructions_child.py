@@ -1,9 +1,10 @@
 """The process `lab/bench/instructions.py` counts under callgrind: `python
-instructions_child.py ingest|pipeline COUNT`, with the checkout to measure on
-PYTHONPATH and DATABASE_URL naming a bench database. Run by path, not imported, so
+instructions_child.py ingest|bare|service|pipeline COUNT`, with the checkout to measure
+on PYTHONPATH and DATABASE_URL naming a bench database. Run by path, not imported, so
 that the checkout measured may be an earlier one (it needs that checkout's
-`lab.bench.ingest` or `lab.bench.pipeline` helpers: bench_source, submission_body,
-INGEST_PATH, sandbox_running, submissions_store; lab.bench.tables)."""
+`lab.bench.ingest`, `lab.bench.bare_endpoint` or `lab.bench.pipeline` helpers:
+bench_source, submission_body, bare_table_create, INGEST_PATH, BARE_PATH, SERVICE_PATH,
+sandbox_running, submissions_store; lab.bench.tables)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,34 @@ def counting(on: bool) -> None:
 
 
 def ingest(count: int) -> None:
+    from lab.bench.ingest import INGEST_PATH
+
+    _requests_counted(count, INGEST_PATH, urlconf=None, status=202)
+
+
+def bare(count: int) -> None:
+    """`bench_ingest`'s baseline: the bare DRF endpoint, one INSERT."""
+    from lab.bench.bare_endpoint import BARE_PATH
+    from lab.bench.ingest import bare_table_create
+
+    bare_table_create()
+    _requests_counted(count, BARE_PATH, urlconf="lab.bench.bare_endpoint", status=201)
+
+
+def service(count: int) -> None:
+    """Onefold's ingest service behind the bare view: the API's own work left out."""
+    from lab.bench.bare_endpoint import SERVICE_PATH
+
+    _requests_counted(count, SERVICE_PATH, urlconf="lab.bench.bare_endpoint", status=202)
+
+
+def _requests_counted(count: int, path: str, *, urlconf: str | None, status: int) -> None:
+    """`count` submissions posted to `path` through the site's WSGI handler (Django's
+    test client) to warm it, then `count` more counted; `urlconf`: the bench's own."""
     from django.test import Client
     from django.test.utils import override_settings
 
-    from lab.bench.ingest import INGEST_PATH, bench_source, submission_body
+    from lab.bench.ingest import bench_source, submission_body
 
     _, api_key = bench_source()
     client = Client()
@@ -35,15 +60,16 @@ def ingest(count: int) -> None:
         for _ in range(n):
             key = uuid.uuid4().hex
             answer = client.post(
-                INGEST_PATH,
+                path,
                 data=submission_body(key),
                 content_type="application/json",
                 headers={"Authorization": f"Api-Key {api_key}", "Idempotency-Key": key},
             )
-            if answer.status_code != 202:
+            if answer.status_code != status:
                 raise SystemExit(f"answered {answer.status_code}: {answer.content[:300]!r}")
 
-    with override_settings(ALLOWED_HOSTS=["testserver"]):
+    urlconfs = {"ROOT_URLCONF": urlconf} if urlconf is not None else {}
+    with override_settings(ALLOWED_HOSTS=["testserver"], **urlconfs):
         post(count)
         counting(True)
         post(count)
@@ -86,7 +112,7 @@ def main() -> None:
     import django
 
     django.setup()
-    {"ingest": ingest, "pipeline": pipeline}[kind](count)
+    {"ingest": ingest, "bare": bare, "service": service, "pipeline": pipeline}[kind](count)
     print(f"counted {count}")
 
 

@@ -1,9 +1,11 @@
 """`manage.py bench_instructions`: the instructions an ingest request and a worker's
-chain execute, counted by valgrind's callgrind (lab/bench/instructions.py)::
+chain execute, counted by valgrind's callgrind (lab/bench/instructions.py); beside
+ingest, `bench_ingest`'s two baselines (`bare`, `service`), which split a request's
+instructions into the bare server's, the service's and the API's own::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_pipeline \\
-        .venv/bin/python manage.py bench_instructions [--kind ingest pipeline] [--count 30]
-        [--compare DIR]
+        .venv/bin/python manage.py bench_instructions [--kind ingest bare service pipeline]
+        [--count 30] [--compare DIR]
 
 `--compare` counts a checkout of another commit too, on the same database (its
 migrations must be this checkout's), for a before and after that the machine's load
@@ -24,7 +26,9 @@ from lab.bench.instructions import KINDS, InstructionsError, bench_instructions
 
 
 class Command(BaseCommand):
-    help = "Counts the instructions of ingest requests and worker chains (valgrind)."
+    help = (
+        "Counts the instructions of ingest requests, their baselines and worker chains (valgrind)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--kind", nargs="+", choices=KINDS, default=list(KINDS))

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from idempotency_core.models import Event, Operation
-from lab.bench.instructions import InstructionsError, instructions_counted
+from lab.bench.bare_endpoint import BARE_TABLE
+from lab.bench.instructions import Count, InstructionsError, ingest_split, instructions_counted
 
 # Valgrind runs a child at a fiftieth of its speed: minutes, not seconds.
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -48,3 +50,34 @@ def test_a_child_that_fails_is_reported_with_its_output(tmp_path):
 def test_the_command_refuses_a_database_that_is_not_a_bench_one():
     with pytest.raises(CommandError, match="lacks 'bench'"):
         call_command("bench_instructions", "--count", "1")
+
+
+def test_the_baselines_count_their_own_requests_and_split_an_ingest_request():
+    counts = [instructions_counted(HERE, kind, 2) for kind in ("ingest", "bare", "service")]
+    # The API and the service each stored their requests as events (2 warm-ups and 2
+    # counted each); the bare endpoint stored its own rows, no event.
+    assert Event.objects.count() == 4 + 4
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {BARE_TABLE}")
+        assert cursor.fetchone()[0] >= 4
+    api, bare, service = (c.per_item for c in counts)
+    # Each layer executes more than the one under it.
+    assert bare < service < api, counts
+    split = ingest_split(counts)
+    assert split is not None and split.startswith("ingest, split: the bare endpoint ")
+
+
+def _count(kind: str, millions: float) -> Count:
+    return Count(HERE, kind, 10, int(millions * 10e6))
+
+
+def test_the_split_is_the_differences_between_the_three_counts():
+    split = ingest_split([_count("ingest", 5.0), _count("bare", 2.5), _count("service", 4.0)])
+    assert split == (
+        "ingest, split: the bare endpoint 2.500 M, the ingest service +1.500 M, the API's "
+        "own work +1.000 M (a request 5.000 M); the bare endpoint's instructions are "
+        "0.50x Onefold's, 0.62x the service's"
+    )
+    # Without a baseline there is nothing to split.
+    assert ingest_split([_count("ingest", 5.0), _count("bare", 2.5)]) is None
+    assert ingest_split([_count("pipeline", 9.0)]) is None
