@@ -13,7 +13,7 @@ from django.urls import get_script_prefix, reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotAuthenticated, NotFound
+from rest_framework.exceptions import NotAuthenticated, NotFound, ValidationError
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -31,6 +31,7 @@ from idempotency_core.intake.api.serializers import (
     SubmissionStatusSerializer,
     is_event_key,
     stored_payload,
+    submission_validated,
 )
 from idempotency_core.intake.api.throttling import SourceRateThrottle
 from idempotency_core.intake.ingest import (
@@ -217,20 +218,21 @@ class SubmissionCreateView(SourceAPIView):
         key = _idempotency_key(request, payload)
         if isinstance(key, Refusal):
             return key
-        serializer = SubmissionSerializer(data=payload)
-        if not serializer.is_valid():
+        try:
+            validated = submission_validated(payload)
+        except ValidationError as exc:
             return _refused(
                 Delivery.Outcome.INVALID,
                 "invalid",
                 "The submission has invalid fields.",
                 status.HTTP_400_BAD_REQUEST,
-                errors=serializer.errors,
+                errors=exc.detail,
             )
         # What was validated is what is stored (and fingerprinted): never the raw body.
         return Submission(
             key=key,
-            payload=stored_payload(serializer),
-            submitted_at=serializer.validated_data.get("submitted_at"),
+            payload=stored_payload(validated),
+            submitted_at=validated.get("submitted_at"),
         )
 
 

@@ -1,6 +1,9 @@
 """What is stored for a valid submission (`stored_payload`) is what DRF's own
 `serializer.data` gives for it: the same keys in the same order, the same values
-(the date-time written back as ISO 8601 in UTC), for any valid body."""
+(the date-time written back as ISO 8601 in UTC), for any valid body. And the one
+serializer that validates every body (`submission_validated`) decides as a new
+serializer's `is_valid` would, with the same data or the same errors, whatever bodies
+it validated before."""
 
 from __future__ import annotations
 
@@ -9,8 +12,15 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rest_framework.exceptions import ValidationError
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from idempotency_core.intake.api.serializers import SubmissionSerializer, stored_payload
+from idempotency_core.intake.api.serializers import (
+    SubmissionSerializer,
+    SurrogatesRefused,
+    stored_payload,
+    submission_validated,
+)
 
 _text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=30)
 _keys = st.text(st.sampled_from("abcXYZ019-_.:"), min_size=1, max_size=20)
@@ -71,7 +81,7 @@ def _plain(value: Any) -> Any:
 def test_the_stored_payload_is_what_serializer_data_gives(body):
     serializer = SubmissionSerializer(data=json.loads(json.dumps(body)))
     assert serializer.is_valid(), serializer.errors
-    stored = stored_payload(serializer)
+    stored = stored_payload(serializer.validated_data)
     expected = _plain(serializer.data)
     assert stored == expected
     assert list(stored) == list(expected)
@@ -89,4 +99,67 @@ def test_a_submitted_at_is_stored_as_iso_8601_in_utc():
         }
     )
     assert serializer.is_valid(), serializer.errors
-    assert stored_payload(serializer)["submitted_at"] == "2026-11-29T10:15:00Z"
+    assert stored_payload(serializer.validated_data)["submitted_at"] == "2026-11-29T10:15:00Z"
+
+
+# What a sender gets wrong: each replaces one value of a valid body, or adds or drops a key.
+_wrong_values = st.one_of(
+    st.none(),
+    st.just(""),
+    st.integers(),
+    st.just(["a list"]),
+    st.just({"an": "object"}),
+    st.just("x" * 300),
+    st.just("a NUL \x00 in it"),
+    st.just("a lone surrogate \ud800 in it"),
+    st.just("not an address"),
+    st.just("2026-11-29T10:15:00"),  # no offset
+)
+
+
+@st.composite
+def _any_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    body = draw(_bodies())
+    match draw(st.sampled_from(["valid", "top", "contact", "unknown", "dropped"])):
+        case "top":
+            body[draw(st.sampled_from(sorted(SubmissionSerializer().fields)))] = draw(_wrong_values)
+        case "contact":
+            body["contact"][draw(st.sampled_from(["name", "email", "phone"]))] = draw(_wrong_values)
+        case "unknown":
+            body[draw(_keys)] = draw(_scalars)
+        case "dropped":
+            del body[draw(st.sampled_from(["form", "contact"]))]
+    return body
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=_any_bodies())
+def test_the_shared_serializer_decides_as_a_new_one(body):
+    fresh = SubmissionSerializer(data=body)
+    try:
+        validated = submission_validated(body)
+    except ValidationError as exc:
+        assert not fresh.is_valid()
+        assert exc.detail == fresh.errors
+        assert json.dumps(exc.detail) == json.dumps(fresh.errors)
+    else:
+        assert fresh.is_valid(), fresh.errors
+        assert validated == fresh.validated_data
+        assert stored_payload(validated) == _plain(fresh.data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(categories=["Cs", "Ll", "Nd", "So"]), max_size=12))
+def test_text_fields_refuse_surrogates_as_drf_does(text):
+    """SurrogatesRefused is DRF's ProhibitSurrogateCharactersValidator made faster: the
+    same refusals, messages (the first surrogate's code point) and codes."""
+
+    def outcome(validator: Any) -> tuple[str, str] | None:
+        try:
+            validator(text)
+        except ValidationError as exc:
+            (detail,) = exc.detail
+            return str(detail), detail.code
+        return None
+
+    assert outcome(SurrogatesRefused()) == outcome(ProhibitSurrogateCharactersValidator())
