@@ -30,20 +30,32 @@ def loads(
 ) -> JSONValue:
     """The JSON value of `data` (UTF-8 bytes or text), or StrictJSONError."""
     text = _text(data)
-    _check_depth(text, max_depth)
+    # No value can be deeper than the text has opening brackets: most bodies need no scan.
+    if text.count("[") + text.count("{") > max_depth:
+        _check_depth(text, max_depth)
+    # A decoded string holds NUL or a lone surrogate only if the text has one raw (a
+    # str given, not UTF-8 bytes; a raw NUL is refused by the decoder) or writes one as
+    # a \u escape. Without either, no string needs checking, keys included.
+    careful = "\\u" in text or _FORBIDDEN_CHARACTER.search(text) is not None
+    return _decoded(text, max_number_length, careful=careful)
+
+
+def _decoded(text: str, max_number_length: int, *, careful: bool) -> JSONValue:
+    """The value of `text`, whose depth is checked; `careful`: every string checked."""
     try:
         value: JSONValue = json.loads(
             text,
             parse_constant=_refuse_constant,
             parse_float=lambda token: _float(token, max_number_length),
             parse_int=lambda token: _int(token, max_number_length),
-            object_pairs_hook=_object,
+            object_pairs_hook=_object if careful else _object_of_plain_keys,
         )
     except json.JSONDecodeError as exc:
         raise StrictJSONError(str(exc)) from exc
     except RecursionError as exc:  # only if the depth scan were ever wrong
         raise StrictJSONError("Nested too deeply.") from exc
-    _check_strings(value)
+    if careful:
+        _check_strings(value)
     return value
 
 
@@ -116,6 +128,14 @@ def _object(pairs: list[tuple[str, JSONValue]]) -> dict[str, JSONValue]:
         if key in document:
             raise StrictJSONError(f"The key {_shown(key)} appears twice in one object.")
         document[key] = value
+    return document
+
+
+def _object_of_plain_keys(pairs: list[tuple[str, JSONValue]]) -> dict[str, JSONValue]:
+    """`_object` for keys known to be plain text: built in C, walked only for a repeat."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        return _object(pairs)  # raises at the first key that appears twice
     return document
 
 
