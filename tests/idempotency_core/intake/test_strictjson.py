@@ -32,7 +32,8 @@ def _texts(draw: st.DrawFn, depth: int = 0) -> str:
     if draw(st.booleans()):
         return "[" + ",".join(items) + "]"
     keys = draw(st.lists(_keys, min_size=len(items), max_size=len(items)))
-    return "{" + ",".join(f"{_written(k, ascii_only)}:{v}" for k, v in zip(keys, items)) + "}"
+    pairs = (f"{_written(k, ascii_only)}:{v}" for k, v in zip(keys, items, strict=True))
+    return "{" + ",".join(pairs) + "}"
 
 
 def _outcome(read: Any) -> tuple[str, Any]:

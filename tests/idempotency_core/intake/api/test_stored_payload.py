@@ -117,12 +117,15 @@ _wrong_values = st.one_of(
 )
 
 
+_TOP_LEVEL = ["submission_id", "form", "submitted_at", "contact", "message", "fields", "revises"]
+
+
 @st.composite
 def _any_bodies(draw: st.DrawFn) -> dict[str, Any]:
     body = draw(_bodies())
     match draw(st.sampled_from(["valid", "top", "contact", "unknown", "dropped"])):
         case "top":
-            body[draw(st.sampled_from(sorted(SubmissionSerializer().fields)))] = draw(_wrong_values)
+            body[draw(st.sampled_from(_TOP_LEVEL))] = draw(_wrong_values)
         case "contact":
             body["contact"][draw(st.sampled_from(["name", "email", "phone"]))] = draw(_wrong_values)
         case "unknown":
