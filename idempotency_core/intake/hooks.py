@@ -7,14 +7,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import F
 from django.utils.dateparse import parse_datetime
+from rest_framework.exceptions import ValidationError
 
-from idempotency_core.intake.api.serializers import KEY_REGEX, SenderSubmissionSerializer
+from idempotency_core.intake.api.serializers import KEY_REGEX, submission_validated
 from idempotency_core.intake.ingest import (
     IngestResult,
     KeyReusedError,
@@ -202,9 +203,13 @@ def submission_from(
     else:
         errors = {}
     payload = _payload(source, profile, mapped)
-    serializer = SenderSubmissionSerializer(data=payload)
-    if errors or not serializer.is_valid():
-        return key, payload, errors or dict(serializer.errors)
+    if errors:
+        return key, payload, errors
+    try:
+        submission_validated(payload, from_sender=True)
+    except ValidationError as exc:
+        # A serializer's refusal is always by field (DRF's as_serializer_error).
+        return key, payload, dict(cast(dict[str, Any], exc.detail))
     return key, payload, {}
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ValidationError
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from idempotency_core.intake.api.serializers import (
+    SenderSubmissionSerializer,
     SubmissionSerializer,
     SurrogatesRefused,
     stored_payload,
@@ -135,12 +137,14 @@ def _any_bodies(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.parametrize("from_sender", [False, True], ids=["api", "hooks"])
 @settings(max_examples=400, deadline=None)
 @given(body=_any_bodies())
-def test_the_shared_serializer_decides_as_a_new_one(body):
-    fresh = SubmissionSerializer(data=body)
+def test_the_shared_serializer_decides_as_a_new_one(from_sender, body):
+    kind = SenderSubmissionSerializer if from_sender else SubmissionSerializer
+    fresh = kind(data=body)
     try:
-        validated = submission_validated(body)
+        validated = submission_validated(body, from_sender=from_sender)
     except ValidationError as exc:
         assert not fresh.is_valid()
         assert exc.detail == fresh.errors
