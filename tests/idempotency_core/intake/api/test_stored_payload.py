@@ -8,6 +8,9 @@ it validated before."""
 from __future__ import annotations
 
 import json
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -170,3 +173,38 @@ def test_text_fields_refuse_surrogates_as_drf_does(text):
         return None
 
     assert outcome(SurrogatesRefused()) == outcome(ProhibitSurrogateCharactersValidator())
+
+
+@settings(max_examples=10, deadline=None)
+@given(bodies=st.lists(_any_bodies(), min_size=64, max_size=64))
+def test_one_serializer_validates_bodies_from_many_threads_at_once(bodies):
+    """A threaded server (runserver, gthread) validates bodies at the same moment with
+    the one serializer, from its first use on: each thread gets its own body's answer."""
+    shared = SubmissionSerializer()  # new, so that its fields are built under the race
+    barrier = threading.Barrier(8)
+
+    def answer(body: dict[str, Any]) -> Any:
+        try:
+            return "valid", shared.run_validation(body)
+        except ValidationError as exc:
+            return "invalid", exc.detail
+
+    def worker(start: int) -> list[Any]:
+        barrier.wait()
+        return [answer(body) for body in bodies[start::8]]
+
+    # Threads switch every microsecond, not every 5 ms: validations interleave.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(worker, range(8)))
+    finally:
+        sys.setswitchinterval(interval)
+    for start, answers in enumerate(results):
+        for body, got in zip(bodies[start::8], answers, strict=True):
+            fresh = SubmissionSerializer(data=body)
+            if fresh.is_valid():
+                assert got == ("valid", fresh.validated_data)
+            else:
+                assert got == ("invalid", fresh.errors)
