@@ -114,6 +114,7 @@ bench: install
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py ensure_database
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline --submissions 1000 --rounds 3
+	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_pipeline --submissions 1000 --rounds 3 --without-queue
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_instructions
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_pipeline $(PY) manage.py bench_vendor_budget --submissions 150 --limit 40 --window 10
 	DATABASE_URL=$(BENCH_PG)/onefold_bench_latency $(PY) manage.py ensure_database

@@ -5,6 +5,7 @@ benchmark itself: lab/bench/pipeline.py)::
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/onefold_bench_pipeline \\
         .venv/bin/python manage.py bench_pipeline [--submissions 300] [--clusters 1 2]
         [--rounds 1] [--poll 0.05 0.2 1] [--in-process [--profile FILE]]
+        [--without-queue]
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--profile", metavar="FILE", help="with --in-process: cProfile's statistics here"
         )
+        parser.add_argument(
+            "--without-queue",
+            action="store_true",
+            help="instead of the clusters: the same chains in as many plain processes as "
+            "they have workers, no django-q2 (the engine's own ceiling)",
+        )
 
     def handle(
         self,
@@ -57,6 +64,7 @@ class Command(BaseCommand):
         poll: list[float],
         in_process: bool,
         profile: str | None,
+        without_queue: bool,
         **options: Any,
     ) -> None:
         if submissions < 1 or rounds < 1 or min(clusters) < 1 or any(p <= 0 for p in poll):
@@ -70,7 +78,11 @@ class Command(BaseCommand):
                 )
                 return
             bench_pipeline_measure(
-                count=submissions, clusters=clusters, rounds=rounds, out=self.stdout.write
+                count=submissions,
+                clusters=clusters,
+                rounds=rounds,
+                out=self.stdout.write,
+                without_queue=without_queue,
             )
             if poll:
                 bench_pipeline_poll(polls=poll, count=submissions, out=self.stdout.write)
