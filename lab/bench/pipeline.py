@@ -13,7 +13,9 @@ The limit beside it is measured in the same run: a bare client that drives the
 same three effects (record, task, SMTP message) straight into the sandbox, with
 as many processes as the clusters have workers, one pooled HTTP client and one
 SMTP connection each: no database, no queue, no claim, no attempt record. The
-ratio says what Onefold's guarantees cost over the sandbox's own speed.
+ratio says what Onefold's guarantees cost over the sandbox's own speed. The engine
+can also run without the queue (`engine_run`): the same chains in as many plain
+processes, no django-q2, its ratio the ceiling the clusters' own stays under.
 
 Duplicates are counted by the sandbox (`/_sandbox/stats`): records and tasks by
 external reference, messages by recipient (every submission has its own).
