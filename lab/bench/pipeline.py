@@ -435,13 +435,8 @@ def bare_run(sandbox: Sandbox, *, processes: int, count: int) -> Run:
         _bare_worker,
         [(sandbox.http_url, sandbox.smtp_port, run, indices) for indices in slices],
     )
-    effects_wait(sandbox, count=count, timeout=10)
-    return Run(
-        label=f"bare client, {processes} processes",
-        submissions=count,
-        seconds=seconds,
-        duplicates=duplicates_count(sandbox),
-        cpu=cpu,
+    return _burst_counted(
+        sandbox, label=f"bare client, {processes} processes", count=count, seconds=seconds, cpu=cpu
     )
 
 
@@ -473,6 +468,18 @@ def _forked_burst(
         raise BenchmarkError(f"a process of the burst failed ({target.__name__})")
     cpu = Cpu(client=children_cpu, database=database.value, sandbox=sandbox_cpu)
     return finished - started, cpu
+
+
+def _burst_counted(sandbox: Sandbox, *, label: str, count: int, seconds: float, cpu: Cpu) -> Run:
+    """A forked burst's run, once the sandbox holds its every effect: duplicates counted."""
+    effects_wait(sandbox, count=count, timeout=10)
+    return Run(
+        label=label,
+        submissions=count,
+        seconds=seconds,
+        duplicates=duplicates_count(sandbox),
+        cpu=cpu,
+    )
 
 
 # -- the engine without the queue -------------------------------------------------
@@ -509,13 +516,8 @@ def engine_run(sandbox: Sandbox, *, processes: int, count: int) -> Run:
     done = Operation.objects.filter(status=Operation.Status.SUCCEEDED).count()
     if done != 3 * count or ReviewCase.objects.exists():
         raise BenchmarkError(f"the engine alone: {done} of {3 * count} steps succeeded")
-    effects_wait(sandbox, count=count, timeout=10)
-    return Run(
-        label=f"engine alone, {processes} processes",
-        submissions=count,
-        seconds=seconds,
-        duplicates=duplicates_count(sandbox),
-        cpu=cpu,
+    return _burst_counted(
+        sandbox, label=f"engine alone, {processes} processes", count=count, seconds=seconds, cpu=cpu
     )
 
 
