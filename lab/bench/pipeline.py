@@ -563,7 +563,7 @@ def bench_pipeline_measure(
     out(HEADER)
     out("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 
-    def onefold(count_of_clusters: int) -> Run:
+    def onefold(sandbox: Sandbox, count_of_clusters: int) -> Run:
         if without_queue:
             return engine_run(sandbox, processes=workers * count_of_clusters, count=count)
         return onefold_run(sandbox, clusters=count_of_clusters, count=count)
@@ -574,7 +574,7 @@ def bench_pipeline_measure(
             pairs = [
                 (
                     bare_run(sandbox, processes=workers * count_of_clusters, count=count),
-                    onefold(count_of_clusters),
+                    onefold(sandbox, count_of_clusters),
                 )
                 for _ in range(rounds)
             ]
