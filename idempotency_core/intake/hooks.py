@@ -45,7 +45,7 @@ from idempotency_core.intake.senders.verifying import (
 )
 from idempotency_core.intake.sources import InvalidProfileError, thank_you_url_check
 from idempotency_core.keys import canonical_json, payload_fingerprint
-from idempotency_core.models import Delivery, Event, Source
+from idempotency_core.models import BodyDigest, Delivery, Event, Source
 
 DISABLED_RETRY_AFTER_SECONDS = 300
 CAPTCHA_FAILED_PAGE = "intake/captcha_failed.html"
@@ -237,13 +237,14 @@ def _ingest(
     verification: Verification,
 ) -> HookAnswer:
     key, payload, errors = submission_from(source, profile, document, request.headers)
-    if not errors and key.startswith(FINGERPRINT_PREFIX):
-        key = _known_key(source, key, mapped_key_before_020(profile, document, payload))
     raw = RawDelivery(
         body=_redacted(request.body, request.path_token),
         content_type=request.content_type,
         verification=verification.detail,
     )
+    if key.startswith(FINGERPRINT_PREFIX):
+        earlier = None if errors else mapped_key_before_020(profile, document, payload)
+        key = _known_key(source, key, earlier, body=raw.body)
     try:
         if errors:
             return _unreadable(source, profile, request, key, payload, errors, raw)
@@ -266,14 +267,48 @@ def _ingest(
     return _accepted(source, profile, request, event_id=str(result.event.pk))
 
 
-def _known_key(source: Source, key: str, earlier: str) -> str:
-    """`key`, unless only the key the same delivery had before 0.2.0 names an event:
-    then that one, so that its repeat is recognised (one read, for senders without an
-    id only)."""
-    found = set(
-        Event.objects.filter(source=source, key__in=(key, earlier)).values_list("key", flat=True)
+def _known_key(source: Source, key: str, earlier: str | None, *, body: bytes) -> str:
+    """`key`, unless only another key names an event made from this same delivery: the
+    key it had before 0.2.0 (`earlier`, what today's map makes of it), else the key of
+    an event kept from these very bytes (`event_kept_from`), whatever map read them then.
+    Its repeat is then recognised, never made a second submission. For senders without
+    an id only: one read, and a second for a delivery neither key names (a new one)."""
+    keys = (key,) if earlier is None else (key, earlier)
+    found = set(Event.objects.filter(source=source, key__in=keys).values_list("key", flat=True))
+    if key in found:
+        return key
+    if earlier in found:
+        return cast(str, earlier)
+    kept = event_kept_from(source.pk, body)
+    return kept.key if kept is not None else key
+
+
+def event_kept_from(
+    source_id: int, body: bytes, *, other_than: Event | None = None, planned: bool = False
+) -> Event | None:
+    """The source's earliest event with a kept delivery of exactly these bytes, under a
+    fingerprint key (a sender's own id already makes one event of its deliveries), but
+    `other_than`; with `planned`, only one that has its operations. Found by the bytes,
+    not by a key: the key of a delivery without an id was once a fingerprint of what
+    the map made of it (before 0.2.0), and what a map makes of a delivery changes with
+    the map, but a delivery sent again is the same bytes."""
+    matches = (
+        Delivery.objects.alias(digest=BodyDigest("raw_body"))
+        # The terms of `delivery_source_body_idx`, which finds them.
+        .filter(
+            source_id=source_id,
+            digest=hashlib.sha256(body).digest(),
+            raw_body__isnull=False,
+            payload_matched=True,
+            event__key__startswith=FINGERPRINT_PREFIX,
+        )
     )
-    return earlier if earlier in found and key not in found else key
+    if other_than is not None:
+        matches = matches.exclude(event_id=other_than.pk)
+    if planned:
+        matches = matches.filter(event__operations__isnull=False)
+    first = matches.order_by("received_at", "pk").select_related("event").first()
+    return first.event if first is not None else None
 
 
 def _unreadable(

@@ -17,6 +17,7 @@ from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_enqueue
 from idempotency_core.intake.hooks import (
     FINGERPRINT_PREFIX,
+    event_kept_from,
     mapped_key_before_020,
     missing_lines,
     submission_from,
@@ -149,16 +150,33 @@ def kept_document(event: Event, profile: Profile) -> dict[str, object] | str:
 def delivery_twin(
     event: Event, profile: Profile, document: dict[str, object], payload: dict[str, object]
 ) -> Event | None:
-    """Another event of the source made from the same delivery as `event`: the same
-    delivery, readable on arrival, kept under the key such a delivery had before 0.2.0
-    (a fingerprint of its mapped content). A key that is the sender's own id has no
-    such twin: the unique constraint on the key already makes it one event."""
+    """Another event of the source made from the same delivery as `event`, and given
+    its steps: kept under the key such a delivery had before 0.2.0 (a fingerprint of
+    what the map made of it, found here with today's map), else one kept from the very
+    same bytes, whatever map read them then (`event_kept_from`). Only an event with
+    its steps is a twin: two unreadable copies must not each settle as the other's
+    repeat, leaving nothing to run. A key that is the sender's own id has no such
+    twin: the unique constraint on the key already makes it one event."""
     if not event.key.startswith(FINGERPRINT_PREFIX):
         return None
     earlier_key = mapped_key_before_020(profile, document, payload)
-    if earlier_key == event.key:
+    if earlier_key != event.key:
+        twin = (
+            Event.objects.filter(source_id=event.source_id, key=earlier_key)
+            .filter(Exists(Operation.objects.filter(event=OuterRef("pk"))))
+            .first()
+        )
+        if twin is not None:
+            return twin
+    body = (
+        event.deliveries.filter(raw_body__isnull=False)
+        .order_by("received_at", "pk")
+        .values_list("raw_body", flat=True)
+        .first()
+    )
+    if body is None:
         return None
-    return Event.objects.filter(source_id=event.source_id, key=earlier_key).first()
+    return event_kept_from(event.source_id, bytes(body), other_than=event, planned=True)
 
 
 def _settle_as_repeat(event: Event, twin: Event, *, actor: User | None, reason: str) -> bool:

@@ -28,7 +28,7 @@ from idempotency_core.models.choices import (
 )
 from idempotency_core.models.configuration import AssigneeTurn, BusinessConfigVersion
 from idempotency_core.models.destinations import Destination, DestinationBudget, DestinationRequest
-from idempotency_core.models.events import Delivery, Event
+from idempotency_core.models.events import BodyDigest, Delivery, Event
 from idempotency_core.models.notifications import Notification, NotificationChoice
 from idempotency_core.models.operations import Attempt, ConfirmationAllowance, Operation
 from idempotency_core.models.reconciliation import (
@@ -44,6 +44,7 @@ __all__ = [
     "AttemptOutcome",
     "AttemptTrigger",
     "AuditEntry",
+    "BodyDigest",
     "BusinessConfigVersion",
     "CaseKind",
     "CaseRoute",

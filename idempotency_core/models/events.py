@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
 
 from idempotency_core.models.choices import DeliveryOutcome, choices_valid
 from idempotency_core.models.sources import Source
@@ -60,6 +60,13 @@ class Event(models.Model):
         return f"{self.source_id}:{self.key}"
 
 
+class BodyDigest(Func):
+    """PostgreSQL's own `sha256()` of a kept body (Django's `SHA256` needs pgcrypto)."""
+
+    function = "sha256"
+    output_field = models.BinaryField()
+
+
 class Delivery(models.Model):
     """One HTTP receipt of a submission, first or repeat: evidence of retries."""
 
@@ -110,6 +117,14 @@ class Delivery(models.Model):
                 fields=["source", "-received_at"],
                 condition=Q(outcome="unauthorized"),
                 name="delivery_source_refused_idx",
+            ),
+            # A hook's delivery by its very bytes, for a delivery that its key no longer
+            # finds (`hooks.event_kept_from`). Gone with the body when it is purged.
+            models.Index(
+                F("source"),
+                BodyDigest("raw_body"),
+                condition=Q(raw_body__isnull=False, payload_matched=True),
+                name="delivery_source_body_idx",
             ),
         ]
 

@@ -34,9 +34,15 @@ from django_q.models import OrmQ
 from idempotency_core.execution.confirmations import NO_ADDRESS
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.intake.hooks import mapped_key_before_020, submission_from
-from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.ingest import (
+    RawDelivery,
+    Unreadable,
+    event_ingest,
+    event_ingest_unreadable,
+)
 from idempotency_core.intake.remap import events_remap, kept_document
 from idempotency_core.intake.senders.mapping import document_map
+from idempotency_core.intake.senders.parsing import parse_body
 from idempotency_core.intake.senders.profiles import PRESETS, profile_resolve
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
 from idempotency_core.keys import operation_key
@@ -477,3 +483,103 @@ def test_admission_finds_the_same_delivery_kept_under_its_earlier_key():
     again = deliver(Client(), path, sample)
     assert again.status_code == 200, again.content
     assert Event.objects.filter(source=source).count() == 2
+
+
+# -- a delivery kept under its pre-0.2.0 key, after the map changed ------------------
+
+CHANGED_MAP = {"field_map": {"message": "comments", "name": "name"}}
+
+
+def event_before_020(source: Source, sample: Sample) -> Event:
+    """The event Onefold made of `sample` before 0.2.0: keyed by what the map in force
+    made of it, its raw delivery kept."""
+    profile = profile_resolve(source.profile, source.profile_overrides)
+    document = parse_body(
+        sample.body,
+        content_type=sample.content_type,
+        parser=profile.parser,
+        json_field=profile.json_field,
+    )
+    _, payload, errors = submission_from(source, profile, document, {})
+    assert not errors
+    raw = RawDelivery(body=sample.body, content_type=sample.content_type, verification="ok")
+    key = mapped_key_before_020(profile, document, payload)
+    return event_ingest(source=source, key=key, payload=payload, raw=raw).event
+
+
+def test_a_delivery_from_before_0_2_0_sent_again_after_its_map_changed_is_a_repeat(
+    sandbox: Sandbox,
+):
+    """Today's map no longer makes of the delivery what made its key then: it is found
+    by its bytes, answered from its event, and nothing reaches the CRM or the mailbox
+    twice, also after `remap` rewrote the event's content."""
+    sample = html_without_id()
+    source, path = hook_source("html")
+    earlier = event_before_020(source, sample)
+    run_steps(earlier)
+    assert counts(sandbox) == (1, 1, 1)
+    source.profile_overrides = CHANGED_MAP
+    source.save(update_fields=["profile_overrides"])
+    again = deliver(Client(), path, sample)
+    assert (again.status_code, again.json()) == (200, {"event_id": str(earlier.pk)})
+    list(events_remap(source=source, since=None, dry_run=False))
+    third = deliver(Client(), path, sample)
+    assert (third.status_code, third.json()) == (200, {"event_id": str(earlier.pk)})
+    assert Event.objects.filter(source=source).count() == 1
+    for event in Event.objects.filter(source=source):
+        run_steps(event)
+    assert counts(sandbox) == (1, 1, 1)
+
+
+def test_its_copy_kept_unreadable_settles_as_its_repeat_whatever_the_fixed_map_reads():
+    """The same delivery kept unreadable (under today's key) while its pre-0.2.0 event
+    exists, then a map that reads it, but not as the first map did: the case settles
+    as a repeat of that event, and no second pipeline is made."""
+    sample = html_without_id()
+    source, path = hook_source("html")
+    earlier = event_before_020(source, sample)
+    source.profile_overrides = ANOTHER_FORMS_MAP
+    source.save(update_fields=["profile_overrides"])
+    kept = deliver(Client(), path, sample)
+    # Found by its bytes: a repeat of the earlier event, not a new unreadable one.
+    assert (kept.status_code, kept.json()) == (200, {"event_id": str(earlier.pk)})
+    assert not ReviewCase.objects.filter(kind="unreadable_submission").exists()
+    unreadable = event_ingest_unreadable(
+        source=source,
+        key="fp:" + "0" * 64,
+        payload={},
+        raw=RawDelivery(body=sample.body, content_type=sample.content_type, verification="ok"),
+        unreadable=Unreadable(missing=["contact"], profile="html", field_map={}),
+    ).event
+    source.profile_overrides = CHANGED_MAP
+    source.save(update_fields=["profile_overrides"])
+    changes = list(events_remap(source=source, since=None, dry_run=False, unreadable_only=True))
+    assert [(c.event_id, c.admitted, c.repeat_of) for c in changes] == [
+        (str(unreadable.pk), False, str(earlier.pk))
+    ]
+    assert not unreadable.operations.exists()
+
+
+def test_two_unreadable_copies_of_one_delivery_make_one_submission():
+    """Two events kept unreadable from the same bytes under two keys (a key rule that
+    changed between them): applying the map admits the first and settles the second as
+    its repeat. Neither may settle as the other's, which would leave nothing to run."""
+    sample = html_without_id()
+    source, _ = hook_source("html")
+    raw = RawDelivery(body=sample.body, content_type=sample.content_type, verification="ok")
+    copies = [
+        event_ingest_unreadable(
+            source=source,
+            key=f"fp:{digit * 64}",
+            payload={},
+            raw=raw,
+            unreadable=Unreadable(missing=["contact"], profile="html", field_map={}),
+        ).event
+        for digit in "12"
+    ]
+    changes = list(events_remap(source=source, since=None, dry_run=False, unreadable_only=True))
+    assert [(c.event_id, c.admitted, c.repeat_of) for c in changes] == [
+        (str(copies[0].pk), True, ""),
+        (str(copies[1].pk), False, str(copies[0].pk)),
+    ]
+    assert [event.operations.count() for event in copies] == [3, 0]
