@@ -3,9 +3,10 @@
 Same services, same permissions and same filters as the HTML console; only the
 transport differs. Session authentication (settings) plus the console's own
 permission classes: staff with the Reviewers permissions see and change cases,
-replay needs the replay permission. A refusal by a service (`ActionRefusedError`)
-answers 409 with the service's explanation (`RefusalsAsConflict`); Django's
-PermissionDenied answers 403 through DRF's own handler.
+and may replay where the case page lets them (`may_try_again`); bulk replay needs
+the replay permission. A refusal by a service (`ActionRefusedError`) answers 409
+with the service's explanation (`RefusalsAsConflict`); Django's PermissionDenied
+answers 403 through DRF's own handler.
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ from idempotency_core.review.refusals import (
     CaseActionRefusedError,
     ReplayRefusedError,
 )
-from idempotency_core.review.replay import operation_replay
+from idempotency_core.review.replay import UNPROVEN, operation_replay
 from review_console.cases.bulk import bulk_replay_counts, bulk_replay_start, filter_refusal
 from review_console.cases.filters import CaseFilter
-from review_console.cases.selectors import case_filterset, case_queryset
+from review_console.cases.selectors import case_filterset, case_queryset, replay_preview
 from review_console.masking import contact_for
 from review_console.models import BulkReplayJob
 from review_console.permissions import (
@@ -60,6 +61,7 @@ from review_console.permissions import (
     CanReplay,
     CanViewCases,
     acting_user,
+    may_try_again,
 )
 
 
@@ -345,15 +347,19 @@ class CaseViewSet(RefusalsAsConflict, viewsets.ReadOnlyModelViewSet):
         )
         return Response(result.as_details())
 
-    @_decision(ReplaySerializer, permission=CanReplay)
+    @_decision(ReplaySerializer)
     def replay(self, request: Request, pk: Any = None) -> Response:
         case = self.get_object()
         body = ReplaySerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        if case.operation_id is None:
+        operation = case.operation
+        if operation is None:
             raise ReplayRefusedError("This case has no operation to replay.")
+        # The case page's rule: a Reviewer may try again where the engine proves it safe.
+        if not may_try_again(request.user, replay_preview(operation)):
+            raise PermissionDenied(UNPROVEN)
         operation_replay(
-            operation_id=case.operation_id,
+            operation_id=operation.pk,
             actor=acting_user(request),
             reason=body.validated_data["reason"],
             destination_checked=body.validated_data["destination_checked"],

@@ -1,8 +1,9 @@
 """Who reaches what: every console page and action, for every role.
 
 Anonymous users are sent to the login page, non-staff users get 403 even when
-they hold the Reviewers permissions, Reviewers do everything but replay, Replay
-admins and superusers do everything. Actions answer GET with 405 and refuse a
+they hold the Reviewers permissions, Reviewers do everything but a replay that
+could duplicate (pages and API alike) and bulk replay, Replay admins and
+superusers do everything. Actions answer GET with 405 and refuse a
 POST without a CSRF token.
 """
 
@@ -17,7 +18,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from idempotency_core.intake.sources import source_get_or_create, source_hook_configure
-from idempotency_core.models import AuditEntry, Destination, ReconciliationRun, ReviewCase, Source
+from idempotency_core.models import (
+    AuditEntry,
+    Destination,
+    Operation,
+    ReconciliationRun,
+    ReviewCase,
+    Source,
+)
 from review_console.models import BulkReplayJob, CauseHold
 from tests.factories import ROLES, duplicate_case, permanent_case
 
@@ -202,7 +210,9 @@ API_ACTIONS = [
     ("close", {"resolution_code": "other", "reason": "r"}, "change"),
     ("not-duplicate", {"reason": "r"}, "change"),
     ("merge", {"survivor": "rec_1", "duplicate": "rec_2", "reason": "r"}, "change"),
-    ("replay", {"reason": "r"}, "replay"),
+    # A refused step: the engine proves a try safe, so Reviewers may ask for it, as on
+    # the case page.
+    ("replay", {"reason": "r"}, "change"),
 ]
 
 
@@ -287,6 +297,43 @@ def test_the_api_masks_contact_details_too(users):
     assert data["contact"]["email"] == "a***@example.com"
     data = client_for(users, "superuser").get(f"/console/api/cases/{case.pk}/").json()
     assert data["contact"]["email"] == "ada@example.com"
+
+
+def test_a_reviewer_may_try_a_refused_step_again_through_the_api_as_on_the_page(users):
+    page_case, api_case = permanent_case("parity-page"), permanent_case("parity-api")
+    client = client_for(users, "reviewer")
+    page = client.post(
+        reverse("console:case-replay", args=[page_case.pk]),
+        {"confirm": "yes", "reason": "The CRM field is fixed"},
+    )
+    assert page.status_code == 302
+    response = client.post(
+        f"/console/api/cases/{api_case.pk}/replay/",
+        {"reason": "The CRM field is fixed"},
+        content_type="application/json",
+    )
+    assert response.status_code == 200, response.content[:500]
+    assert response.json()["status"] == "in_progress"
+    for case in (page_case, api_case):
+        assert Operation.objects.get(pk=case.operation_id).status == "retry_scheduled"
+        entry = AuditEntry.objects.get(action="replay", case=case)
+        assert entry.actor == users["reviewer"] and entry.reason == "The CRM field is fixed"
+
+
+def test_the_api_refuses_a_reviewer_a_replay_that_could_duplicate(users, ambiguous_case):
+    case = ambiguous_case("api-amb")
+    url = f"/console/api/cases/{case.pk}/replay/"
+    body = {"reason": "I looked", "destination_checked": True}
+    before = AuditEntry.objects.count()
+    response = client_for(users, "reviewer").post(url, body, content_type="application/json")
+    assert response.status_code == 403
+    assert "Replay admin" in response.json()["detail"]
+    assert AuditEntry.objects.count() == before, "a refused request must decide nothing"
+    assert Operation.objects.get(pk=case.operation_id).status == Operation.Status.NEEDS_REVIEW
+    # A Replay admin passes the gate and meets the service's own guard instead.
+    admin = client_for(users, "replay_admin").post(url, body, content_type="application/json")
+    assert admin.status_code == 409, admin.content[:500]
+    assert "Look it up first" in admin.json()["detail"]
 
 
 def test_a_reviewer_sees_no_replay_button_where_a_try_could_duplicate(users, ambiguous_case):
