@@ -8,8 +8,8 @@ article 17), in one transaction, recorded by one `person_erased` audit entry.
   the admin's log.
 - Kept: keys and fingerprints (a repeat is still recognised and creates nothing),
   statuses, destination references, attempts, cases and the audit trail's decisions.
-  Unfinished operations are cancelled and open cases closed: nothing can be sent from
-  data that is gone.
+  Unfinished operations are cancelled and open cases closed, each with its own
+  `case_closed` entry naming the erasure's: nothing can be sent from data that is gone.
 - The audit trail stays append-only: the entries that quote the person are rewritten
   under the database guard's one exception (migrations/sql/0.2.0/audit_trail.sql), in
   this transaction, naming the `person_erased` entry, which lists them.
@@ -29,7 +29,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from idempotency_core.audit.cases import review_cases_settle
-from idempotency_core.audit.entries import audit_record
+from idempotency_core.audit.entries import audit_record, case_audit
 from idempotency_core.models import (
     AuditEntry,
     ConfirmationAllowance,
@@ -102,7 +102,7 @@ def person_erase(
             raise PersonBusyError(
                 "an operation of this person is being attempted now; try again in a minute"
             )
-        removed = _settle(person, actor=actor, now=now)
+        removed, closed = _settle(person, actor=actor, now=now)
         removed |= _event_data_remove(person, now=now)
         removed |= _quotes_remove(person)
         audit = _audit_rewrites(person)
@@ -124,6 +124,7 @@ def person_erase(
             },
         )
         _audit_apply(entry.pk, audit)
+        _closed_audit(closed, erasure=entry, actor=actor, system=system)
     return ErasureReport(
         entry_id=entry.pk,
         digest=person.digest,
@@ -148,16 +149,24 @@ def person_erase_preview(*, address: str, reason: str, crm: bool = False) -> Era
         return rolled_back.report
 
 
-def _settle(person: Person, *, actor: User | None, now: datetime) -> dict[str, int]:
+def _settle(
+    person: Person, *, actor: User | None, now: datetime
+) -> tuple[dict[str, int], list[ReviewCase]]:
     """Open cases closed and unfinished operations cancelled: what waited for a person
-    or a retry would otherwise fail on data that is gone, or send blanks."""
+    or a retry would otherwise fail on data that is gone, or send blanks. Also the
+    cases it closed, for their own audit entries."""
     ids = person.event_ids
-    cases = ReviewCase.objects.filter(
-        Q(event_id__in=ids) | Q(operation__event_id__in=ids),
-        status__in=ReviewCase.OPEN_STATUSES,
+    cases = list(
+        ReviewCase.objects.select_for_update(of=("self",))
+        .filter(
+            Q(event_id__in=ids) | Q(operation__event_id__in=ids),
+            status__in=ReviewCase.OPEN_STATUSES,
+        )
+        .select_related("event", "operation")
+        .order_by("pk")
     )
     closed = review_cases_settle(
-        cases,
+        ReviewCase.objects.filter(pk__in=[case.pk for case in cases]),
         status=ReviewCase.Status.CLOSED,
         code=ERASED_ACTION,
         note=CLOSED_NOTE,
@@ -175,7 +184,24 @@ def _settle(person: Person, *, actor: User | None, now: datetime) -> dict[str, i
         updated_at=now,
         completed_at=now,
     )
-    return {"cases closed": int(closed or 0), "operations cancelled": cancelled}
+    return {"cases closed": int(closed or 0), "operations cancelled": cancelled}, cases
+
+
+def _closed_audit(
+    cases: list[ReviewCase], *, erasure: AuditEntry, actor: User | None, system: str
+) -> None:
+    """Each closed case's own trail says who closed it and why, as a reviewer's close
+    would; the erasure's entry (its reason already free of the person's data) holds
+    the rest."""
+    for case in cases:
+        case_audit(
+            case,
+            action="case_closed",
+            actor=actor,
+            system=system,
+            reason=erasure.reason,
+            details={"resolution_code": ERASED_ACTION, "erasure_entry": erasure.pk},
+        )
 
 
 def _event_data_remove(person: Person, *, now: datetime) -> dict[str, int]:

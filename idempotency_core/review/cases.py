@@ -299,13 +299,18 @@ def case_take_next(*, actor: User, candidates: QuerySet[ReviewCase]) -> ReviewCa
     return None
 
 
-# Settlements a reopen cannot take back: what they did outside Onefold stays done.
+# Settlements a reopen cannot take back: what they did outside Onefold stays done, and
+# an erased person's data is gone for good.
 _IRREVERSIBLE: dict[str, str] = {
     "merged": "a merge in the CRM cannot be undone; the two records are one now.",
     "sent_again": "the email was sent again, and an email cannot be taken back.",
     "separate_enquiry": (
         "the held submission was written to the CRM as an enquiry of its own; if it was "
         "the same request after all, it is now a duplicate to merge."
+    ),
+    # privacy/erasure.py's closing code (review sits below privacy: no import).
+    "person_erased": (
+        "the person's data was erased on request; there is nothing left to send or decide."
     ),
 }
 
@@ -335,8 +340,9 @@ def case_reopen(*, case_id: int, actor: User, reason: str) -> ReviewCase:
     its settlement cancelled (the steps a close or a "same enquiry" cancelled, still
     cancelled) waits for a person again, held behind the case's step as before. Refused
     where the settlement changed something outside Onefold for good (a CRM merge, an
-    email sent again, a submission written), and where another open case of the same
-    kind is about the same thing (one open case per subject and kind)."""
+    email sent again, a submission written) or the person's data was erased, and where
+    another open case of the same kind is about the same thing (one open case per
+    subject and kind)."""
     reason = require_reason(reason)
     now = timezone.now()
     with transaction.atomic():

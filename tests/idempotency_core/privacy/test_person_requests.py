@@ -26,7 +26,9 @@ from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.engine import operation_execute
 from idempotency_core.models import AuditEntry, Delivery, Event, Operation, ReviewCase
 from idempotency_core.privacy.person import person_digest
-from tests.factories import op, post, run_pipeline, submission
+from idempotency_core.review.cases import case_reopen
+from idempotency_core.review.refusals import CaseActionRefusedError
+from tests.factories import make_user, op, post, run_pipeline, submission
 from tests.support.senders import Sample, deliver, hook_source, sign_t_v1
 
 ADA = {"name": "Ada Quillfeather", "email": "Ada.Quill@example.org", "phone": "+44 20 7946 0123"}
@@ -145,6 +147,13 @@ def test_export_gives_both_submissions_and_erase_leaves_nothing_of_the_person(ap
     case = ReviewCase.objects.get(event=second)
     assert (case.status, case.resolution_code) == ("closed", "person_erased")
     assert op(second, "create_enquiry").status == "cancelled"
+    # The case's own trail says who closed it and why; it cannot be reopened.
+    closed = AuditEntry.objects.get(case=case, action="case_closed")
+    assert closed.actor_label.startswith("system:person erase")
+    assert closed.reason == "Erasure request by email"
+    assert closed.details == {"resolution_code": "person_erased", "erasure_entry": entry.pk}
+    with pytest.raises(CaseActionRefusedError, match="erased"):
+        case_reopen(case_id=case.pk, actor=make_user("rita", groups=("Reviewers",)), reason="r")
 
     records, events, operations = (
         sandbox.stats()["records"],

@@ -13,9 +13,9 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
 
-from idempotency_core.models import AuditEntry, Event
+from idempotency_core.models import AuditEntry, Event, Operation
 from idempotency_core.privacy.person import person_digest
-from tests.factories import ingest, make_user
+from tests.factories import ingest, make_user, permanent_case
 
 pytestmark = pytest.mark.django_db
 
@@ -90,6 +90,36 @@ def test_the_erasure_shows_what_would_go_then_erases_with_the_reason() -> None:
     assert "Erased the personal data of 1 submission " in message
     for session in Session.objects.all():
         assert ADA["email"] not in json.dumps(session.get_decoded())
+
+
+def test_a_case_the_erasure_closes_says_so_on_its_page_and_stays_closed() -> None:
+    case = permanent_case("erase-case")
+    address = case.operation.event.payload["contact"]["email"]
+    form = {"email": address, "reason": "Asked by phone on 7 December", "crm": ""}
+    client = signed_in(officer())
+    client.post(reverse("console:privacy-erase"), {**form, "confirm": "yes"})
+
+    case.refresh_from_db()
+    assert (case.status, case.resolution_code) == ("closed", "person_erased")
+    erasure = AuditEntry.objects.get(action="person_erased")
+    closed = AuditEntry.objects.get(case=case, action="case_closed")
+    assert (closed.actor_label, closed.reason) == ("user:olga", "Asked by phone on 7 December")
+    assert closed.details["erasure_entry"] == erasure.pk
+    assert closed.operation_id == case.operation_id
+    reviewer = signed_in(make_user("rita", groups=("Reviewers",)))
+    page = reviewer.get(reverse("console:case-detail", args=[case.pk])).text
+    assert "Asked by phone on 7 December" in page
+    assert reverse("console:case-reopen", args=[case.pk]) not in page
+    assert "It cannot be reopened: The person&#x27;s data was erased" in page
+
+    reopen = reviewer.post(
+        reverse("console:case-reopen", args=[case.pk]), {"confirm": "yes", "reason": "oops"}
+    )
+    assert reopen.status_code in (200, 302)
+    case.refresh_from_db()
+    assert case.status == "closed"
+    assert Operation.objects.get(pk=case.operation_id).status == "cancelled"
+    assert not AuditEntry.objects.filter(case=case, action="case_reopened").exists()
 
 
 def test_an_erasure_without_a_reason_is_refused() -> None:
