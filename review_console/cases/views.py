@@ -197,9 +197,11 @@ def _case_context(request: HttpRequest, case: ReviewCase) -> dict[str, Any]:
         "email_undecided": email_may_have_gone(case),
         "is_open": case.status in ReviewCase.OPEN_STATUSES,
         "is_duplicate": case.kind in DUPLICATE_KINDS,
-        # A held duplicate is settled by its own two decisions only; so is an enquiry the
-        # CRM's duplicate rule matched.
-        "is_held": case.kind in (ReviewCase.Kind.DUPLICATE_HELD, ReviewCase.Kind.DUPLICATE_RULE),
+        # A held duplicate is settled by its own two decisions only.
+        "is_held": case.kind == ReviewCase.Kind.DUPLICATE_HELD,
+        # An enquiry the CRM's duplicate rule matched: nothing was created, so there is
+        # nothing to look up or resolve by reference; it is linked, closed (spam the rule
+        # caught) or tried again (once the rule is fixed), as the services allow.
         "is_duplicate_rule": case.kind == ReviewCase.Kind.DUPLICATE_RULE,
         "matched_records": matched_records(case),
         "create_anyway": create_anyway_offered(case),
