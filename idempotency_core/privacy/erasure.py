@@ -89,7 +89,7 @@ def person_erase(
     """Erases the person's data; with `crm`, also asks for their deletion at the CRM
     (operations the caller runs or queues after the commit)."""
     person = person_find(address, with_erased=crm)
-    if not person.event_ids:
+    if not person.found:
         raise PersonNotFoundError("no data")
     now = now or timezone.now()
     with transaction.atomic():
@@ -118,6 +118,7 @@ def person_erase(
             details={
                 "digest": person.digest,
                 "events": [str(pk) for pk in person.event_ids],
+                "refused_deliveries": list(person.refused_ids),
                 "removed": removed,
                 "audit_entries": sorted(audit),
                 "crm_operations": crm_ids,
@@ -212,7 +213,12 @@ def _event_data_remove(person: Person, *, now: datetime) -> dict[str, int]:
         contact_digest="",
         payload_purged_at=Coalesce(F("payload_purged_at"), Value(now)),
     )
-    raw = Delivery.objects.filter(event_id__in=ids, raw_body__isnull=False).update(raw_body=None)
+    # With the events' own, the person's refused repeats kept on someone else's event.
+    raw = (
+        Delivery.objects.filter(Q(event_id__in=ids) | Q(pk__in=person.refused_ids))
+        .filter(raw_body__isnull=False)
+        .update(raw_body=None)
+    )
     content = Operation.objects.filter(event_id__in=ids, content__isnull=False).update(content=None)
     counted = (
         ConfirmationAllowance.objects.filter(operation__event_id__in=ids)

@@ -1,7 +1,8 @@
 """`person export`: everything Onefold holds about one email address, as one document
 (GDPR article 15): the submissions with their payloads and raw deliveries, what each
-effect sent and where it went, the cases about them, and the audit entries naming them.
-The export is audited by a keyed digest of the address, never the address."""
+effect sent and where it went, the cases about them, the deliveries of theirs that were
+refused under another submission's key, and the audit entries naming them. The export
+is audited by a keyed digest of the address, never the address."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
-from idempotency_core.models import AuditEntry, Event, Operation, ReviewCase
-from idempotency_core.privacy.person import EXPORTED_ACTION, Person, person_find
+from idempotency_core.models import AuditEntry, Delivery, Event, Operation, ReviewCase
+from idempotency_core.privacy.person import (
+    EXPORTED_ACTION,
+    Person,
+    person_deliveries,
+    person_find,
+)
 
 # A case as the document shows it: what was asked and how it was settled.
 _CASE_FIELDS = (
@@ -34,7 +40,7 @@ def person_export(
 ) -> dict[str, Any] | None:
     """The document, or None when Onefold holds nothing about the address."""
     person = person_find(address)
-    if not person.event_ids:
+    if not person.found:
         return None
     events = (
         Event.objects.filter(pk__in=person.event_ids)
@@ -44,7 +50,14 @@ def person_export(
     document = {
         "address": person.address,
         "exported_at": timezone.now().isoformat(),
-        "submissions": [_submission(event) for event in events],
+        "submissions": [_submission(event, person) for event in events],
+        "refused_deliveries": [
+            _delivery(d)
+            for d in person_deliveries((), person.refused_ids)
+            .exclude(event_id__in=person.event_ids)
+            .select_related("source")
+            .order_by("received_at", "pk")
+        ],
         "audit_entries": [_entry(entry) for entry in person_audit_entries(person)],
     }
     audit_record(
@@ -70,7 +83,21 @@ def person_audit_entries(person: Person) -> QuerySet[AuditEntry]:
     ).order_by("at", "pk")
 
 
-def _submission(event: Event) -> dict[str, Any]:
+def _delivery(delivery: Delivery) -> dict[str, Any]:
+    return {
+        "source": delivery.source.name,
+        "received_at": delivery.received_at,
+        "outcome": delivery.outcome,
+        "status_code": delivery.status_code,
+        "raw_body": bytes(delivery.raw_body).decode("utf-8", errors="replace")
+        if delivery.raw_body is not None
+        else None,
+    }
+
+
+def _submission(event: Event, person: Person) -> dict[str, Any]:
+    # A repeat refused under this key that someone else sent is theirs, not the person's.
+    deliveries = person_deliveries((event.pk,), person.refused_ids).filter(event=event)
     return {
         "event_id": str(event.pk),
         "source": event.source.name,
@@ -81,15 +108,8 @@ def _submission(event: Event) -> dict[str, Any]:
         "payload": event.payload,
         "payload_purged_at": event.payload_purged_at,
         "deliveries": [
-            {
-                "received_at": d.received_at,
-                "outcome": d.outcome,
-                "status_code": d.status_code,
-                "raw_body": bytes(d.raw_body).decode("utf-8", errors="replace")
-                if d.raw_body is not None
-                else None,
-            }
-            for d in event.deliveries.order_by("received_at")
+            {k: v for k, v in _delivery(d).items() if k != "source"}
+            for d in deliveries.select_related("source").order_by("received_at", "pk")
         ],
         "operations": [_operation(o) for o in event.operations.order_by("position", "pk")],
         "cases": list(

@@ -1,9 +1,14 @@
 """Who a request is about: the events of one email address, and what they sent.
 
-A person's events are found three ways, so that none is missed: by the contact
-digest ingest stores (an HMAC of the address), by the address inside the payload
-(events stored before the digest or under another normalisation), and by the address
-inside a raw delivery (an unreadable submission whose map found no address).
+An event is a person's by its own contact: the contact digest ingest stores (an HMAC
+of the address), or the address in its payload (events stored before the digest or
+under another normalisation). Only an event whose contact could not be read (an
+unreadable submission, kept for a corrected map) is looked for in its raw deliveries,
+and there only by the whole address (an@example.org never finds joan@example.org).
+
+A delivery refused because its key names another submission (`key_reused`) is kept
+on that submission's event, but it is its own sender's: it never makes the event
+anyone else's, and it is the person's whose address the source's field map reads in it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +24,11 @@ from urllib.parse import parse_qsl, quote
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
+from idempotency_core.intake.hooks import submission_from
+from idempotency_core.intake.senders.parsing import parse_body
+from idempotency_core.intake.senders.profiles import profile_resolve
 from idempotency_core.keys import contact_digest
 from idempotency_core.models import AuditEntry, Delivery, Event
 from idempotency_core.privacy.scrub import SEARCHABLE_LENGTH, Scrubber
@@ -52,6 +61,13 @@ class Person:
     # and the name's parts: erased only in rows that are theirs.
     own_values: tuple[str, ...]
     words: tuple[str, ...]
+    # Deliveries they sent that were refused because another submission has the key:
+    # the bodies are theirs, the events they are kept on are not.
+    refused_ids: tuple[Any, ...] = ()
+
+    @property
+    def found(self) -> bool:
+        return bool(self.event_ids or self.refused_ids)
 
     @property
     def scrubber(self) -> Scrubber:
@@ -64,11 +80,24 @@ class Person:
         return Scrubber(v for v in self.values if len(v) >= SEARCHABLE_LENGTH)
 
 
-_RAW_MATCH = """
-SELECT DISTINCT event_id FROM idempotency_core_delivery
-WHERE raw_body IS NOT NULL AND event_id IS NOT NULL
-  AND (strpos(lower(encode(raw_body, 'escape')), %s) > 0
-       OR strpos(lower(encode(raw_body, 'escape')), %s) > 0)
+# A first sieve by substring, in the database; `names_address` then decides.
+_RAW_SIEVE = """
+strpos(lower(encode(d.raw_body, 'escape')), %s) > 0
+OR strpos(lower(encode(d.raw_body, 'escape')), %s) > 0
+"""
+
+# Raw deliveries of events with no contact of their own (a refused one aside).
+_UNREADABLE_NAMING = f"""
+SELECT d.event_id, d.raw_body FROM idempotency_core_delivery d
+JOIN idempotency_core_event e ON e.id = d.event_id
+WHERE d.raw_body IS NOT NULL AND d.outcome <> %s
+  AND e.contact_digest = '' AND coalesce(e.payload #>> '{{contact,email}}', '') = ''
+  AND ({_RAW_SIEVE})
+"""
+
+_REFUSED_NAMING = f"""
+SELECT d.id FROM idempotency_core_delivery d
+WHERE d.raw_body IS NOT NULL AND d.outcome = %s AND ({_RAW_SIEVE})
 """
 
 
@@ -77,14 +106,75 @@ def person_events(address: str) -> Q:
     normalised = address_normalised(address)
     if not normalised:
         return Q(pk__in=[])
-    with connection.cursor() as cursor:
-        cursor.execute(_RAW_MATCH, [normalised, quote(normalised, safe="").lower()])
-        from_raw = [row[0] for row in cursor.fetchall()]
     return (
         Q(contact_digest=contact_digest(normalised))
         | Q(payload__contact__email__iexact=normalised)
-        | Q(pk__in=from_raw)
+        | Q(pk__in=_unreadable_events(normalised))
     )
+
+
+def _sieve(address: str) -> list[str]:
+    return [address, quote(address, safe="").lower()]
+
+
+def _unreadable_events(address: str) -> list[Any]:
+    """Events whose contact could not be read, one of whose own raw deliveries names
+    the address."""
+    with connection.cursor() as cursor:
+        cursor.execute(_UNREADABLE_NAMING, [Delivery.Outcome.KEY_REUSED, *_sieve(address)])
+        rows = cursor.fetchall()
+    return list({event_id for event_id, body in rows if names_address(bytes(body), address)})
+
+
+def _refused_deliveries(address: str) -> list[Delivery]:
+    """Refused repeats the person sent under another submission's key."""
+    with connection.cursor() as cursor:
+        cursor.execute(_REFUSED_NAMING, [Delivery.Outcome.KEY_REUSED, *_sieve(address)])
+        ids = [row[0] for row in cursor.fetchall()]
+    found = []
+    for delivery in Delivery.objects.filter(pk__in=ids).select_related("source"):
+        sender = delivery_contact(delivery)
+        if sender == address or (
+            not sender and names_address(bytes(delivery.raw_body or b""), address)
+        ):
+            found.append(delivery)
+    return found
+
+
+def delivery_contact(delivery: Delivery) -> str:
+    """The contact address the source's field map reads in a kept raw delivery ("" when
+    it reads none): whose the delivery is, as its event's contact says whose that is."""
+    return address_normalised(str(_delivery_payload(delivery).get("contact", {}).get("email", "")))
+
+
+def _delivery_payload(delivery: Delivery) -> dict[str, Any]:
+    if delivery.raw_body is None:
+        return {}
+    try:
+        source = delivery.source
+        profile = profile_resolve(source.profile, source.profile_overrides)
+        document = parse_body(
+            bytes(delivery.raw_body),
+            content_type=delivery.content_type,
+            parser=profile.parser,
+            json_field=profile.json_field,
+        )
+        _, payload, _ = submission_from(source, profile, document, {})
+    except (KeyError, TypeError, ValueError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def names_address(body: bytes, address: str) -> bool:
+    """The body holds `address` as a whole address, case aside: not inside a longer
+    one (an@example.org in joan@example.org, or in an@example.org.uk). Read as it is
+    written and as its fields, so that a form's %40 or JSON's escapes are undone."""
+    pattern = re.compile(
+        rf"(?<![\w.!#$%&'*+/=?^`{{|}}~-]){re.escape(address)}(?![\w-]|\.[\w-])",
+        re.IGNORECASE,
+    )
+    texts = [body.decode("utf-8", errors="replace"), *_leaves(_raw_document(body))]
+    return any(pattern.search(text) for text in texts)
 
 
 def erased_event_ids(digest: str) -> list[Any]:
@@ -105,17 +195,26 @@ def person_find(address: str, *, with_erased: bool = False) -> Person:
     if with_erased:
         condition |= Q(pk__in=erased_event_ids(digest))
     events = list(Event.objects.filter(condition).order_by("received_at"))
+    refused = _refused_deliveries(normalised) if normalised else []
     values: set[str] = {normalised} if normalised else set()
     words: set[str] = set()
-    for event in events:
-        sent = _values_sent(event.payload)
-        values |= sent
-        name = str(((event.payload or {}).get("contact") or {}).get("name") or "")
+    payloads = [event.payload for event in events]
+    payloads += [_delivery_payload(delivery) for delivery in refused]
+    for payload in payloads:
+        values |= _values_sent(payload)
+        name = str(((payload or {}).get("contact") or {}).get("name") or "")
         words |= {part for part in name.split() if len(part) >= 2}
     raw: set[str] = set()
-    deliveries = Delivery.objects.filter(event__in=[e.pk for e in events], raw_body__isnull=False)
-    for body in deliveries.values_list("raw_body", flat=True):
-        raw |= _values_sent(_raw_document(bytes(body or b"")))
+    bodies = [bytes(d.raw_body) for d in refused if d.raw_body is not None]
+    # Their events' deliveries, but not a refused one another person sent.
+    bodies += [
+        bytes(body or b"")
+        for body in person_deliveries(tuple(e.pk for e in events), tuple(d.pk for d in refused))
+        .filter(raw_body__isnull=False)
+        .values_list("raw_body", flat=True)
+    ]
+    for body in bodies:
+        raw |= _values_sent(_raw_document(body))
     return Person(
         address=normalised,
         digest=digest,
@@ -123,6 +222,18 @@ def person_find(address: str, *, with_erased: bool = False) -> Person:
         values=tuple(sorted(v for v in values if len(v) >= 3)),
         own_values=tuple(sorted(v for v in raw - values if len(v) >= 3)),
         words=tuple(sorted(words)),
+        refused_ids=tuple(d.pk for d in refused),
+    )
+
+
+def person_deliveries(
+    event_ids: tuple[Any, ...], refused_ids: tuple[Any, ...]
+) -> QuerySet[Delivery]:
+    """The deliveries of the person's events that are theirs (a refused repeat is its
+    sender's), and their own refused ones kept on other events."""
+    return Delivery.objects.filter(
+        (Q(event_id__in=event_ids) & ~Q(outcome=Delivery.Outcome.KEY_REUSED))
+        | Q(pk__in=refused_ids)
     )
 
 
