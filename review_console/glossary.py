@@ -160,6 +160,7 @@ ACTIONS: dict[str, str] = {
     "api_key_revoked": "API key revoked",
     "person_exported": "A person's data exported on request",
     "person_erased": "A person's data erased on request",
+    "crm_erasure_resumed": "The person's deletion at the CRM asked again",
 }
 
 DELIVERY_OUTCOMES: dict[str, str] = {

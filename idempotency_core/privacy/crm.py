@@ -16,6 +16,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from idempotency_core.audit.entries import audit_record
 from idempotency_core.execution.destinations import is_crm
 from idempotency_core.execution.engine import operation_enqueue, operation_execute
 from idempotency_core.execution.steps import ERASE_STEP
@@ -24,10 +25,11 @@ from idempotency_core.models import Attempt, Event, Operation
 
 # After every pipeline step and merge: releasing "the next step" never picks it.
 ERASE_POSITION = 200
+RESUMED_ACTION = "crm_erasure_resumed"
 
 
 def crm_erasures_create(
-    *, event_ids: tuple[Any, ...], actor: User | None, now: datetime
+    *, event_ids: tuple[Any, ...], actor: User | None, now: datetime, system: str = ""
 ) -> list[int]:
     """The erasure operations of these events (created, or found from an earlier
     request): one per event whose enquiry a CRM holds. Call inside the transaction."""
@@ -42,7 +44,7 @@ def crm_erasures_create(
         tasks = Operation.objects.filter(
             event=event, step="assign_task", status=Operation.Status.SUCCEEDED
         ).exclude(destination_ref="")
-        operation, _ = Operation.objects.get_or_create(
+        operation, made = Operation.objects.get_or_create(
             event=event,
             step=ERASE_STEP,
             defaults={
@@ -61,8 +63,36 @@ def crm_erasures_create(
                 "enqueued_at": now,
             },
         )
+        if not made and operation.status == Operation.Status.CANCELLED:
+            _resume(operation, actor=actor, system=system, now=now)
         created.append(operation.pk)
     return created
+
+
+def _resume(operation: Operation, *, actor: User | None, system: str, now: datetime) -> None:
+    """A cancelled deletion (an older erasure cancelled it with the person's other steps
+    when the request was made again) made due again under its own key: deleting is
+    repeatable, so no earlier attempt needs checking. Only while it is still cancelled
+    (the erasure holds the row's lock; the status says so)."""
+    resumed = Operation.objects.filter(pk=operation.pk, status=Operation.Status.CANCELLED).update(
+        status=Operation.Status.PENDING,
+        next_attempt_at=now,
+        next_trigger=Attempt.Trigger.REVIEWER if actor else Attempt.Trigger.WORKER,
+        next_triggered_by=actor,
+        enqueued_at=now,
+        completed_at=None,
+        held_by=None,
+        updated_at=now,
+    )
+    if resumed:
+        audit_record(
+            action=RESUMED_ACTION,
+            actor=actor,
+            system=system,
+            operation=operation,
+            reason="A new erasure request asks the CRM again to delete the person.",
+            details={"operation_key": operation.key},
+        )
 
 
 def crm_erasures_enqueue(operation_ids: list[int]) -> None:

@@ -10,6 +10,7 @@ article 17), in one transaction, recorded by one `person_erased` audit entry.
   statuses, destination references, attempts, cases and the audit trail's decisions.
   Unfinished operations are cancelled and open cases closed, each with its own
   `case_closed` entry naming the erasure's: nothing can be sent from data that is gone.
+  The CRM's deletion of the person is never cancelled.
 - The audit trail stays append-only: the entries that quote the person are rewritten
   under the database guard's one exception (migrations/sql/0.2.0/audit_trail.sql), in
   this transaction, naming the `person_erased` entry, which lists them.
@@ -30,6 +31,7 @@ from django.utils import timezone
 
 from idempotency_core.audit.cases import review_cases_settle
 from idempotency_core.audit.entries import audit_record, case_audit
+from idempotency_core.execution.steps import ERASE_STEP
 from idempotency_core.models import (
     AuditEntry,
     ConfirmationAllowance,
@@ -107,7 +109,9 @@ def person_erase(
         removed |= _quotes_remove(person)
         audit = _audit_rewrites(person)
         crm_ids = (
-            crm_erasures_create(event_ids=person.event_ids, actor=actor, now=now) if crm else []
+            crm_erasures_create(event_ids=person.event_ids, actor=actor, system=system, now=now)
+            if crm
+            else []
         )
         removed["audit entries rewritten"] = len(audit)
         entry = audit_record(
@@ -163,6 +167,8 @@ def _settle(
             Q(event_id__in=ids) | Q(operation__event_id__in=ids),
             status__in=ReviewCase.OPEN_STATUSES,
         )
+        # A case about the CRM's deletion stays: that step still runs (below).
+        .exclude(operation__step=ERASE_STEP)
         .select_related("event", "operation")
         .order_by("pk")
     )
@@ -175,6 +181,8 @@ def _settle(
         actor=actor,
     )
     cancelled = Operation.objects.filter(
+        # Never the CRM's deletion of the person: an erasure asks for it, never cancels it.
+        ~Q(step=ERASE_STEP),
         event_id__in=ids,
         status__in=[*Operation.CLAIMABLE, Operation.Status.NEEDS_REVIEW],
     ).update(

@@ -13,9 +13,11 @@ from typing import Any
 import httpx
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from idempotency_core.execution.destinations import adapter_for, verification_forget
-from idempotency_core.models import Destination, Event, Operation
+from idempotency_core.models import AuditEntry, Destination, Event, Operation
+from idempotency_core.privacy.erasure import person_erase
 from lab.emulators.dataverse import DataverseEmulator
 from lab.emulators.hubspot import HubSpotEmulator
 from lab.emulators.pipedrive import PipedriveEmulator
@@ -223,3 +225,55 @@ def test_a_dry_run_with_crm_says_what_it_would_ask_and_calls_nothing(sandbox: An
     assert "would ask the CRM to delete the person (1 enquiries)" in out.getvalue()
     assert sandbox.stats()["records"] == 2
     assert not Operation.objects.filter(step="erase_person").exists()
+
+
+def erase_quietly(*extra: str) -> str:
+    out = io.StringIO()
+    call_command(
+        "person", "erase", "--email", ADA["email"], "--reason", "Asked again", *extra, stdout=out
+    )
+    return out.getvalue()
+
+
+def test_a_later_request_leaves_the_crm_deletion_of_an_earlier_one_to_run(sandbox: Any) -> None:
+    """The console queues the deletion for the workers; the request made again from the
+    command line before a worker takes it runs that deletion, never cancelled."""
+    _, bob = two_people()
+    first = person_erase(address=ADA["email"], reason="Asked by email", system="console", crm=True)
+    [erasure_id] = first.crm_operations
+    assert Operation.objects.get(pk=erasure_id).status == "pending"
+
+    assert f"CRM deletion (operation {erasure_id}): succeeded" in erase_quietly("--crm")
+
+    assert Operation.objects.get(pk=erasure_id).status == "succeeded"
+    refs = [r["external_ref"] for r in sandbox.records()]
+    assert refs == [bob.operations.get(step="create_enquiry").key]
+    assert not AuditEntry.objects.filter(action="crm_erasure_resumed").exists()
+
+
+def test_a_crm_deletion_an_earlier_erasure_cancelled_runs_again_on_request(sandbox: Any) -> None:
+    """A database where a second erasure cancelled the deletion (as erasures once did):
+    `--crm` makes the same operation due again, under its own key, and audits it."""
+    _, bob = two_people()
+    first = person_erase(address=ADA["email"], reason="Asked by email", system="console", crm=True)
+    [erasure_id] = first.crm_operations
+    Operation.objects.filter(pk=erasure_id).update(
+        status="cancelled", next_attempt_at=None, completed_at=timezone.now()
+    )
+    key = Operation.objects.get(pk=erasure_id).key
+    assert len(sandbox.records()) == 2
+
+    assert f"CRM deletion (operation {erasure_id}): succeeded" in erase_quietly("--crm")
+
+    erasure = Operation.objects.get(pk=erasure_id)
+    assert (erasure.status, erasure.key) == ("succeeded", key)
+    assert Operation.objects.filter(step="erase_person").count() == 1
+    refs = [r["external_ref"] for r in sandbox.records()]
+    assert refs == [bob.operations.get(step="create_enquiry").key]
+    resumed = AuditEntry.objects.get(action="crm_erasure_resumed")
+    assert resumed.operation_id == erasure_id
+    assert resumed.actor_label.startswith("system:person erase")
+    # Done once: a further request finds it succeeded and asks nothing again.
+    erase_quietly("--crm")
+    assert AuditEntry.objects.filter(action="crm_erasure_resumed").count() == 1
+    assert erasure.attempts.count() == 1
