@@ -252,16 +252,25 @@ def _own_rows(label: str, ids: tuple[Any, ...]) -> Q | None:
     }.get(label)
 
 
+def quoting_rows(
+    model: type[Model], fields: tuple[str, ...], person: Person
+) -> tuple[QuerySet[Any] | None, QuerySet[Any]]:
+    """The person's own rows of `model` (None: it has none), and everyone else's rows
+    whose `fields` quote them: what the erasure rewrites and the export shows."""
+    own = _own_rows(model._meta.label, person.event_ids)
+    anyone: QuerySet[Any] = model._default_manager.filter(person.anywhere.mentions(fields))
+    if own is None:
+        return None, anyone
+    return model._default_manager.filter(own), anyone.exclude(own)
+
+
 def _rows_rewritten(model: type[Model], fields: tuple[str, ...], person: Person) -> Rewrites:
     """The new values of each row that quotes the person: their own rows by every value
     and word, anyone's by the values long enough to be theirs."""
-    label = model._meta.label
-    own = _own_rows(label, person.event_ids)
+    own, anyone = quoting_rows(model, fields, person)
     rewrites: Rewrites = {}
-    anyone: QuerySet[Any] = model._default_manager.filter(person.anywhere.mentions(fields))
     if own is not None:
-        rewrites |= _rewritten(model._default_manager.filter(own), fields, person.scrubber)
-        anyone = anyone.exclude(own)
+        rewrites |= _rewritten(own, fields, person.scrubber)
     rewrites |= _rewritten(anyone, fields, person.anywhere)
     return rewrites
 

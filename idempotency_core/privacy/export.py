@@ -1,19 +1,23 @@
 """`person export`: everything Onefold holds about one email address, as one document
 (GDPR article 15): the submissions with their payloads and raw deliveries, what each
 effect sent and where it went, the cases about them, the deliveries of theirs that were
-refused under another submission's key, and the audit entries naming them. The export
-is audited by a keyed digest of the address, never the address."""
+refused under another submission's key, the audit entries naming them, and every other
+row that quotes them: each place the erasure scrubs (`QUOTING_COLUMNS`), so that the
+export shows what the erasure would remove. The export is audited by a keyed digest of
+the address, never the address."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.models import AuditEntry, Delivery, Event, Operation, ReviewCase
+from idempotency_core.privacy.erasure import QUOTING_COLUMNS, quoting_rows
 from idempotency_core.privacy.person import (
     EXPORTED_ACTION,
     Person,
@@ -59,6 +63,7 @@ def person_export(
             .order_by("received_at", "pk")
         ],
         "audit_entries": [_entry(entry) for entry in person_audit_entries(person)],
+        "quoted_elsewhere": _quoted_elsewhere(person),
     }
     audit_record(
         action=EXPORTED_ACTION,
@@ -81,6 +86,19 @@ def person_audit_entries(person: Person) -> QuerySet[AuditEntry]:
         | Q(details__digest=person.digest)
         | person.anywhere.mentions(["reason", "details"])
     ).order_by("at", "pk")
+
+
+def _quoted_elsewhere(person: Person) -> dict[str, list[dict[str, Any]]]:
+    """Everyone else's rows that quote the person, by table (their own rows are in
+    `submissions`)."""
+    found = {}
+    for label, fields in QUOTING_COLUMNS:
+        model = apps.get_model(label)
+        _, others = quoting_rows(model, fields, person)
+        rows = list(others.order_by("pk").values("pk", *fields))
+        if rows:
+            found[str(model._meta.verbose_name_plural)] = rows
+    return found
 
 
 def _delivery(delivery: Delivery) -> dict[str, Any]:
@@ -128,6 +146,7 @@ def _operation(operation: Operation) -> dict[str, Any]:
         "destination_ref": operation.destination_ref,
         "key": operation.key,
         "content": operation.content,
+        "arguments": operation.arguments,
         "last_error": operation.last_error,
         "attempts": [
             {
