@@ -278,7 +278,7 @@ def _known_key(source: Source, key: str, earlier: str | None, *, body: bytes) ->
     if key in found:
         return key
     if earlier in found:
-        return cast(str, earlier)
+        return earlier
     kept = event_kept_from(source.pk, body)
     return kept.key if kept is not None else key
 
