@@ -26,6 +26,7 @@ from idempotency_core.audit.subjects import (
     record_subject_prefix,
 )
 from idempotency_core.execution.destinations import crm_adapter_for, destination_for, is_crm
+from idempotency_core.execution.steps import MERGE_STEP
 from idempotency_core.models import (
     Destination,
     Event,
@@ -48,6 +49,9 @@ SYSTEM = "reconciliation"
 ENQUIRY_STEP = "create_enquiry"
 # Clocks of Onefold and the CRM may disagree by this much.
 LISTING_MARGIN = timedelta(minutes=5)
+# How many merges in a row a record is followed through (a record is merged away once,
+# so only a survivor merged in turn adds one): a bound, not an expected depth.
+MERGES_FOLLOWED = 20
 # Listing a page is a read: it may take longer than a create is allowed to.
 LISTING_TIMEOUT_SECONDS = 60.0
 FINDING_KINDS = tuple(ReconciliationFinding.Kind.values)
@@ -431,6 +435,7 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
         "as_of": run.as_of,
         "stuck_before": run.as_of - timedelta(seconds=settings.ONEFOLD_STUCK_AFTER_SECONDS),
         "orphan_prefix": record_subject_prefix(run.destination.name),
+        "merge_step": f"{MERGE_STEP}:",
     }
     source_clause = ""
     if run.source_id is not None:
@@ -451,9 +456,21 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
     statements = [
         # missing, removed, changed. Most operations are fine (their record is
         # listed with their key): one anti-join keeps only the others, and only
-        # those few are joined back to the staging rows for evidence.
+        # those few are joined back to the staging rows for evidence. A record that
+        # Onefold's own merge took away is looked for where the merge put it.
         insert
         + f"""
+        WITH RECURSIVE c AS (
+            SELECT s.* FROM ({scope}) s
+            WHERE s.status = 'needs_review'
+               OR (s.status = 'succeeded' AND s.completed_at < %(as_of)s
+                   AND (s.destination_ref = '' OR NOT EXISTS (
+                        SELECT 1 FROM {t["staging"]} ok
+                        WHERE ok.run_id = %(run)s AND ok.record_id = s.destination_ref
+                          AND ok.external_ref = s.key)))
+        ), {_moved_sql(t)}, now_in AS (
+            SELECT DISTINCT ON (id) id, ref, depth FROM moved ORDER BY id, depth DESC
+        )
         SELECT %(run)s,
                CASE WHEN c.status = 'succeeded' AND c.destination_ref <> ''
                     THEN CASE WHEN MAX(own.record_id) IS NULL AND COUNT(br.record_id) = 0
@@ -465,20 +482,16 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
                     WHEN COUNT(br.record_id) = 0 THEN MAX(own.record_id)
                     ELSE MAX(own.record_id) || ','
                          || {agg.format(col="br.record_id", order="br.record_id")} END
-        FROM (
-            SELECT s.* FROM ({scope}) s
-            WHERE s.status = 'needs_review'
-               OR (s.status = 'succeeded' AND s.completed_at < %(as_of)s
-                   AND (s.destination_ref = '' OR NOT EXISTS (
-                        SELECT 1 FROM {t["staging"]} ok
-                        WHERE ok.run_id = %(run)s AND ok.record_id = s.destination_ref
-                          AND ok.external_ref = s.key)))
-        ) c
-        LEFT JOIN {t["staging"]} own ON own.run_id = %(run)s AND own.record_id = c.destination_ref
+        FROM c
+        LEFT JOIN now_in n ON n.id = c.id
+        LEFT JOIN {t["staging"]} own
+          ON own.run_id = %(run)s AND own.record_id = COALESCE(n.ref, c.destination_ref)
         LEFT JOIN {t["staging"]} br ON br.run_id = %(run)s AND br.external_ref = c.key
         GROUP BY c.id, c.event_id, c.key, c.status, c.destination_ref
-        HAVING (c.status = 'succeeded' AND c.destination_ref <> '')
-            OR COUNT(br.record_id) = 0
+        HAVING CASE WHEN c.status = 'succeeded' AND c.destination_ref <> ''
+                    -- A record Onefold merged into one that is listed: nothing to report.
+                    THEN NOT (MAX(n.depth) > 0 AND MAX(own.record_id) IS NOT NULL)
+                    ELSE COUNT(br.record_id) = 0 END
         """,
         # stuck: few rows, found through the status index; every step counts.
         insert
@@ -535,6 +548,38 @@ def comparison_sql(run: ReconciliationRun) -> tuple[list[str], str, dict[str, An
         """,
     ]
     return statements, f"SELECT COUNT(*) FROM ({scope}) s", params
+
+
+def _moved_sql(t: dict[str, str]) -> str:
+    """`moved`: where the record each operation of `c` made is now, one row per merge
+    followed (depth 0: the record itself). A merge Onefold made (its operation
+    succeeded) took the record into the survivor the CRM answered with, and that
+    survivor may have been merged in turn; a record merged away by hand in the CRM is
+    not followed, so it is still reported. A record's merge is an operation on the
+    event whose record went away (the one whose create_enquiry made it, else the event
+    of the case it was decided on: this operation's), its step naming the record, so
+    (event, step) finds it."""
+    return f"""
+        moved (id, event_id, ref, depth) AS (
+            SELECT c.id, c.event_id, c.destination_ref, 0 FROM c
+            WHERE c.status = 'succeeded' AND c.destination_ref <> ''
+            UNION ALL
+            SELECT mv.id, mv.event_id, m.destination_ref, mv.depth + 1
+            FROM moved mv
+            CROSS JOIN LATERAL (
+                SELECT m.destination_ref FROM {t["operation"]} m
+                WHERE m.event_id = ANY (ARRAY[mv.event_id] || ARRAY(
+                        SELECT made.event_id FROM {t["operation"]} made
+                        WHERE made.destination_ref = mv.ref AND made.step = %(step)s
+                          -- what lets the partial index on references answer
+                          AND made.destination_ref <> ''))
+                  AND m.step = %(merge_step)s || mv.ref AND m.status = 'succeeded'
+                  AND m.destination_id = %(destination)s AND m.destination_ref <> ''
+                ORDER BY m.id LIMIT 1
+            ) m
+            WHERE mv.depth < {MERGES_FOLLOWED}
+        )
+    """
 
 
 # -- phase 3: opening cases --------------------------------------------------------
