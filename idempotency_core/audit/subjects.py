@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db.models import Q
+
 _OPERATION = "operation:"
 _EVENT = "event:"
 _EVENTS = "events:"
@@ -26,6 +28,23 @@ def event_subject(event_id: object) -> str:
 def event_pair_subject(earlier_id: object, later_id: object) -> str:
     """A case about two events suspected to be one enquiry."""
     return f"{_EVENTS}{earlier_id}:{later_id}"
+
+
+def event_pair_naming(event_id: object) -> Q:
+    """The pair subjects that name the event, as the earlier or the later one (a
+    filter on `subject`)."""
+    return Q(subject__startswith=event_pair_subject(event_id, "")) | Q(
+        subject__startswith=_EVENTS, subject__endswith=f":{event_id}"
+    )
+
+
+def event_pair_naming_sql(subject_column: str, event_column: str) -> str:
+    """The same test as `event_pair_naming`, as SQL: whether the subject in
+    `subject_column` is a pair naming the event in `event_column`."""
+    return (
+        f"(starts_with({subject_column}, '{_EVENTS}') AND {event_column}::text "
+        f"IN (split_part({subject_column}, ':', 2), split_part({subject_column}, ':', 3)))"
+    )
 
 
 def external_ref_subject_sql(ref_column: str) -> str:

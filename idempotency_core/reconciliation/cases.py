@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from idempotency_core.audit.cases import review_case_settle
 from idempotency_core.audit.entries import case_audit
+from idempotency_core.audit.subjects import event_pair_naming
 from idempotency_core.models import Operation, ReconciliationFinding, ReconciliationRun, ReviewCase
 
 SYSTEM = "reconciliation"
@@ -31,13 +32,15 @@ FINDINGS_KEPT = 10
 
 def case_in_review(finding: ReconciliationFinding) -> ReviewCase | None:
     """The open case that already asks a person about the finding's operation or event
-    (a refused enquiry, a held duplicate, an earlier finding), locked; None when none
-    does. Call inside the transaction that records the finding."""
+    (a refused enquiry, a duplicate pair it is either of, an earlier finding), locked;
+    None when none does. Call inside the transaction that records the finding."""
     about = Q()
     if finding.operation_id is not None:
         about |= Q(operation_id=finding.operation_id)
     if finding.event_id is not None:
-        about |= Q(event_id=finding.event_id)
+        # A pair's case (a suspected or held duplicate) names its earlier event in its
+        # subject only.
+        about |= Q(event_id=finding.event_id) | event_pair_naming(finding.event_id)
     if not about:
         return None
     open_cases = ReviewCase.objects.select_for_update().filter(

@@ -21,6 +21,7 @@ from django.utils.dateparse import parse_datetime
 from idempotency_core.audit.cases import review_case_open
 from idempotency_core.audit.entries import audit_record
 from idempotency_core.audit.subjects import (
+    event_pair_naming_sql,
     external_ref_subject_sql,
     operation_subject_sql,
     record_subject_prefix,
@@ -391,7 +392,8 @@ def _compare(run: ReconciliationRun) -> None:
             events_count = cursor.fetchone()[0]
             if run.dry_run:
                 # What a real run would open: no open case of this subject and kind,
-                # nor any open case about its operation or event (`case_in_review`).
+                # nor any open case about its operation or event, or a pair it is
+                # either of (`case_in_review`).
                 cursor.execute(
                     f"""
                     UPDATE {t["finding"]} SET is_new = NOT EXISTS (
@@ -400,7 +402,8 @@ def _compare(run: ReconciliationRun) -> None:
                           AND ((c.subject = {t["finding"]}.subject
                                 AND c.kind = 'recon_' || {t["finding"]}.kind)
                                OR c.operation_id = {t["finding"]}.operation_id
-                               OR c.event_id = {t["finding"]}.event_id))
+                               OR c.event_id = {t["finding"]}.event_id
+                               OR {event_pair_naming_sql("c.subject", f"{t['finding']}.event_id")}))
                     WHERE run_id = %(run)s
                     """,
                     {"run": run.pk},

@@ -18,7 +18,7 @@ from idempotency_core.reconciliation.compare import reconcile, run_summary
 from idempotency_core.review.cases import case_close
 from idempotency_core.review.held_duplicates import held_duplicate_link
 from idempotency_core.tasks import operation_run, sweep
-from tests.factories import ingest, make_user, op
+from tests.factories import duplicate_case, ingest, make_user, op
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("unhurried_chain")]
 
@@ -77,6 +77,25 @@ def test_findings_about_cases_in_review_are_their_evidence_and_settled_with_them
     reconcile(**period())
     assert open_cases() == []
     assert not ReviewCase.objects.filter(kind__startswith="recon_").exists()
+
+
+def test_a_finding_about_either_submission_of_a_pair_in_review_is_that_case_s_evidence(sandbox):
+    """A suspected duplicate's case is about two submissions (the later one is its
+    event, the earlier only in its subject): the earlier's record deleted in the CRM
+    while the case is open is evidence on it, in a dry run's counts too."""
+    case = duplicate_case(sandbox)
+    earlier_ref, _ = case.record_ids
+    sandbox.client.delete(f"/crm/records/{earlier_ref}").raise_for_status()
+
+    dry = reconcile(**period(), dry_run=True)
+    assert dry.findings_total["removed"] == 1
+    assert run_summary(dry)["findings"]["removed"] == 0  # none new: the pair is in review
+    run = reconcile(**period())
+
+    assert open_cases() == [case]
+    (finding,) = ReviewCase.objects.get(pk=case.pk).evidence["reconciliation"]
+    assert (finding["kind"], finding["reconciliation_run"]) == ("removed", run.pk)
+    assert run_summary(run)["findings"] == run_summary(dry)["findings"]
 
 
 def test_a_reconciliation_case_whose_step_was_cancelled_since_is_resolved_by_onefold(sandbox):
