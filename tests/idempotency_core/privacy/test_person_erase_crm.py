@@ -15,8 +15,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from idempotency_core.audit.cases import review_case_open
+from idempotency_core.audit.subjects import operation_subject
 from idempotency_core.execution.destinations import adapter_for, verification_forget
-from idempotency_core.models import AuditEntry, Destination, Event, Operation
+from idempotency_core.models import AuditEntry, Destination, Event, Operation, ReviewCase
 from idempotency_core.privacy.erasure import person_erase
 from lab.emulators.dataverse import DataverseEmulator
 from lab.emulators.hubspot import HubSpotEmulator
@@ -277,3 +279,28 @@ def test_a_crm_deletion_an_earlier_erasure_cancelled_runs_again_on_request(sandb
     erase_quietly("--crm")
     assert AuditEntry.objects.filter(action="crm_erasure_resumed").count() == 1
     assert erasure.attempts.count() == 1
+
+
+def test_a_crm_deletion_in_review_keeps_its_case_through_a_later_erasure(sandbox: Any) -> None:
+    """The deletion came back unclear and waits for a person: a request made again
+    leaves the step and its case to that person (no second try behind their back)."""
+    ada, _ = two_people()
+    first = person_erase(address=ADA["email"], reason="Asked by email", system="console", crm=True)
+    [erasure_id] = first.crm_operations
+    Operation.objects.filter(pk=erasure_id).update(status="needs_review", next_attempt_at=None)
+    erasure = Operation.objects.get(pk=erasure_id)
+    case, _ = review_case_open(
+        kind=ReviewCase.Kind.AMBIGUOUS,
+        subject=operation_subject(erasure_id),
+        summary="The CRM's answer to the deletion was lost.",
+        event=ada,
+        operation=erasure,
+        system="test",
+    )
+
+    erase_quietly("--crm")
+
+    case.refresh_from_db()
+    assert case.status in ReviewCase.OPEN_STATUSES
+    assert Operation.objects.get(pk=erasure_id).status == "needs_review"
+    assert len(sandbox.records()) == 2
