@@ -112,7 +112,7 @@ def tree_problem(template: Template) -> LimitError | None:
         line = _line_of(node)
         if isinstance(node, ForNode) and loops > MAX_LOOP_DEPTH:
             return LimitError(f"loops nested more than {MAX_LOOP_DEPTH} deep", line)
-        for expression in _expressions(vars(node), 0):
+        for expression in _expressions(vars(node)):
             said = _expression_problem(expression)
             if said:
                 return LimitError(said, line)
@@ -144,24 +144,26 @@ def _nodes(nodelist: NodeList, loops: int) -> Iterator[tuple[Node, int]]:
             yield from _nodes(child, depth)
 
 
-def _expressions(value: Any, depth: int) -> Iterator[FilterExpression]:
+def _expressions(value: Any) -> Iterator[FilterExpression]:
     """The filter expressions a node holds: its own attributes, the lists and mappings
-    among them (`firstof`, `with`), and an `if`'s conditions; not its child nodes."""
-    if depth > 20:
-        return
-    if isinstance(value, FilterExpression):
-        yield value
-    elif isinstance(value, Node | NodeList | str):
-        return
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _expressions(item, depth + 1)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _expressions(item, depth + 1)
-    elif isinstance(value, TokenBase):
-        for name in ("first", "second", "value"):
-            yield from _expressions(getattr(value, name, None), depth + 1)
+    among them (`firstof`, `with`), and an `if`'s conditions however long (`a or b or
+    ...` nests one level an operand, so this walks without recursing); not its child
+    nodes."""
+    pending = [value]
+    seen: set[int] = set()
+    while pending:
+        value = pending.pop()
+        if isinstance(value, FilterExpression):
+            yield value
+        elif isinstance(value, Node | NodeList | str) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            pending.extend(reversed(value.values()))
+        elif isinstance(value, list | tuple):
+            pending.extend(reversed(value))
+        elif isinstance(value, TokenBase):
+            pending.extend(getattr(value, name, None) for name in ("value", "second", "first"))
 
 
 def _expression_problem(expression: FilterExpression) -> str:

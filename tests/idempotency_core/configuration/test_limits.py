@@ -30,6 +30,8 @@ from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import BusinessConfigVersion
 
 LOOPS_7 = "".join(f"{{% for x{n} in message %}}" for n in range(7)) + "x" + ("{% endfor %}" * 7)
+# A condition whose first operand is many levels down the parsed expression.
+LONG_IF = "{% if message|ljust:300000000 " + "or a " * 30 + "%}x{% endif %}"
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,8 @@ LOOPS_7 = "".join(f"{{% for x{n} in message %}}" for n in range(7)) + "x" + ("{%
         "{% with d=submitted_at %}{{ d.utcnow }}{% endwith %}",
         "{% if submitted_at.now %}x{% endif %}",
         "{{ fields.list|join:message }}",
+        LONG_IF,
+        "{% if submitted_at.now " + "or a " * 30 + "%}x{% endif %}",
     ],
 )
 def test_what_could_stall_or_reach_the_clock_is_refused(source: str) -> None:
@@ -71,6 +75,7 @@ def test_what_could_stall_or_reach_the_clock_is_refused(source: str) -> None:
         "{% for a in fields.rooms %}{% for b in a.items %}{{ b }}{% endfor %}{% endfor %}",
         "{{ submitted_at|date:'j F Y' }}",
         "{{ fields.list|join:', ' }}",
+        "{% if a " + "or a " * 3000 + "%}x{% endif %}",
     ],
 )
 def test_ordinary_sizes_and_two_loops_are_accepted(source: str) -> None:
