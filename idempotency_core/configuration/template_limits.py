@@ -8,6 +8,8 @@ can appear is seen (`{{ }}`, `{% if %}`, `{% for %}`, `{% with %}`, `{% firstof 
   a number written in the template, at most `MAX_SIZE`: a visitor's value cannot
   choose it, and `ljust:300000000` cannot fill the memory of the process;
 - loops nest at most `MAX_LOOP_DEPTH` deep: each level multiplies the work;
+- `with` blocks nest at most `MAX_WITH_DEPTH` deep: each level can double a value
+  (`{% with b=a|add:a %}`);
 - no lookup reaches the clock (`submitted_at.now`): what a template gives depends on
   the submission, never on the moment of rendering.
 
@@ -16,15 +18,20 @@ links (`src`, `href`, `style`...), in a `<style>` element, or naming a tag or an
 attribute, is refused: the mail client would send it to whoever serves that URL.
 
 Rendering is bounded too (`render_bounds`): a template that passes these checks
-still stops, refused, past `MAX_OUTPUT` characters or `MAX_RENDER_SECONDS`, counted
-over one operation's content.
+still stops, refused, past `MAX_OUTPUT` characters written or `MAX_RENDER_SECONDS`,
+and past a value built longer than `MAX_VALUE` or values built longer than
+`MAX_BUILT` together (each filter's result, kept or not), counted over one
+operation's content. How big a value grows depends on the submission (`add`
+doubles the message), so that is measured as it renders: the memory a render takes
+stays a bounded multiple of those sizes, whatever the template.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -33,15 +40,20 @@ from typing import Any, cast
 
 from django.template import Template
 from django.template.base import FilterExpression, Lexer, Node, NodeList, TokenType, Variable
-from django.template.defaulttags import ForNode, IfNode
+from django.template.defaulttags import ForNode, IfNode, WithNode
 from django.template.smartif import TokenBase
 
 from idempotency_core.configuration.template_library import register
 
 MAX_SIZE = 1000
 MAX_LOOP_DEPTH = 2
+MAX_WITH_DEPTH = 4
 # One operation's content, all its templates together.
 MAX_OUTPUT = 500_000
+# A value a filter makes (characters, and one for each item of a list), and all of them
+# together over one operation's content: what rendering can hold in memory at once.
+MAX_VALUE = MAX_OUTPUT
+MAX_BUILT = 4 * MAX_OUTPUT
 MAX_RENDER_SECONDS = 2.0
 # Filters whose argument is a width, a length, a precision or a format.
 SIZED_FILTERS = frozenset(
@@ -108,10 +120,12 @@ class LimitError(Exception):
 
 def tree_problem(template: Template) -> LimitError | None:
     """The first thing `template` does beyond the limits of the module docstring."""
-    for node, loops in _nodes(template.nodelist, 0):
+    for node, loops, withs in _nodes(template.nodelist, 0, 0):
         line = _line_of(node)
         if isinstance(node, ForNode) and loops > MAX_LOOP_DEPTH:
             return LimitError(f"loops nested more than {MAX_LOOP_DEPTH} deep", line)
+        if isinstance(node, WithNode) and withs > MAX_WITH_DEPTH:
+            return LimitError(f"with blocks nested more than {MAX_WITH_DEPTH} deep", line)
         for expression in _expressions(vars(node)):
             said = _expression_problem(expression)
             if said:
@@ -135,13 +149,15 @@ def _children(node: Node) -> Iterator[NodeList]:
             yield child
 
 
-def _nodes(nodelist: NodeList, loops: int) -> Iterator[tuple[Node, int]]:
-    """Each node, with the number of loops it is (a ForNode: it and those around it)."""
+def _nodes(nodelist: NodeList, loops: int, withs: int) -> Iterator[tuple[Node, int, int]]:
+    """Each node, with the number of loops and of `with` blocks it is (a ForNode or a
+    WithNode: it and those of its kind around it)."""
     for node in nodelist:
-        depth = loops + 1 if isinstance(node, ForNode) else loops
-        yield node, depth
+        in_loops = loops + 1 if isinstance(node, ForNode) else loops
+        in_withs = withs + 1 if isinstance(node, WithNode) else withs
+        yield node, in_loops, in_withs
         for child in _children(node):
-            yield from _nodes(child, depth)
+            yield from _nodes(child, in_loops, in_withs)
 
 
 def _expressions(value: Any) -> Iterator[FilterExpression]:
@@ -277,6 +293,8 @@ class _Loading(HTMLParser):
 class _Budget:
     deadline: float
     left: int
+    # What filters may still build (MAX_BUILT at first).
+    to_build: int = MAX_BUILT
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
@@ -287,9 +305,22 @@ class _Budget:
         if self.left < 0:
             raise RenderLimitError(f"the rendered text is longer than {MAX_OUTPUT} characters")
 
+    def fits(self, size: int) -> None:
+        """Raises unless a value of `size` may be built now."""
+        if size > MAX_VALUE:
+            raise RenderLimitError(f"a value built is longer than {MAX_VALUE} characters")
+        if size > self.to_build:
+            raise RenderLimitError(
+                f"the values built come to more than {MAX_BUILT} characters together"
+            )
+
+    def build(self, size: int) -> None:
+        self.fits(size)
+        self.to_build -= size
+
 
 class RenderLimitError(Exception):
-    """Rendering went past its bounds of output or time: the content is not made."""
+    """Rendering went past its bounds of output, size or time: the content is not made."""
 
 
 _BUDGET: ContextVar[_Budget | None] = ContextVar("onefold_render_budget", default=None)
@@ -311,13 +342,68 @@ def render_bounds() -> Iterator[None]:
 
 def bounded(template: Template) -> Template:
     """`template` made to count what it renders against the current budget: each node
-    that writes text spends its length, and each node and each loop's turn checks the
-    time (a loop over a long value with an empty body writes nothing)."""
-    for node, _ in _nodes(template.nodelist, 0):
+    that writes text spends its length, each node and each loop's turn checks the
+    time (a loop over a long value with an empty body writes nothing), and each
+    filter counts the value it makes."""
+    for node, _, _ in _nodes(template.nodelist, 0, 0):
         if isinstance(node, ForNode):
             node.nodelist_loop = _TimedNodeList(cast(NodeList, node.nodelist_loop))
         _count(node, writes=not any(True for _ in _children(node)))
+        for expression in _expressions(vars(node)):
+            expression.filters = [(_sized(function), args) for function, args in expression.filters]
     return template
+
+
+@functools.cache
+def _sized(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function`, a filter, made to count the size of each value it makes against the
+    budget: a value built and never written (`{% with b=a|add:a %}{{ b|length }}`)
+    takes memory all the same. Its flags (is_safe, needs_autoescape...), which the
+    engine reads off it, are copied by `wraps`."""
+    multiplies = _FILTER_NAMES.get(function) == "join"
+
+    @functools.wraps(function)
+    def sized(value: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = _BUDGET.get()
+        if budget is not None and multiplies:
+            # The separator is repeated between each two items: measured before it is.
+            budget.fits(_joined_size(value, args[0] if args else ""))
+        result = function(value, *args, **kwargs)
+        if budget is not None and result is not value and all(result is not a for a in args):
+            budget.build(_size(result))
+        return result
+
+    return sized
+
+
+def _joined_size(value: Any, separator: Any) -> int:
+    if not isinstance(value, str | list | tuple):
+        return 0
+    return _size(value) + max(len(value) - 1, 0) * len(str(separator))
+
+
+def _size(value: Any) -> int:
+    """A value's size as the budget counts it: a text's characters; a list's or a
+    mapping's items, each one and its own size (a list may hold one long text many
+    times, each written out in full); 1 for anything else (a number, a date)."""
+    size = 0
+    pending = [value]
+    while pending and size <= MAX_VALUE:  # past the limit, by how much does not matter
+        value = pending.pop()
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, Mapping):
+            size += len(value)
+            if size <= MAX_VALUE:
+                pending.extend(value.keys())
+                pending.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            size += len(value)
+            if size <= MAX_VALUE:
+                pending.extend(value)
+        else:
+            size += 1
+    return size
 
 
 def _count(node: Node, *, writes: bool) -> None:

@@ -2,15 +2,18 @@
 
 A template value inside an attribute of the HTML email that loads or links is refused
 (it would send the value to whoever serves the URL); a size a filter takes is capped;
-loops nest at most two deep; nothing reaches the clock (`now`) by any path. A YAML
-file with aliases, anchors or tags, too deep or too big is refused, named, never a
-traceback. Each refusal comes within seconds, and a template that passes still
-renders within bounds of output and time.
+loops nest at most two deep, `with` blocks four; nothing reaches the clock (`now`) by
+any path. A YAML file with aliases, anchors or tags, too deep or too big is refused,
+named, never a traceback. Each refusal comes within seconds, and a template that
+passes still renders within bounds of output, time and memory.
 """
 
 from __future__ import annotations
 
 import time
+import tracemalloc
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +28,27 @@ from idempotency_core.configuration.templates import (
     template_render,
     template_values,
 )
+from idempotency_core.configuration.versions import config_current
 from idempotency_core.configuration.yamlfile import YamlFileError, yaml_load
+from idempotency_core.execution.rendering import RenderInput, task_render
 from idempotency_core.intake.sources import source_get_or_create
 from idempotency_core.models import BusinessConfigVersion
+from integrations.base import Classification, DestinationError
+from tests.factories import configured, submission
 
 LOOPS_7 = "".join(f"{{% for x{n} in message %}}" for n in range(7)) + "x" + ("{% endfor %}" * 7)
+
+
+def withs(depth: int, adds: int = 1) -> str:
+    """`with` blocks `depth` deep, each making the value before it `adds + 1` times as
+    long (`a|add:a`), only its length written."""
+    opened = ""
+    for n in range(depth):
+        name = f"a{n}" if n else "message"
+        opened += f"{{% with a{n + 1}={name}" + f"|add:{name}" * adds + " %}"
+    return opened + f"{{{{ a{depth}|length }}}}" + "{% endwith %}" * depth
+
+
 # A condition whose first operand is many levels down the parsed expression.
 LONG_IF = "{% if message|ljust:300000000 " + "or a " * 30 + "%}x{% endif %}"
 
@@ -56,6 +75,7 @@ LONG_IF = "{% if message|ljust:300000000 " + "or a " * 30 + "%}x{% endif %}"
         "{% with d=submitted_at %}{{ d.utcnow }}{% endwith %}",
         "{% if submitted_at.now %}x{% endif %}",
         "{{ fields.list|join:message }}",
+        withs(5),
         LONG_IF,
         "{% if submitted_at.now " + "or a " * 30 + "%}x{% endif %}",
     ],
@@ -75,6 +95,7 @@ def test_what_could_stall_or_reach_the_clock_is_refused(source: str) -> None:
         "{% for a in fields.rooms %}{% for b in a.items %}{{ b }}{% endfor %}{% endfor %}",
         "{{ submitted_at|date:'j F Y' }}",
         "{{ fields.list|join:', ' }}",
+        withs(4),
         "{% if a " + "or a " * 3000 + "%}x{% endif %}",
     ],
 )
@@ -184,6 +205,92 @@ def test_a_template_the_checks_refuse_is_not_rendered_even_if_stored() -> None:
         template_render("{{ message|ljust:300000000 }}", template_values({"message": "x"}))
     with pytest.raises(TemplateRenderError):
         template_render("{{ submitted_at.now }}", template_values({}))
+    with pytest.raises(TemplateRenderError, match="with blocks"):
+        template_render(withs(5), template_values({"message": "x"}))
+
+
+def peak_memory(call: Callable[[], object]) -> int:
+    """The most memory (bytes) Python held at once while `call` ran."""
+    tracemalloc.start()
+    try:
+        call()
+    except Exception:
+        pass  # what is refused, and how, each test asserts apart
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak
+
+
+SEPARATOR = "y" * 40
+# Each builds from the message, only a length written: a few hundred MiB unbounded.
+GROWING = {
+    # 16 times the value at each of four levels: 65,536 times the message.
+    "add-in-withs": (withs(4, adds=15), "x" * 1000, "built"),
+    # Each pass doubles the backslashes: 65,536 times the message, in one expression.
+    "addslashes": (
+        "{{ message" + "|addslashes" * 16 + "|length }}",
+        "\\" * 1000,
+        "longer than 500000",
+    ),
+    # The separator between each two characters: 1,000 times the message, twice.
+    "join": (
+        '{% with a=message|make_list|join:"' + "y" * 1000 + '" %}'
+        '{% with b=a|make_list|join:"'
+        + "y" * 1000
+        + '" %}{{ b|length }}{% endwith %}{% endwith %}',
+        "x" * 100,
+        "longer than 500000",
+    ),
+    # Each value within bounds, 200 of them at once: past what all may come to.
+    "many-values": (
+        "{% with "
+        + " ".join(f"b{n}=message|make_list|join:'{SEPARATOR}'" for n in range(200))
+        + " %}{{ b0|length }}{% endwith %}",
+        "x" * 10_000,
+        "together",
+    ),
+}
+
+
+@pytest.mark.parametrize(("source", "message", "said"), GROWING.values(), ids=GROWING.keys())
+def test_what_a_template_builds_is_bounded_in_memory(source: str, message: str, said: str) -> None:
+    assert template_problem(source) is None  # what it comes to depends on the message
+    values = template_values({"message": message})
+    with pytest.raises(TemplateRenderError, match=said):
+        template_render(source, values)
+    peak = peak_memory(lambda: template_render(source, values))
+    # The values built together are bounded (2,000,000 characters): a few MiB, whatever
+    # the template; unbounded, each of these takes 75 to 190 MiB.
+    assert peak < 24 * 2**20, f"{peak / 2**20:.0f} MiB"
+
+
+def test_what_a_template_builds_from_an_ordinary_message_renders() -> None:
+    values = template_values({"message": '"Quotes" & <ampersands>\n' * 400})
+    source = withs(4) + "{{ message|make_list|join:'-'|length }}{{ message|linebreaksbr }}"
+    assert template_problem(source, html=True) is None
+    rendered = template_render(source, values, html=True)
+    assert rendered.startswith(
+        "153600" + "27199" + "&quot;Quotes&quot; &amp; &lt;ampersands&gt;<br>"
+    )
+
+
+@pytest.mark.django_db
+def test_a_saved_task_title_that_grows_the_message_is_refused_when_rendered(
+    website: None,
+) -> None:
+    assert configured({"*": {"task": {"title": withs(4, adds=15)}}}).changed
+    inp = RenderInput(
+        payload=submission(message="x" * 1000),
+        source="website",
+        default_assignee="sales",
+        refs={},
+        now=datetime(2026, 11, 29, 10, 15, tzinfo=UTC),
+    )
+    with pytest.raises(DestinationError, match=r"could not be rendered: .* built") as raised:
+        task_render(inp, config_current(), lambda scope: 1)
+    assert raised.value.classification == Classification.PERMANENT
+    assert peak_memory(lambda: task_render(inp, config_current(), lambda scope: 1)) < 24 * 2**20
 
 
 # -- the YAML file ---------------------------------------------------------------------
@@ -240,11 +347,12 @@ def _block(task: str = "", html: str = "") -> str:
         (_block(html='<a href="https://c.example/?n={{ contact.name }}">us</a>'), "href"),
         (_block(task="{{ message|ljust:300000000 }}"), "1000"),
         (_block(task=LOOPS_7), "loops"),
+        (_block(task=withs(5)), "with blocks"),
         (ALIAS_BOMB, "alias"),
         ("sources: !!python/name:os.system x\n", "tag"),
         ("sources: " + "[" * 5000 + "]" * 5000 + "\n", "deep"),
     ],
-    ids=["img-src", "a-href", "ljust", "loops", "alias-bomb", "python-tag", "brackets"],
+    ids=["img-src", "a-href", "ljust", "loops", "withs", "alias-bomb", "python-tag", "brackets"],
 )
 def test_config_apply_dry_run_refuses_each_within_seconds(
     website: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str
