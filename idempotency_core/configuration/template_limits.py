@@ -14,8 +14,14 @@ can appear is seen (`{{ }}`, `{% if %}`, `{% for %}`, `{% with %}`, `{% firstof 
   the submission, never on the moment of rendering.
 
 In the HTML email (`html_problem`), a template value inside an attribute that loads or
-links (`src`, `href`, `style`...), in a `<style>` element, or naming a tag or an
-attribute, is refused: the mail client would send it to whoever serves that URL.
+links (`src`, `href`, `style`...), in a `<style>` or `<script>` element, or naming a
+tag or an attribute, is refused: the mail client would send it to whoever serves that
+URL. So are comments and other declarations but a doctype (parsers disagree on where
+a comment ends, `<!-->` and `--!>` end one in a browser, and Outlook reads the markup
+inside `<!--[if mso]>`), and markup in a quoted string (Django never escapes one). The
+markup is read as a browser's tokenizer reads it (`_markup`). The email rendered is
+held to the same rule (`rendered_html_problem`): what it has the mail client fetch or
+follow must be written in the template's text.
 
 Rendering is bounded too (`render_bounds`): a template that passes these checks
 still stops, refused, past `MAX_OUTPUT` characters written or `MAX_RENDER_SECONDS`,
@@ -35,7 +41,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from typing import Any, cast
 
 from django.template import Template
@@ -225,65 +230,218 @@ def _size_problem(name: str, argument: object, *, lookup: bool) -> str:
 
 _MARK = re.compile("\ue000(\\d+)\ue001")
 _TAG_FROM_VALUE = re.compile("<\\s*/?\\s*\ue000")
+# Where HTML parsers part ways: a comment (`<!-->` and `--!>` end one for a browser, not
+# for every parser; Outlook reads the markup inside `<!--[if mso]>`), a CDATA
+# section, a declaration, a processing instruction, `</` not closing a tag. Refused
+# outright, so what the check reads as markup is what a mail client reads.
+_DECLARATION = re.compile(r"<[!?]|</(?![a-zA-Z])")
+# The one declaration allowed: a doctype, its identifiers quoted, nothing ambiguous in it.
+_DOCTYPE = re.compile(
+    r"""<!doctype\s+html(?:\s+(?:public|system)(?:\s+"[^"<>]*"|\s+'[^'<>]*'){1,2})?\s*>""",
+    re.IGNORECASE,
+)
+# A quoted string in a tag or a filter: Django marks it safe, so it is never escaped.
+_QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
+DECLARATION_SAID = (
+    "an HTML comment or declaration (<!-- -->, <!--[if mso]>, <![CDATA[, <?, </ ): mail "
+    "clients read where it ends and what is inside differently; write none "
+    "({# #} is a note that is never sent)"
+)
 
 
 def html_problem(source: str) -> LimitError | None:
     """A template value (`{{ }}` or a tag's output) where the mail client would fetch
-    or follow it, with its line in the template."""
-    lines: list[int] = []
-    parts = []
-    for token in Lexer(source).tokenize():
-        if token.token_type == TokenType.TEXT:
-            parts.append(token.contents)
-        elif token.token_type != TokenType.COMMENT:
-            parts.append(f"\ue000{len(lines)}\ue001")
-            lines.append(int(token.lineno or 1))
-    skeleton = "".join(parts)
+    or follow it, markup that mail clients and this check could read differently, or
+    markup in a quoted string; with its line in the template."""
+    skeleton, lines = _skeleton(source)
     named = _TAG_FROM_VALUE.search(skeleton)
     if named is not None:
         mark = _MARK.search(skeleton, named.start())
         return LimitError("a tag named by a template value", _mark_line(mark, lines))
-    finder = _Loading()
-    finder.feed(skeleton)
-    finder.close()
-    if finder.found is None:
+    declaration = _declaration(skeleton)
+    if declaration is not None:
+        return LimitError(DECLARATION_SAID, _line_at(skeleton, declaration, lines))
+    for token in Lexer(source).tokenize():
+        if token.token_type in (TokenType.VAR, TokenType.BLOCK) and any(
+            "<" in quoted.group() for quoted in _QUOTED.finditer(token.contents)
+        ):
+            return LimitError(
+                "markup in a quoted string: Django never escapes a quoted string; "
+                "write markup in the template's text",
+                int(token.lineno or 1),
+            )
+    found = _loading(skeleton)
+    if found is None:
         return None
-    where, text = finder.found
+    where, text = found
     return LimitError(
         f"a template value in {where}: the mail client would send it to that address",
         _mark_line(_MARK.search(text), lines),
     )
 
 
+def rendered_html_problem(source: str, rendered: str) -> str:
+    """What `rendered`, the HTML email made from the template `source`, holds that the
+    mail client would fetch or follow and that the template's own text does not
+    write, or markup parsers read differently; "" when nothing. The check of the
+    template (`html_problem`) keeps values out of those places; this holds the email
+    itself to it whatever put it there (a quoted string, a version stored before the
+    rule)."""
+    if _declaration(rendered) is not None:
+        return DECLARATION_SAID
+    written = _written(source)
+    for tag, name, value in _fetched(rendered):
+        if (tag, name, value) not in written:
+            where = f"<{tag}>" if not name else f'<{tag} {name}="{value[:60]}">'
+            return (
+                f"{where} in the rendered HTML is not written in the template's text: "
+                "the mail client would fetch or follow it"
+            )
+    return ""
+
+
+def _skeleton(source: str) -> tuple[str, list[int]]:
+    """`source` with each value and tag replaced by a mark (its number in `lines`, the
+    line of each), and without what is never rendered (`{# #}`, `{% comment %}`)."""
+    lines: list[int] = []
+    parts = []
+    commented = False
+    for token in Lexer(source).tokenize():
+        word = token.contents.split(maxsplit=1)[0] if token.contents.strip() else ""
+        if token.token_type == TokenType.BLOCK and word in ("comment", "endcomment"):
+            commented = word == "comment"
+        elif commented or token.token_type == TokenType.COMMENT:
+            continue
+        elif token.token_type == TokenType.TEXT:
+            parts.append(token.contents)
+        else:
+            parts.append(f"\ue000{len(lines)}\ue001")
+            lines.append(int(token.lineno or 1))
+    return "".join(parts), lines
+
+
+def _declaration(html: str) -> int | None:
+    """Where `html` has markup parsers read differently (`_DECLARATION`), if anywhere."""
+    for found in _DECLARATION.finditer(html):
+        if not _DOCTYPE.match(html, found.start()):
+            return found.start()
+    return None
+
+
 def _mark_line(mark: re.Match[str] | None, lines: list[int]) -> int:
     return lines[int(mark.group(1))] if mark is not None else 1
 
 
-class _Loading(HTMLParser):
-    """Finds the first attribute (or `<style>` text) that holds a template value and
-    that a mail client loads or follows."""
+def _line_at(skeleton: str, position: int, lines: list[int]) -> int:
+    """The template's line of `position` in `skeleton`: the line of the last mark
+    before it (a value or a tag, on one line), and the lines of text since."""
+    before = skeleton[:position]
+    earlier = [*_MARK.finditer(before)][-1:]
+    if not earlier:
+        return 1 + before.count("\n")
+    return lines[int(earlier[0].group(1))] + before[earlier[0].end() :].count("\n")
 
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=False)
-        self.found: tuple[str, str] | None = None
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        for name, value in attrs:
-            if self.found is not None:
-                return
+@functools.lru_cache(maxsize=1024)
+def _written(source: str) -> frozenset[tuple[str, str, str]]:
+    return frozenset(_fetched(_skeleton(source)[0]))
+
+
+def _fetched(html: str) -> list[tuple[str, str, str]]:
+    """What a mail client fetches or follows in `html`: (tag, attribute, value) for
+    each such attribute, and (tag, "", text) for the text of `<style>` and `<script>`."""
+    fetched = []
+    for tag, attributes, text in _markup(html):
+        if text is not None:
+            fetched.append((tag, "", text))
+        for name, value in attributes:
+            if name in LOADING_ATTRIBUTES or tag in LOADING_ELEMENTS:
+                fetched.append((tag, name, value))
+    return fetched
+
+
+def _loading(skeleton: str) -> tuple[str, str] | None:
+    """The first place in `skeleton` where a mark (a template value) would be fetched
+    or followed, or names an attribute: where, and the text holding the mark."""
+    for tag, attributes, text in _markup(skeleton):
+        if text is not None and _MARK.search(text):
+            return f"<{tag}>", text
+        for name, value in attributes:
             if _MARK.search(name):
-                self.found = (f"an attribute's name in <{tag}>", name)
-            elif _MARK.search(value or "") and (
-                name in LOADING_ATTRIBUTES or tag in LOADING_ELEMENTS
-            ):
-                self.found = (f'<{tag} {name}="...">', value or "")
+                return f"an attribute's name in <{tag}>", name
+            if _MARK.search(value) and (name in LOADING_ATTRIBUTES or tag in LOADING_ELEMENTS):
+                return f'<{tag} {name}="...">', value
+    return None
 
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.handle_starttag(tag, attrs)
 
-    def handle_data(self, data: str) -> None:
-        if self.found is None and self.cdata_elem == "style" and _MARK.search(data):
-            self.found = ("<style>", data)
+# HTML's tokenizer (the HTML Living Standard's, which browsers and mail clients
+# follow) for what matters here: start tags and their attributes, and the raw text of
+# `<style>` and `<script>`. Written out, not Python's HTMLParser, whose tolerant
+# parsing reads some tags otherwise and takes time quadratic in a run of unclosed
+# tags. Comments and declarations are refused before (`_declaration`); elements a
+# browser reads as text (`<title>`, `<textarea>`...) are read as markup, which finds
+# more, never less.
+_SPACE = "\t\n\f\r "
+_TAG = re.compile(r"<(/?)([a-zA-Z][^\t\n\f\r />]*)")
+_ATTRIBUTE_NAME = re.compile(r"[^\t\n\f\r />][^\t\n\f\r />=]*")
+_UNQUOTED = re.compile(r"[^\t\n\f\r >]*")
+_RAW_TEXT = {
+    tag: re.compile(rf"</{tag}[\t\n\f\r />]", re.IGNORECASE) for tag in ("script", "style")
+}
+
+
+def _markup(html: str) -> Iterator[tuple[str, list[tuple[str, str]], str | None]]:
+    """Each start tag of `html` as (tag, attributes, None), names lowercased, values
+    as written; after a `<style>` or `<script>`, (tag, [], its text). A tag the text
+    ends inside is no tag (as in a browser)."""
+    position = 0
+    while (found := _TAG.search(html, position)) is not None:
+        attributes, position = _attributes(html, found.end())
+        if position < 0:
+            return
+        tag = found.group(2).lower()
+        if found.group(1):
+            continue  # an end tag: its attributes are read only to find its end
+        yield tag, attributes, None
+        if tag in _RAW_TEXT:
+            closing = _RAW_TEXT[tag].search(html, position)
+            end = closing.start() if closing is not None else len(html)
+            yield tag, [], html[position:end]
+            position = end
+
+
+def _attributes(html: str, at: int) -> tuple[list[tuple[str, str]], int]:
+    """The attributes of the tag whose name ends at `at`, and where the tag ends (-1:
+    not before the text does)."""
+    attributes: list[tuple[str, str]] = []
+    size = len(html)
+    while True:
+        while at < size and html[at] in _SPACE + "/":
+            at += 1
+        if at >= size:
+            return attributes, -1
+        if html[at] == ">":
+            return attributes, at + 1
+        name = cast(re.Match[str], _ATTRIBUTE_NAME.match(html, at))
+        at = name.end()
+        while at < size and html[at] in _SPACE:
+            at += 1
+        value = ""
+        if at < size and html[at] == "=":
+            at += 1
+            while at < size and html[at] in _SPACE:
+                at += 1
+            if at >= size:
+                return attributes, -1
+            if html[at] in "\"'":
+                end = html.find(html[at], at + 1)
+                if end < 0:
+                    return attributes, -1
+                value, at = html[at + 1 : end], end + 1
+            else:
+                unquoted = cast(re.Match[str], _UNQUOTED.match(html, at))
+                value, at = unquoted.group(), unquoted.end()
+        attributes.append((name.group().lower(), value))
 
 
 # -- bounded rendering ---------------------------------------------------------------

