@@ -132,7 +132,11 @@ def _repeat_answered(event: Event, *, raw: RawDelivery | None) -> IngestResult:
     """The answer to a delivery whose key the source already used: its event, or
     KeyReusedError when that event was made from another payload."""
     result, matched = _repeat_delivery(
-        source=event.source, key=event.key, fingerprint=event.fingerprint, raw=raw
+        source=event.source,
+        key=event.key,
+        fingerprint=event.fingerprint,
+        raw=raw,
+        sender_digest=event.contact_digest,
     )
     if not matched:
         raise KeyReusedError(result.event)
@@ -302,7 +306,12 @@ def event_operations_create(*, event: Event, now: datetime) -> list[Operation]:
 
 
 def _repeat_delivery(
-    *, source: Source, key: str, fingerprint: str, raw: RawDelivery | None = None
+    *,
+    source: Source,
+    key: str,
+    fingerprint: str,
+    raw: RawDelivery | None = None,
+    sender_digest: str = "",
 ) -> tuple[IngestResult, bool]:
     """Records a repeat, answered from the stored event; True when its payload matched.
     For an expired key, a worker then checks the destination (late_repeats.py): nothing
@@ -324,6 +333,8 @@ def _repeat_delivery(
         status_code=200 if matched else 422,
         fingerprint=fingerprint,
         payload_matched=matched,
+        # A refused delivery is another sender's: whose, for their export and erasure.
+        sender_digest="" if matched else sender_digest,
         # Once the event's payload is purged, its repeats keep nothing either.
         **(raw.as_fields() if raw and event.payload is not None else {}),
     )

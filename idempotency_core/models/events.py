@@ -90,6 +90,10 @@ class Delivery(models.Model):
     status_code = models.PositiveSmallIntegerField()
     fingerprint = models.CharField(max_length=64, blank=True)
     payload_matched = models.BooleanField(null=True)
+    # A delivery refused because its key names another submission (`key_reused`) is
+    # kept on that submission's event, but it is its own sender's: their contact
+    # digest, as an event keeps its own, so that their export and erasure find it.
+    sender_digest = models.CharField(max_length=64, blank=True, default="")
     # A hook's delivery as received (verified ones only), kept until the event's
     # payload is purged, so a corrected field map can be re-run (`remap`).
     raw_body = models.BinaryField(null=True, blank=True)

@@ -8,7 +8,8 @@ and there only by the whole address (an@example.org never finds joan@example.org
 
 A delivery refused because its key names another submission (`key_reused`) is kept
 on that submission's event, but it is its own sender's: it never makes the event
-anyone else's, and it is the person's whose address the source's field map reads in it.
+anyone else's, and it is the person's whose contact digest ingest kept on it (their
+address as the map read it), else, where no map read one, whose whole address it holds.
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from idempotency_core.intake.hooks import submission_from
-from idempotency_core.intake.senders.parsing import parse_body
-from idempotency_core.intake.senders.profiles import profile_resolve
 from idempotency_core.keys import contact_digest
 from idempotency_core.models import AuditEntry, Delivery, Event
 from idempotency_core.privacy.scrub import SEARCHABLE_LENGTH, Scrubber
@@ -127,42 +125,22 @@ def _unreadable_events(address: str) -> list[Any]:
 
 
 def _refused_deliveries(address: str) -> list[Delivery]:
-    """Refused repeats the person sent under another submission's key."""
+    """Refused repeats the person sent under another submission's key: by the sender's
+    contact digest ingest keeps on each, or, for one whose sender no map could read (or
+    kept before that digest was), by the whole address in its body."""
     with connection.cursor() as cursor:
         cursor.execute(_REFUSED_NAMING, [Delivery.Outcome.KEY_REUSED, *_sieve(address)])
         ids = [row[0] for row in cursor.fetchall()]
-    found = []
-    for delivery in Delivery.objects.filter(pk__in=ids).select_related("source"):
-        sender = delivery_contact(delivery)
-        if sender == address or (
-            not sender and names_address(bytes(delivery.raw_body or b""), address)
-        ):
-            found.append(delivery)
-    return found
-
-
-def delivery_contact(delivery: Delivery) -> str:
-    """The contact address the source's field map reads in a kept raw delivery ("" when
-    it reads none): whose the delivery is, as its event's contact says whose that is."""
-    return address_normalised(str(_delivery_payload(delivery).get("contact", {}).get("email", "")))
-
-
-def _delivery_payload(delivery: Delivery) -> dict[str, Any]:
-    if delivery.raw_body is None:
-        return {}
-    try:
-        source = delivery.source
-        profile = profile_resolve(source.profile, source.profile_overrides)
-        document = parse_body(
-            bytes(delivery.raw_body),
-            content_type=delivery.content_type,
-            parser=profile.parser,
-            json_field=profile.json_field,
-        )
-        _, payload, _ = submission_from(source, profile, document, {})
-    except (KeyError, TypeError, ValueError):
-        return {}
-    return payload if isinstance(payload, dict) else {}
+    digest = contact_digest(address)
+    by_body = [
+        delivery
+        for delivery in Delivery.objects.filter(pk__in=ids, sender_digest="")
+        if names_address(bytes(delivery.raw_body or b""), address)
+    ]
+    by_sender = Delivery.objects.filter(
+        outcome=Delivery.Outcome.KEY_REUSED, sender_digest=digest, raw_body__isnull=False
+    )
+    return sorted({*by_body, *by_sender}, key=lambda delivery: delivery.pk)
 
 
 def names_address(body: bytes, address: str) -> bool:
@@ -198,9 +176,7 @@ def person_find(address: str, *, with_erased: bool = False) -> Person:
     refused = _refused_deliveries(normalised) if normalised else []
     values: set[str] = {normalised} if normalised else set()
     words: set[str] = set()
-    payloads = [event.payload for event in events]
-    payloads += [_delivery_payload(delivery) for delivery in refused]
-    for payload in payloads:
+    for payload in [event.payload for event in events]:
         values |= _values_sent(payload)
         name = str(((payload or {}).get("contact") or {}).get("name") or "")
         words |= {part for part in name.split() if len(part) >= 2}

@@ -82,6 +82,24 @@ def test_a_refused_repeat_is_its_senders_and_never_makes_the_event_theirs() -> N
         assert value.lower() not in bob_text, value
 
 
+def test_a_refused_repeat_naming_someone_else_is_still_its_senders() -> None:
+    """Whose a refused delivery is comes from the contact its sender's map read (kept as
+    its digest at ingest), not from an address its message mentions."""
+    carol = {"name": "Carol Ashdown", "email": "carol.ash@example.com"}
+    assert send(hook("sub-18", contact=carol, message="Carol's porch")) == 200
+    mention = f"Please copy my architect {BOB['email']} on the quote"
+    assert send(hook("sub-18", contact=ADA, message=mention)) == 422
+    refused = Delivery.objects.get(outcome="key_reused")
+    assert refused.sender_digest and BOB["email"] in bytes(refused.raw_body or b"").decode()
+
+    ada_document, _ = exported(ADA["email"])
+    assert [d["status_code"] for d in ada_document["refused_deliveries"]] == [422]
+    with pytest.raises(PersonNotFoundError):
+        person_erase(address=BOB["email"], reason="asked", system="test")
+    refused.refresh_from_db()
+    assert refused.raw_body is not None
+
+
 def test_erasing_the_refused_sender_erases_their_delivery_and_nothing_of_the_other() -> None:
     bob, refused = bobs_with_adas_refused_repeat()
     quote = BulkReplayJob.objects.create(

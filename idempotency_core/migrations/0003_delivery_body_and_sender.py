@@ -1,4 +1,5 @@
-"""A hook's kept delivery found by its bytes (`hooks.event_kept_from`)."""
+"""A refused delivery's sender (`Delivery.sender_digest`), and a hook's kept delivery
+found by its bytes (`hooks.event_kept_from`)."""
 
 from django.db import migrations, models
 
@@ -9,6 +10,11 @@ class Migration(migrations.Migration):
     dependencies = [("idempotency_core", "0002_queue_take_cached_plan")]
 
     operations = [
+        migrations.AddField(
+            model_name="delivery",
+            name="sender_digest",
+            field=models.CharField(blank=True, default="", max_length=64),
+        ),
         migrations.AddIndex(
             model_name="delivery",
             index=models.Index(
