@@ -4,13 +4,14 @@ Gunicorn takes the posts, a django-q2 cluster and a sweeper loop do the work, th
 sandbox (HTTP CRM and SMTP sink on loopback) counts what arrives. hypothesis drives
 every path into an effect, one rule each: the JSON API's post, its retry and an edit
 (`revises`); hook deliveries with a provider id (WPForms' `entry_id`, an `html` form
-with form.js's `submission_id`) and without one (a plain `html` form), and their
-byte-identical repeats; a field map made wrong and corrected (the console's service),
-`remap`; a replay, "send again", a merge, a held duplicate settled either way (the
-console's services, as a reviewer who looks before replaying); a plain Reviewer's
-"try again" (allowed only where the engine proves it safe), a case handed on, a
-cause's group closed in one decision, a whole source's cases tried again at once by
-the cluster's bulk replay; `reconcile`; a worker
+with form.js's `submission_id`) and without one (a plain `html` form, also one kept
+by 0.1.0 under the key of its mapped content), and their byte-identical repeats; a
+field map made wrong and corrected (the console's service), `remap`; a replay, "send
+again", a merge, a held duplicate settled either way (the console's services, as a
+reviewer who looks before replaying); a plain Reviewer's "try again" (allowed only
+where the engine proves it safe), a case handed on, a cause's group closed in one
+decision, a whole source's cases tried again at once by the cluster's bulk replay;
+`reconcile`; a worker
 that dies holding a claim and the sweep after its lease expired; the sandbox's faults
 and recognition turned off. Each logical submission is one person (a contact address
 of its own); a second submission of that person (the same message under a new key)
@@ -64,7 +65,10 @@ from idempotency_core.execution.claims import operation_claim
 from idempotency_core.execution.engine import tasks_queued_to
 from idempotency_core.execution.perform import operation_perform
 from idempotency_core.execution.sweeper import operations_sweep
-from idempotency_core.intake.ingest import event_ingest
+from idempotency_core.intake.hooks import mapped_key_before_020, submission_from
+from idempotency_core.intake.ingest import RawDelivery, event_ingest
+from idempotency_core.intake.senders.parsing import parse_body
+from idempotency_core.intake.senders.profiles import profile_resolve
 from idempotency_core.intake.sources import (
     source_create_with_key,
     source_duplicates_set,
@@ -342,6 +346,33 @@ class PromiseMachine(RuleBasedStateMachine):
         self.hook_sent.append(
             Sent(sent.source, email, event_id, body=sent.body, content_type=sent.content_type)
         )
+
+    @precondition(lambda self: "html" not in self.wrong_maps and self.under("hook post from", 2))
+    @rule()
+    def hook_submission_from_0_1_0(self) -> None:
+        """A plain form's delivery that Onefold 0.1.0 kept, under the key it then gave
+        (a fingerprint of what the map made of it): a database upgraded to 0.2.0 holds
+        such events, and their repeats, remaps and map changes are theirs."""
+        self.note("hook post from 0.1.0 (html)")
+        email = self.person_new()
+        fields = {"name": "Model Person", "email": email, "message": f"Hello from {email}"}
+        body = urlencode(fields).encode()
+        source = self.sources["html"]
+        source.refresh_from_db()
+        profile = profile_resolve(source.profile, source.profile_overrides)
+        document = parse_body(
+            body, content_type=FORM_TYPE, parser=profile.parser, json_field=profile.json_field
+        )
+        _, payload, errors = submission_from(source, profile, document, {})
+        assert not errors, errors
+        event = event_ingest(
+            source=source,
+            key=mapped_key_before_020(profile, document, payload),
+            payload=payload,
+            raw=RawDelivery(body=body, content_type=FORM_TYPE, verification="token verified"),
+        ).event
+        self.people[email].events.add(str(event.pk))
+        self.hook_sent.append(Sent("html", email, str(event.pk), body=body, content_type=FORM_TYPE))
 
     @precondition(lambda self: self.hook_sent)
     @rule(index=st.integers(0, 50))
