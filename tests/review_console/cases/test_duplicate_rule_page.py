@@ -78,6 +78,19 @@ def test_a_reviewer_tries_it_again_once_the_rule_is_fixed(users, sandbox):
     assert AuditEntry.objects.get(case=case, action="replay").actor == users["reviewer"]
 
 
+def test_a_rule_that_only_alerts_offers_create_anyway_not_a_plain_try(users, sandbox):
+    case = waiting_case(
+        ReviewCase.Kind.DUPLICATE_RULE,
+        "rule-alerts",
+        {"matched_records": ["00Q1"], "create_anyway": True},
+        summary="create_enquiry was matched to 00Q1 by an alerting rule.",
+    )
+    page = page_of(signed_in(users, "replay_admin"), case)
+    assert reverse("console:case-duplicate-rule-create", args=[case.pk]) in page
+    assert reverse("console:case-replay", args=[case.pk]) not in page
+    assert reverse("console:case-close", args=[case.pk]) in page
+
+
 def test_try_again_follows_the_replay_rule_for_each_role(users, sandbox):
     case = rule_case("rule-unproven")
     # An earlier try may have created it, and nothing recognises a repeat: not proven safe.
