@@ -93,7 +93,9 @@ class Delivery(models.Model):
     # A delivery refused because its key names another submission (`key_reused`) is
     # kept on that submission's event, but it is its own sender's: their contact
     # digest, as an event keeps its own, so that their export and erasure find it.
-    sender_digest = models.CharField(max_length=64, blank=True, default="")
+    # The database's default too: a process of the release before, still serving while
+    # this one is rolled out, inserts deliveries without naming the column.
+    sender_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
     # A hook's delivery as received (verified ones only), kept until the event's
     # payload is purged, so a corrected field map can be re-run (`remap`).
     raw_body = models.BinaryField(null=True, blank=True)
