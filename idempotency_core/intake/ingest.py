@@ -351,13 +351,19 @@ def _same_delivery(event: Event, *, kept_unreadable: bool, raw: RawDelivery) -> 
     one byte for byte. Either way it is the same submission, never a reused key."""
     if kept_unreadable:
         return True
-    first = (
+    first = first_kept_body(event)
+    return first is not None and first == raw.body
+
+
+def first_kept_body(event: Event) -> bytes | None:
+    """The raw body of the event's first kept delivery (None: not a hook's, or purged)."""
+    body = (
         event.deliveries.filter(raw_body__isnull=False)
         .order_by("received_at", "pk")
         .values_list("raw_body", flat=True)
         .first()
     )
-    return first is not None and bytes(first) == raw.body
+    return None if body is None else bytes(body)
 
 
 def suspected_duplicate_flag(*, operation_id: int) -> ReviewCase | None:

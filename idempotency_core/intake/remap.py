@@ -22,7 +22,7 @@ from idempotency_core.intake.hooks import (
     missing_lines,
     submission_from,
 )
-from idempotency_core.intake.ingest import event_operations_create
+from idempotency_core.intake.ingest import event_operations_create, first_kept_body
 from idempotency_core.intake.senders.parsing import MalformedDeliveryError, parse_body
 from idempotency_core.intake.senders.profiles import Profile, profile_resolve
 from idempotency_core.keys import contact_digest, operation_key, payload_fingerprint
@@ -168,15 +168,10 @@ def delivery_twin(
         )
         if twin is not None:
             return twin
-    body = (
-        event.deliveries.filter(raw_body__isnull=False)
-        .order_by("received_at", "pk")
-        .values_list("raw_body", flat=True)
-        .first()
-    )
+    body = first_kept_body(event)
     if body is None:
         return None
-    return event_kept_from(event.source_id, bytes(body), other_than=event, planned=True)
+    return event_kept_from(event.source_id, body, other_than=event, planned=True)
 
 
 def _settle_as_repeat(event: Event, twin: Event, *, actor: User | None, reason: str) -> bool:
